@@ -1,0 +1,35 @@
+// Whether ops record history. Thread-local, like PyTorch's grad mode.
+#pragma once
+
+namespace mg {
+
+struct GradMode {
+  static bool is_enabled();
+  static void set_enabled(bool on);
+};
+
+// Disables recording in a scope (evaluation, optimizer updates).
+class NoGradGuard {
+ public:
+  NoGradGuard() : prev_(GradMode::is_enabled()) { GradMode::set_enabled(false); }
+  ~NoGradGuard() { GradMode::set_enabled(prev_); }
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
+// Re-enables recording inside a NoGradGuard (used by checkpoint recomputation).
+class EnableGradGuard {
+ public:
+  EnableGradGuard() : prev_(GradMode::is_enabled()) { GradMode::set_enabled(true); }
+  ~EnableGradGuard() { GradMode::set_enabled(prev_); }
+  EnableGradGuard(const EnableGradGuard&) = delete;
+  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
+}  // namespace mg

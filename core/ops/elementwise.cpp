@@ -1,0 +1,302 @@
+// Elementwise ops: unary maps, binary ops with broadcasting and type promotion, where,
+// comparisons, and the in-place forms.
+#include <cfloat>
+#include <cmath>
+
+#include <memgrad/core/ops/op_util.h>
+
+namespace mg {
+
+using namespace detail;
+using kernels::BinaryOp;
+using kernels::UnaryOp;
+using kernels::UnaryParams;
+
+namespace {
+
+enum class Keep { Nothing, Input, Output };  // what a unary op's backward needs
+
+// Float-only unary ops turn integer inputs into float32 first, as PyTorch does.
+Tensor unary_op(const char* name, UnaryOp op, const Tensor& x, Keep keep, bool float_only, UnaryParams p = {}) {
+  OpScope scope(name);
+  Tensor in = float_only && !is_floating(x.dtype()) ? prepare(x, kFloat32, x.shape()) : x;
+  Tensor out = new_like(in);
+  kernels::run(name, x.device(), &Backend::unary, op, in, out, p);
+  if (autograd::any_requires_grad({x})) {
+    SavedTensor saved(keep == Keep::Output ? out : keep == Keep::Input ? in : Tensor());
+    autograd::record(name, {x}, {out}, [op, p, saved, name](const TensorList& g, const Node&) {
+      Tensor gi = new_like(g[0]);
+      Tensor s = saved.defined() ? saved.get() : g[0];
+      kernels::run(name, g[0].device(), &Backend::unary_backward, op, g[0], s, gi, p);
+      return TensorList{gi};
+    });
+  }
+  return out;
+}
+
+// Applies a unary op in place on `self` (which must not need its old value for backward).
+Tensor& unary_inplace(const char* name, UnaryOp op, Tensor& self, Keep keep, UnaryParams p = {}) {
+  check_inplace(name, self, {});
+  OpScope scope(name);
+  bool record = autograd::any_requires_grad({self});
+  SavedTensor before(record && keep == Keep::Input ? self.clone() : Tensor());
+  kernels::run(name, self.device(), &Backend::unary, op, self, self, p);
+  self.storage()->bump_version();
+  if (record) {
+    SavedTensor saved = keep == Keep::Output ? SavedTensor(self) : before;
+    autograd::record(name, {self}, {self}, [op, p, saved, name](const TensorList& g, const Node&) {
+      Tensor gi = new_like(g[0]);
+      kernels::run(name, g[0].device(), &Backend::unary_backward, op, g[0], saved.defined() ? saved.get() : g[0], gi, p);
+      return TensorList{gi};
+    });
+  }
+  return self;
+}
+
+bool is_comparison(BinaryOp op) { return op >= BinaryOp::Eq; }
+
+// Backward of a binary op: gradients w.r.t. a and b (each reduced to its own shape).
+TensorList binary_grads(BinaryOp op, const Tensor& g, const Tensor& a, const Tensor& b, const Tensor& out,
+                        double alpha, const Node& n) {
+  Tensor ga, gb;
+  bool need_a = n.needs_input_grad(0), need_b = n.needs_input_grad(1);
+  switch (op) {
+    case BinaryOp::Add:
+    case BinaryOp::Sub:
+      if (need_a) ga = g;
+      if (need_b) gb = g * (op == BinaryOp::Add ? alpha : -alpha);
+      break;
+    case BinaryOp::Mul:
+      if (need_a) ga = g * b;
+      if (need_b) gb = g * a;
+      break;
+    case BinaryOp::Div:
+      if (need_a) ga = g / b;
+      if (need_b) gb = -(g * a) / (b * b);
+      break;
+    case BinaryOp::Pow:
+      if (need_a) ga = g * b * pow(a, b - 1.0);
+      if (need_b) gb = where(a > 0.0, g * out * log(a), zeros_like(g));  // 0 where log(a) is undefined
+      break;
+    case BinaryOp::Max:
+    case BinaryOp::Min: {
+      Tensor pick_a = op == BinaryOp::Max ? a > b : a < b, tie = a == b;
+      Tensor half = g * 0.5;
+      if (need_a) ga = where(tie, half, where(pick_a, g, zeros_like(g)));
+      if (need_b) gb = where(tie, half, where(pick_a, zeros_like(g), g));
+      break;
+    }
+    default: break;
+  }
+  return {ga, gb};
+}
+
+bool backward_needs_operands(BinaryOp op) { return op != BinaryOp::Add && op != BinaryOp::Sub; }
+
+Tensor binary_op(const char* name, BinaryOp op, const Tensor& a, const Tensor& b, double alpha = 1) {
+  OpScope scope(name);
+  check_same_device(name, a, b);
+  DType ct = result_type(a, b);
+  if ((op == BinaryOp::Div) && !is_floating(ct)) ct = kFloat32;  // true division
+  Shape s = broadcast_shapes(a.shape(), b.shape(), name);
+  Tensor x = prepare(a, ct, s), y = prepare(b, ct, s);
+  Tensor out = new_output(s, is_comparison(op) ? kBool : ct, a.device());
+  kernels::run(name, a.device(), &Backend::binary, op, x, y, out, alpha);
+  if (!is_comparison(op) && autograd::any_requires_grad({a, b})) {
+    bool keep = backward_needs_operands(op);
+    SavedTensor sa(keep ? prepare(a, ct, a.shape()) : Tensor()), sb(keep ? prepare(b, ct, b.shape()) : Tensor());
+    SavedTensor so(op == BinaryOp::Pow ? out : Tensor());
+    Shape as = a.shape(), bs = b.shape();
+    DType at = a.dtype(), bt = b.dtype();
+    autograd::record(name, {a, b}, {out}, [=](const TensorList& g, const Node& n) {
+      Tensor A = sa.defined() ? sa.get() : Tensor(), B = sb.defined() ? sb.get() : Tensor();
+      auto grads = binary_grads(op, g[0], A, B, so.defined() ? so.get() : Tensor(), alpha, n);
+      if (grads[0].defined()) grads[0] = grad_for(grads[0], as, at);
+      if (grads[1].defined()) grads[1] = grad_for(grads[1], bs, bt);
+      return grads;
+    });
+  }
+  return out;
+}
+
+// A scalar as a 0-d tensor of the dtype it takes next to a tensor of dtype `t`.
+Tensor wrap(const Scalar& s, const Tensor& like) {
+  NoGradGuard ng;
+  MemoryScope scope(Category::Temporary);
+  return scalar_tensor(s, TensorOptions().dtype(s.result_type_with(like.dtype())).device(like.device()));
+}
+
+// A unary op with a scalar operand, computed in the promoted dtype.
+Tensor scalar_op(const char* name, UnaryOp op, const Tensor& x, const Scalar& s, double a) {
+  DType ct = s.result_type_with(x.dtype());
+  Tensor in = ct == x.dtype() ? x : x.to(ct);
+  return unary_op(name, op, in, op == UnaryOp::PowScalar ? Keep::Input : Keep::Nothing, false, {a, 0});
+}
+
+// In-place binary op: self = self op other, in self's dtype.
+Tensor& binary_inplace(const char* name, BinaryOp op, Tensor& self, const Tensor& other, double alpha = 1) {
+  check_inplace(name, self, {other});
+  check_same_device(name, self, other);
+  DType rt = result_type(self, other);
+  if (op == BinaryOp::Div && !is_floating(rt)) rt = kFloat32;
+  MG_CHECK(!(is_floating(rt) && !is_floating(self.dtype())), DTypeError, name, ": the result type ", rt,
+           " cannot be stored in a tensor of dtype ", self.dtype());
+  MG_CHECK(broadcast_shapes(self.shape(), other.shape(), name) == self.shape(), ShapeError, name,
+           ": expected the other operand to broadcast to ", shape_str(self.shape()), ", got ", shape_str(other.shape()));
+  OpScope scope(name);
+  bool record = autograd::any_requires_grad({self, other});
+  bool keep = record && backward_needs_operands(op);
+  SavedTensor sa(keep ? self.clone() : Tensor()), sb(keep ? prepare(other, self.dtype(), other.shape()) : Tensor());
+  kernels::run(name, self.device(), &Backend::binary, op, self, prepare(other, self.dtype(), self.shape()), self, alpha);
+  self.storage()->bump_version();
+  if (record) {
+    Shape as = self.shape(), bs = other.shape();
+    DType at = self.dtype(), bt = other.dtype();
+    autograd::record(name, {self, other}, {self}, [=](const TensorList& g, const Node& n) {
+      auto grads = binary_grads(op, g[0], sa.defined() ? sa.get() : Tensor(), sb.defined() ? sb.get() : Tensor(),
+                                Tensor(), alpha, n);
+      if (grads[0].defined()) grads[0] = grad_for(grads[0], as, at);
+      if (grads[1].defined()) grads[1] = grad_for(grads[1], bs, bt);
+      return grads;
+    });
+  }
+  return self;
+}
+
+}  // namespace
+
+// ---- unary
+Tensor neg(const Tensor& x) { return unary_op("neg", UnaryOp::Neg, x, Keep::Nothing, false); }
+Tensor exp(const Tensor& x) { return unary_op("exp", UnaryOp::Exp, x, Keep::Output, true); }
+Tensor log(const Tensor& x) { return unary_op("log", UnaryOp::Log, x, Keep::Input, true); }
+Tensor sqrt(const Tensor& x) { return unary_op("sqrt", UnaryOp::Sqrt, x, Keep::Output, true); }
+Tensor rsqrt(const Tensor& x) { return unary_op("rsqrt", UnaryOp::Rsqrt, x, Keep::Output, true); }
+Tensor abs(const Tensor& x) { return unary_op("abs", UnaryOp::Abs, x, Keep::Input, false); }
+Tensor tanh(const Tensor& x) { return unary_op("tanh", UnaryOp::Tanh, x, Keep::Output, true); }
+Tensor sigmoid(const Tensor& x) { return unary_op("sigmoid", UnaryOp::Sigmoid, x, Keep::Output, true); }
+Tensor relu(const Tensor& x) { return unary_op("relu", UnaryOp::Relu, x, Keep::Output, false); }
+Tensor silu(const Tensor& x) { return unary_op("silu", UnaryOp::Silu, x, Keep::Input, true); }
+Tensor gelu(const Tensor& x, GeluApprox approx) {
+  return approx == GeluApprox::Tanh ? unary_op("gelu", UnaryOp::GeluTanh, x, Keep::Input, true)
+                                    : unary_op("gelu", UnaryOp::GeluErf, x, Keep::Input, true);
+}
+
+Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {
+  MG_CHECK(lo || hi, ValueError, "clamp: expected at least one of min and max, got neither");
+  bool integral = !is_floating(x.dtype());
+  double a = lo ? lo->value : integral ? -9.2e18 : -DBL_MAX, b = hi ? hi->value : integral ? 9.2e18 : DBL_MAX;
+  return unary_op("clamp", UnaryOp::Clamp, x, Keep::Input, false, {a, b});
+}
+
+Tensor pow(const Tensor& a, const Scalar& e) { return scalar_op("pow", UnaryOp::PowScalar, a, e, e.value); }
+Tensor add(const Tensor& a, const Scalar& b) { return scalar_op("add", UnaryOp::AddScalar, a, b, b.value); }
+Tensor sub(const Tensor& a, const Scalar& b) { return scalar_op("sub", UnaryOp::AddScalar, a, b, -b.value); }
+Tensor mul(const Tensor& a, const Scalar& b) { return scalar_op("mul", UnaryOp::MulScalar, a, b, b.value); }
+Tensor rsub(const Tensor& a, const Scalar& b) { return scalar_op("rsub", UnaryOp::RsubScalar, a, b, b.value); }
+Tensor div(const Tensor& a, const Scalar& b) {
+  Scalar s(b.value);  // division is true division: the result is floating
+  return scalar_op("div", UnaryOp::MulScalar, a, s, 1.0 / b.value);
+}
+
+// ---- binary
+Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha) { return binary_op("add", BinaryOp::Add, a, b, alpha.value); }
+Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha) { return binary_op("sub", BinaryOp::Sub, a, b, alpha.value); }
+Tensor mul(const Tensor& a, const Tensor& b) { return binary_op("mul", BinaryOp::Mul, a, b); }
+Tensor div(const Tensor& a, const Tensor& b) { return binary_op("div", BinaryOp::Div, a, b); }
+Tensor pow(const Tensor& a, const Tensor& b) { return binary_op("pow", BinaryOp::Pow, a, b); }
+Tensor maximum(const Tensor& a, const Tensor& b) { return binary_op("maximum", BinaryOp::Max, a, b); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return binary_op("minimum", BinaryOp::Min, a, b); }
+
+Tensor eq(const Tensor& a, const Tensor& b) { return binary_op("eq", BinaryOp::Eq, a, b); }
+Tensor ne(const Tensor& a, const Tensor& b) { return binary_op("ne", BinaryOp::Ne, a, b); }
+Tensor lt(const Tensor& a, const Tensor& b) { return binary_op("lt", BinaryOp::Lt, a, b); }
+Tensor le(const Tensor& a, const Tensor& b) { return binary_op("le", BinaryOp::Le, a, b); }
+Tensor gt(const Tensor& a, const Tensor& b) { return binary_op("gt", BinaryOp::Gt, a, b); }
+Tensor ge(const Tensor& a, const Tensor& b) { return binary_op("ge", BinaryOp::Ge, a, b); }
+Tensor eq(const Tensor& a, const Scalar& b) { return eq(a, wrap(b, a)); }
+Tensor ne(const Tensor& a, const Scalar& b) { return ne(a, wrap(b, a)); }
+Tensor lt(const Tensor& a, const Scalar& b) { return lt(a, wrap(b, a)); }
+Tensor le(const Tensor& a, const Scalar& b) { return le(a, wrap(b, a)); }
+Tensor gt(const Tensor& a, const Scalar& b) { return gt(a, wrap(b, a)); }
+Tensor ge(const Tensor& a, const Scalar& b) { return ge(a, wrap(b, a)); }
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  OpScope scope("where");
+  check_dtype("where", cond, kBool, "a condition");
+  check_same_device("where", cond, a);
+  check_same_device("where", a, b);
+  DType ct = result_type(a, b);
+  Shape s = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
+  Tensor out = new_output(s, ct, a.device());
+  kernels::run("where", a.device(), &Backend::where, prepare(cond, kBool, s), prepare(a, ct, s), prepare(b, ct, s), out);
+  if (autograd::any_requires_grad({a, b})) {
+    SavedTensor sc(cond);
+    Shape as = a.shape(), bs = b.shape();
+    DType at = a.dtype(), bt = b.dtype();
+    autograd::record("where", {a, b}, {out}, [=](const TensorList& g, const Node& n) {
+      Tensor c = sc.get(), z = zeros_like(g[0]);
+      return TensorList{n.needs_input_grad(0) ? grad_for(where(c, g[0], z), as, at) : Tensor(),
+                        n.needs_input_grad(1) ? grad_for(where(c, z, g[0]), bs, bt) : Tensor()};
+    });
+  }
+  return out;
+}
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value) {
+  check_dtype("masked_fill", mask, kBool, "a mask");
+  MG_CHECK(broadcast_shapes(x.shape(), mask.shape(), "masked_fill") == x.shape(), ShapeError,
+           "masked_fill: expected a mask that broadcasts to ", shape_str(x.shape()), ", got ", shape_str(mask.shape()));
+  Tensor v;
+  {
+    NoGradGuard ng;
+    MemoryScope scope(Category::Temporary);
+    v = scalar_tensor(value, TensorOptions().dtype(x.dtype()).device(x.device()));
+  }
+  return where(mask, v, x);
+}
+
+// ---- in-place
+Tensor& Tensor::add_(const Tensor& o, const Scalar& alpha) { return binary_inplace("add_", BinaryOp::Add, *this, o, alpha.value); }
+Tensor& Tensor::sub_(const Tensor& o) { return binary_inplace("sub_", BinaryOp::Sub, *this, o); }
+Tensor& Tensor::mul_(const Tensor& o) { return binary_inplace("mul_", BinaryOp::Mul, *this, o); }
+Tensor& Tensor::div_(const Tensor& o) { return binary_inplace("div_", BinaryOp::Div, *this, o); }
+Tensor& Tensor::add_(const Scalar& s) { return unary_inplace("add_", UnaryOp::AddScalar, *this, Keep::Nothing, {s.value, 0}); }
+Tensor& Tensor::mul_(const Scalar& s) { return unary_inplace("mul_", UnaryOp::MulScalar, *this, Keep::Nothing, {s.value, 0}); }
+Tensor& Tensor::div_(const Scalar& s) {
+  MG_CHECK(is_floating(dtype()), DTypeError, "div_: the result type float32 cannot be stored in a tensor of dtype ", dtype());
+  return unary_inplace("div_", UnaryOp::MulScalar, *this, Keep::Nothing, {1.0 / s.value, 0});
+}
+Tensor& Tensor::relu_() { return unary_inplace("relu_", UnaryOp::Relu, *this, Keep::Output); }
+Tensor& Tensor::clamp_(const Scalar& lo, const Scalar& hi) {
+  return unary_inplace("clamp_", UnaryOp::Clamp, *this, Keep::Input, {lo.value, hi.value});
+}
+Tensor& Tensor::masked_fill_(const Tensor& mask, const Scalar& v) {
+  check_inplace("masked_fill_", *this, {});
+  check_dtype("masked_fill_", mask, kBool, "a mask");
+  check_same_device("masked_fill_", *this, mask);
+  MG_CHECK(broadcast_shapes(shape(), mask.shape(), "masked_fill_") == shape(), ShapeError,
+           "masked_fill_: expected a mask that broadcasts to ", shape_str(shape()), ", got ", shape_str(mask.shape()));
+  OpScope scope("masked_fill_");
+  Tensor value = full({}, v, TensorOptions().dtype(dtype()).device(device()));
+  kernels::run("masked_fill_", device(), &Backend::where, prepare(mask, kBool, shape()), value.expand(shape()), *this,
+               *this);
+  storage()->bump_version();
+  SavedTensor sm(autograd::any_requires_grad({*this}) ? mask : Tensor());
+  autograd::record("masked_fill_", {*this}, {*this}, [sm](const TensorList& g, const Node&) {
+    return TensorList{where(sm.get(), zeros_like(g[0]), g[0])};
+  });
+  return *this;
+}
+
+// ---- Tensor method forms
+Tensor Tensor::exp() const { return mg::exp(*this); }
+Tensor Tensor::log() const { return mg::log(*this); }
+Tensor Tensor::sqrt() const { return mg::sqrt(*this); }
+Tensor Tensor::abs() const { return mg::abs(*this); }
+Tensor Tensor::neg() const { return mg::neg(*this); }
+Tensor Tensor::tanh() const { return mg::tanh(*this); }
+Tensor Tensor::sigmoid() const { return mg::sigmoid(*this); }
+Tensor Tensor::relu() const { return mg::relu(*this); }
+Tensor Tensor::pow(const Scalar& p) const { return mg::pow(*this, p); }
+
+}  // namespace mg

@@ -1,0 +1,105 @@
+// matmul with torch.matmul's rules, and linear (x W^T + b) as one op that saves only x and W.
+#include <memgrad/core/ops/op_util.h>
+
+namespace mg {
+
+using namespace detail;
+
+namespace {
+
+// Batched product of a [..., M, K] and b [..., K, N] with broadcast batch dims.
+Tensor batched_matmul(const Tensor& a, const Tensor& b) {
+  OpScope scope("matmul");
+  const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
+  MG_CHECK(b.size(-2) == K, ShapeError, "matmul: expected the inner dims to match, got ", shape_str(a.shape()), " @ ",
+           shape_str(b.shape()), " (", K, " vs ", b.size(-2), ")");
+  Shape ab(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
+  Shape batch = broadcast_shapes(ab, bb, "matmul");
+  DType ct = result_type(a, b);
+  int64_t B = numel_of(batch);
+  Shape out_shape = batch;
+  out_shape.push_back(M);
+  out_shape.push_back(N);
+  Tensor out = new_output(out_shape, ct, a.device());
+  {
+    NoGradGuard ng;
+    Shape sa = batch, sb = batch;
+    sa.insert(sa.end(), {M, K});
+    sb.insert(sb.end(), {K, N});
+    Tensor x = a.to(ct).expand(sa).reshape({B, M, K}), y = b.to(ct).expand(sb).reshape({B, K, N});
+    kernels::run("matmul", a.device(), &Backend::matmul, x, y, out.view({B, M, N}));
+  }
+  if (autograd::any_requires_grad({a, b})) {
+    SavedTensor sa(b.requires_grad() ? a : Tensor()), sb(a.requires_grad() ? b : Tensor());
+    Shape as = a.shape(), bs = b.shape();
+    DType at = a.dtype(), bt = b.dtype();
+    autograd::record("matmul", {a, b}, {out}, [=](const TensorList& g, const Node& n) {
+      Tensor ga, gb;
+      if (n.needs_input_grad(0)) ga = grad_for(matmul(g[0], sb.get().transpose(-1, -2)), as, at);
+      if (n.needs_input_grad(1)) gb = grad_for(matmul(sa.get().transpose(-1, -2), g[0]), bs, bt);
+      return TensorList{ga, gb};
+    });
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  check_same_device("matmul", a, b);
+  MG_CHECK(a.dim() >= 1 && b.dim() >= 1, ShapeError, "matmul: expected tensors with at least one dim, got ",
+           shape_str(a.shape()), " and ", shape_str(b.shape()));
+  if (a.dim() == 1 && b.dim() == 1) return batched_matmul(a.unsqueeze(0), b.unsqueeze(1)).reshape({});
+  if (a.dim() == 1) return batched_matmul(a.unsqueeze(0), b).squeeze(-2);
+  if (b.dim() == 1) return batched_matmul(a, b.unsqueeze(1)).squeeze(-1);
+  if (b.dim() == 2 && a.dim() > 2) {  // fold a's batch into its rows: one large GEMM
+    Shape s = a.shape();
+    s.back() = b.size(1);
+    return batched_matmul(a.reshape({-1, a.size(-1)}), b).view(s);
+  }
+  return batched_matmul(a, b);
+}
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  OpScope scope("linear");
+  check_same_device("linear", x, w);
+  MG_CHECK(w.dim() == 2, ShapeError, "linear: expected a 2-d weight [out, in], got ", shape_str(w.shape()));
+  MG_CHECK(x.dim() >= 1 && x.size(-1) == w.size(1), ShapeError, "linear: expected input [..., ", w.size(1),
+           "] for weight ", shape_str(w.shape()), ", got ", shape_str(x.shape()));
+  MG_CHECK(x.dtype() == w.dtype(), DTypeError, "linear: expected input and weight of one dtype, got ", x.dtype(),
+           " and ", w.dtype());
+  const int64_t O = w.size(0), I = w.size(1);
+  if (bias.defined()) {
+    check_same_device("linear", x, bias);
+    MG_CHECK(bias.shape() == Shape{O}, ShapeError, "linear: expected a bias of shape [", O, "], got ",
+             shape_str(bias.shape()));
+  }
+  Shape os = x.shape();
+  os.back() = O;
+  int64_t rows = x.numel() / std::max<int64_t>(I, 1);
+  Tensor out = new_output(os, x.dtype(), x.device());
+  {
+    NoGradGuard ng;
+    Tensor out2 = out.view({1, rows, O});
+    kernels::run("linear", x.device(), &Backend::matmul, x.reshape({1, rows, I}), w.t().unsqueeze(0), out2);
+    if (bias.defined())
+      kernels::run("linear", x.device(), &Backend::binary, kernels::BinaryOp::Add, out2,
+                   prepare(bias, x.dtype(), out2.shape()), out2, 1.0);
+  }
+  if (autograd::any_requires_grad({x, w, bias})) {
+    SavedTensor sx(w.requires_grad() ? x : Tensor()), sw(x.requires_grad() ? w : Tensor());
+    Shape xs = x.shape();
+    autograd::record("linear", {x, w, bias}, {out}, [=](const TensorList& g, const Node& n) {
+      Tensor g2 = g[0].reshape({rows, O}), gx, gw, gb;
+      if (n.needs_input_grad(0)) gx = matmul(g2, sw.get()).view(xs);
+      if (n.needs_input_grad(1)) gw = matmul(g2.t(), sx.get().reshape({rows, I}));
+      if (n.needs_input_grad(2)) gb = sum(g2, {0});
+      return TensorList{gx, gw, gb};
+    });
+  }
+  return out;
+}
+
+Tensor Tensor::matmul(const Tensor& o) const { return mg::matmul(*this, o); }
+
+}  // namespace mg

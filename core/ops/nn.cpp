@@ -1,0 +1,271 @@
+// Neural-network ops: layer norm, dropout, losses, convolution and pooling.
+#include <memgrad/core/ops/op_util.h>
+#include <memgrad/core/random.h>
+
+namespace mg {
+
+using namespace detail;
+using kernels::Conv2dGeometry;
+
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias, double eps) {
+  OpScope scope("layer_norm");
+  check_floating("layer_norm", x);
+  size_t k = normalized_shape.size();
+  MG_CHECK(k >= 1 && size_t(x.dim()) >= k &&
+               Shape(x.shape().end() - int64_t(k), x.shape().end()) == normalized_shape,
+           ShapeError, "layer_norm: expected an input ending in ", shape_str(normalized_shape), ", got ",
+           shape_str(x.shape()));
+  for (const Tensor* p : {&weight, &bias})
+    if (p->defined()) {
+      MG_CHECK(p->shape() == normalized_shape, ShapeError, "layer_norm: expected weight and bias of shape ",
+               shape_str(normalized_shape), ", got ", shape_str(p->shape()));
+      MG_CHECK(p->dtype() == x.dtype(), DTypeError, "layer_norm: expected weight and bias of dtype ", x.dtype(),
+               ", got ", p->dtype());
+      check_same_device("layer_norm", x, *p);
+    }
+  int64_t n = numel_of(normalized_shape), rows = x.numel() / std::max<int64_t>(n, 1);
+  Tensor xc, wc, bc;
+  {
+    NoGradGuard ng;
+    xc = x.contiguous();
+    if (weight.defined()) wc = weight.contiguous();
+    if (bias.defined()) bc = bias.contiguous();
+  }
+  Tensor out = new_like(xc);
+  Tensor mean = new_output({rows}, kFloat32, x.device()), rstd = new_output({rows}, kFloat32, x.device());
+  kernels::run("layer_norm", x.device(), &Backend::layer_norm, xc.view({rows, n}), wc, bc, out, mean, rstd, eps);
+  if (autograd::any_requires_grad({x, weight, bias})) {
+    SavedTensor sx(xc), sm(mean), sr(rstd), sw(wc);
+    Shape ns = normalized_shape;
+    autograd::record("layer_norm", {x, weight, bias}, {out}, [=](const TensorList& g, const Node& node) {
+      Tensor xs = sx.get(), w = sw.defined() ? sw.get() : Tensor();
+      Tensor gx = node.needs_input_grad(0) ? new_like(xs) : Tensor();
+      Tensor gw = node.needs_input_grad(1) ? new_output(ns, xs.dtype(), xs.device()) : Tensor();
+      Tensor gb = node.needs_input_grad(2) ? new_output(ns, xs.dtype(), xs.device()) : Tensor();
+      kernels::run("layer_norm_backward", xs.device(), &Backend::layer_norm_backward, g[0].contiguous().view({rows, n}),
+                   xs.view({rows, n}), sm.get(), sr.get(), w, gx, gw, gb);
+      return TensorList{gx, gw, gb};
+    });
+  }
+  return out;
+}
+
+Tensor dropout(const Tensor& x, double p, bool training) {
+  MG_CHECK(p >= 0 && p <= 1, ValueError, "dropout: expected a probability in [0, 1], got ", p);
+  if (!training || p == 0) return x;
+  if (p == 1) return x * 0.0;
+  OpScope scope("dropout");
+  check_floating("dropout", x);
+  Tensor xc;
+  {
+    NoGradGuard ng;
+    xc = x.contiguous();
+  }
+  Tensor out = new_like(xc);
+  uint64_t seed = default_generator().seed(), offset = default_generator().reserve(uint64_t(x.numel()));
+  kernels::run("dropout", x.device(), &Backend::dropout, xc, out, p, seed, offset);
+  autograd::record("dropout", {x}, {out}, [=](const TensorList& g, const Node&) {
+    Tensor gc = g[0].contiguous(), gi = new_like(gc);  // the same counters give the same mask
+    kernels::run("dropout_backward", gc.device(), &Backend::dropout, gc, gi, p, seed, offset);
+    return TensorList{gi};
+  });
+  return out;
+}
+
+namespace {
+// Per-row cross-entropy of logits [N, C] against int64 targets [N].
+Tensor cross_entropy_rows(const Tensor& logits, const Tensor& target, int64_t ignore_index, double smoothing) {
+  OpScope scope("cross_entropy");
+  Tensor out = new_output({logits.size(0)}, logits.dtype(), logits.device());
+  kernels::run("cross_entropy", logits.device(), &Backend::cross_entropy, logits, target, out, ignore_index, smoothing);
+  if (autograd::any_requires_grad({logits})) {
+    SavedTensor sl(logits), st(target);
+    autograd::record("cross_entropy", {logits}, {out}, [=](const TensorList& g, const Node&) {
+      Tensor l = sl.get(), gi = new_like(l);
+      kernels::run("cross_entropy_backward", l.device(), &Backend::cross_entropy_backward, g[0].contiguous(), l, st.get(),
+                   gi, ignore_index, smoothing);
+      return TensorList{gi};
+    });
+  }
+  return out;
+}
+
+Tensor reduce_loss(const Tensor& per_element, Reduction r) {
+  if (r == Reduction::Sum) return per_element.sum();
+  if (r == Reduction::Mean) return per_element.mean();
+  return per_element;
+}
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index, double smoothing,
+                     Reduction reduction) {
+  check_floating("cross_entropy", logits);
+  check_dtype("cross_entropy", target, kInt64, "class-index targets");
+  check_same_device("cross_entropy", logits, target);
+  MG_CHECK(smoothing >= 0 && smoothing <= 1, ValueError, "cross_entropy: expected label_smoothing in [0, 1], got ",
+           smoothing);
+  MG_CHECK(logits.dim() >= 2, ShapeError, "cross_entropy: expected logits [N, C] or [N, C, d...], got ",
+           shape_str(logits.shape()));
+  Shape expect = logits.shape();
+  expect.erase(expect.begin() + 1);
+  MG_CHECK(target.shape() == expect, ShapeError, "cross_entropy: expected a target of shape ", shape_str(expect),
+           " for logits ", shape_str(logits.shape()), ", got ", shape_str(target.shape()));
+  Tensor rows = logits;
+  if (logits.dim() > 2) {  // [N, C, d...] -> [N * d..., C]
+    std::vector<int64_t> perm{0};
+    for (int64_t d = 2; d < logits.dim(); ++d) perm.push_back(d);
+    perm.push_back(1);
+    rows = logits.permute(perm);
+  }
+  Tensor flat_target;
+  {
+    NoGradGuard ng;
+    flat_target = target.contiguous().reshape({-1});
+  }
+  Tensor losses = cross_entropy_rows(rows.reshape({-1, logits.size(1)}).contiguous(), flat_target, ignore_index, smoothing);
+  if (reduction == Reduction::None) return losses.view(target.shape());
+  if (reduction == Reduction::Sum) return losses.sum();
+  Tensor count;
+  {
+    NoGradGuard ng;
+    count = ne(flat_target, Scalar(ignore_index)).sum().to(logits.dtype());
+  }
+  return losses.sum() / count;  // mean over the targets that are not ignored
+}
+
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  MG_CHECK(input.shape() == target.shape(), ShapeError, "mse_loss: expected input and target of one shape, got ",
+           shape_str(input.shape()), " and ", shape_str(target.shape()));
+  Tensor d = input - target;
+  return reduce_loss(d * d, reduction);
+}
+
+// ---- convolution and pooling
+
+namespace {
+std::vector<int64_t> pair_arg(const char* op, const char* what, std::vector<int64_t> v, int64_t min) {
+  if (v.size() == 1) v.push_back(v[0]);
+  MG_CHECK(v.size() == 2, ValueError, op, ": expected ", what, " as one or two numbers, got ", v.size());
+  for (auto e : v) MG_CHECK(e >= min, ValueError, op, ": expected ", what, " >= ", min, ", got ", e);
+  return v;
+}
+
+Conv2dGeometry geometry(const char* op, const Tensor& x, int64_t kh, int64_t kw, const std::vector<int64_t>& st,
+                        const std::vector<int64_t>& pad, const std::vector<int64_t>& dil) {
+  MG_CHECK(x.dim() == 4, ShapeError, op, ": expected input [N, C, H, W], got ", shape_str(x.shape()));
+  Conv2dGeometry g{x.size(0), x.size(1), x.size(2), x.size(3), kh, kw, 0, 0,
+                   st[0],     st[1],     pad[0],    pad[1],    dil[0], dil[1]};
+  g.oh = (g.h + 2 * g.ph - g.dh * (kh - 1) - 1) / g.sh + 1;
+  g.ow = (g.w + 2 * g.pw - g.dw * (kw - 1) - 1) / g.sw + 1;
+  MG_CHECK(g.oh > 0 && g.ow > 0, ShapeError, op, ": input ", shape_str(x.shape()), " is too small for a ", kh, "x", kw,
+           " window (output would be ", g.oh, "x", g.ow, ")");
+  return g;
+}
+}  // namespace
+
+Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, std::vector<int64_t> stride,
+              std::vector<int64_t> padding, std::vector<int64_t> dilation, int64_t groups) {
+  OpScope scope("conv2d");
+  check_floating("conv2d", input);
+  check_same_device("conv2d", input, weight);
+  MG_CHECK(input.dtype() == weight.dtype(), DTypeError, "conv2d: expected input and weight of one dtype, got ",
+           input.dtype(), " and ", weight.dtype());
+  MG_CHECK(weight.dim() == 4, ShapeError, "conv2d: expected weight [O, C/groups, kH, kW], got ", shape_str(weight.shape()));
+  MG_CHECK(groups >= 1, ValueError, "conv2d: expected groups >= 1, got ", groups);
+  stride = pair_arg("conv2d", "stride", stride, 1);
+  padding = pair_arg("conv2d", "padding", padding, 0);
+  dilation = pair_arg("conv2d", "dilation", dilation, 1);
+  auto g = geometry("conv2d", input, weight.size(2), weight.size(3), stride, padding, dilation);
+  const int64_t O = weight.size(0), G = groups;
+  MG_CHECK(g.c % G == 0 && O % G == 0, ValueError, "conv2d: expected channels ", g.c, " and outputs ", O,
+           " divisible by groups ", G);
+  MG_CHECK(weight.size(1) * G == g.c, ShapeError, "conv2d: expected weight with ", g.c / G, " input channels per group for input ",
+           shape_str(input.shape()), ", got ", shape_str(weight.shape()));
+  if (bias.defined())
+    MG_CHECK(bias.shape() == Shape{O}, ShapeError, "conv2d: expected a bias of shape [", O, "], got ", shape_str(bias.shape()));
+  const int64_t K = g.c / G * g.kh * g.kw, L = g.oh * g.ow;
+  Tensor out = new_output({g.n, O, g.oh, g.ow}, input.dtype(), input.device());
+  // Lower to GEMM: out[n, grp] = W[grp] @ im2col(x)[n, grp]; the columns are scratch.
+  auto columns = [g, G, K, L](const Tensor& x) {
+    MemoryScope scratch(Category::Workspace);
+    Tensor col = new_output({g.n, G, K, L}, x.dtype(), x.device());
+    kernels::run("conv2d", x.device(), &Backend::im2col, x.contiguous(), col, g);
+    return col;
+  };
+  {
+    NoGradGuard ng;
+    Tensor col = columns(input);
+    Tensor w = weight.contiguous().view({G, O / G, K});
+    for (int64_t n = 0; n < g.n; ++n)
+      kernels::run("conv2d", input.device(), &Backend::matmul, w, col.select(0, n), out.select(0, n).view({G, O / G, L}));
+    if (bias.defined()) {
+      Tensor o3 = out.view({g.n, O, L});
+      kernels::run("conv2d", input.device(), &Backend::binary, kernels::BinaryOp::Add, o3,
+                   prepare(bias.view({O, 1}), input.dtype(), o3.shape()), o3, 1.0);
+    }
+  }
+  if (autograd::any_requires_grad({input, weight, bias})) {
+    SavedTensor sx(weight.requires_grad() ? input : Tensor()), sw(input.requires_grad() ? weight : Tensor());
+    Shape xs = input.shape(), ws = weight.shape();
+    autograd::record("conv2d", {input, weight, bias}, {out}, [=](const TensorList& grads, const Node& node) {
+      Tensor go = grads[0].contiguous().view({g.n, G, O / G, L}), gx, gw, gb;
+      if (node.needs_input_grad(0)) {
+        Tensor w = sw.get().reshape({G, O / G, K});
+        Tensor gcol = matmul(w.transpose(1, 2), go);  // [N, G, K, L]
+        gx = zeros_output(xs, go.dtype(), go.device());
+        kernels::run("conv2d_backward", go.device(), &Backend::col2im, gcol.contiguous(), gx, g);
+      }
+      if (node.needs_input_grad(1)) {
+        Tensor col = columns(sx.get());
+        gw = sum(matmul(go, col.transpose(2, 3)), {0}).reshape(ws);  // [G, O/G, K] summed over N
+      }
+      if (node.needs_input_grad(2)) gb = sum(grads[0], {0, 2, 3});
+      return TensorList{gx, gw, gb};
+    });
+  }
+  return out;
+}
+
+namespace {
+Tensor pool2d(const char* op, bool is_max, const Tensor& input, std::vector<int64_t> kernel,
+              std::vector<int64_t> stride, std::vector<int64_t> padding) {
+  OpScope scope(op);
+  kernel = pair_arg(op, "kernel size", kernel, 1);
+  stride = stride.empty() ? kernel : pair_arg(op, "stride", stride, 1);
+  padding = pair_arg(op, "padding", padding, 0);
+  MG_CHECK(padding[0] * 2 <= kernel[0] && padding[1] * 2 <= kernel[1], ValueError, op,
+           ": expected padding at most half the kernel size, got padding ", padding[0], "x", padding[1], " for kernel ",
+           kernel[0], "x", kernel[1]);
+  auto g = geometry(op, input, kernel[0], kernel[1], stride, padding, {1, 1});
+  Tensor x;
+  {
+    NoGradGuard ng;
+    x = input.contiguous();
+  }
+  Tensor out = new_output({g.n, g.c, g.oh, g.ow}, input.dtype(), input.device());
+  Tensor idx = is_max ? new_output(out.shape(), kInt64, input.device()) : Tensor();
+  if (is_max) kernels::run(op, input.device(), &Backend::max_pool2d, x, out, idx, g);
+  else kernels::run(op, input.device(), &Backend::avg_pool2d, x, out, g);
+  SavedTensor si(is_max && autograd::any_requires_grad({input}) ? idx : Tensor());
+  Shape xs = input.shape();
+  autograd::record(op, {input}, {out}, [=](const TensorList& grads, const Node&) {
+    Tensor go = grads[0].contiguous(), gx = zeros_output(xs, go.dtype(), go.device());
+    if (is_max) kernels::run(op, go.device(), &Backend::max_pool2d_backward, go, si.get(), gx);
+    else kernels::run(op, go.device(), &Backend::avg_pool2d_backward, go, gx, g);
+    return TensorList{gx};
+  });
+  return out;
+}
+}  // namespace
+
+Tensor max_pool2d(const Tensor& input, std::vector<int64_t> kernel, std::vector<int64_t> stride,
+                  std::vector<int64_t> padding) {
+  return pool2d("max_pool2d", true, input, kernel, stride, padding);
+}
+Tensor avg_pool2d(const Tensor& input, std::vector<int64_t> kernel, std::vector<int64_t> stride,
+                  std::vector<int64_t> padding) {
+  check_floating("avg_pool2d", input);
+  return pool2d("avg_pool2d", false, input, kernel, stride, padding);
+}
+
+}  // namespace mg

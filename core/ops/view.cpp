@@ -1,0 +1,321 @@
+// Views share storage with their base; conversions copy. Each records its backward.
+#include <memgrad/core/ops/op_util.h>
+#include <memgrad/kernels/cuda/runtime.h>
+
+namespace mg {
+
+namespace detail {
+
+DType result_type(const Tensor& a, const Tensor& b) {
+  bool za = a.dim() == 0, zb = b.dim() == 0;
+  if (za == zb) return promote_types(a.dtype(), b.dtype());
+  auto category = [](DType t) { return t == kBool ? 0 : is_floating(t) ? 2 : 1; };
+  const Tensor& zero = za ? a : b;
+  const Tensor& dimmed = za ? b : a;
+  return category(zero.dtype()) > category(dimmed.dtype()) ? zero.dtype() : dimmed.dtype();
+}
+
+Tensor make_view(const char* op, const Tensor& base, Shape shape, Strides strides, int64_t offset,
+                 autograd::BackwardFn backward) {
+  Tensor v = make_tensor(base.storage(), std::move(shape), std::move(strides), offset, base.dtype());
+  v.impl()->is_view = true;
+  autograd::record(op, {base}, {v}, std::move(backward));
+  return v;
+}
+
+void check_inplace(const char* op, const Tensor& self, const TensorList& others) {
+  if (!GradMode::is_enabled()) return;
+  MG_CHECK(!(self.requires_grad() && self.is_leaf()), AutogradError, op,
+           ": a leaf tensor that requires grad cannot be modified in place while grad mode is on; "
+           "use NoGradGuard (as optimizers do) or an out-of-place op");
+  bool needs = self.requires_grad() || autograd::any_requires_grad(others);
+  MG_CHECK(!(needs && self.impl()->is_view), AutogradError, op,
+           ": in-place ops on a view are not differentiated here; expected a tensor that owns its "
+           "storage, got a view. Use the out-of-place op or clone() first");
+}
+
+}  // namespace detail
+
+using namespace detail;
+
+namespace {
+// PyTorch's stride computation for view(): splits or merges dims where memory allows.
+std::optional<Strides> view_strides(const Shape& old_shape, const Strides& old_strides, const Shape& shape) {
+  if (old_shape.empty()) return Strides(shape.size(), 1);
+  int64_t numel = numel_of(old_shape);
+  if (numel == 0) return contiguous_strides(shape);
+  Strides st(shape.size());
+  int64_t view_d = int64_t(shape.size()) - 1;
+  int64_t chunk_base_stride = old_strides.back(), tensor_numel = 1, view_numel = 1;
+  for (int64_t d = int64_t(old_shape.size()) - 1; d >= 0; --d) {
+    tensor_numel *= old_shape[d];
+    if (d == 0 || (old_shape[d - 1] != 1 && old_strides[d - 1] != tensor_numel * chunk_base_stride)) {
+      while (view_d >= 0 && (view_numel < tensor_numel || shape[view_d] == 1)) {
+        st[view_d] = view_numel * chunk_base_stride;
+        view_numel *= shape[view_d];
+        --view_d;
+      }
+      if (view_numel != tensor_numel) return std::nullopt;
+      if (d > 0) {
+        chunk_base_stride = old_strides[d - 1];
+        tensor_numel = 1;
+        view_numel = 1;
+      }
+    }
+  }
+  if (view_d != -1) return std::nullopt;
+  return st;
+}
+}  // namespace
+
+Tensor Tensor::view(const Shape& shape_) const {
+  Shape s = infer_shape(shape_, numel(), "view");
+  auto st = view_strides(shape(), strides(), s);
+  MG_CHECK(st, ShapeError, "view: shape ", shape_str(s), " is not compatible with the strides of a tensor of shape ",
+           shape_str(shape()), "; use reshape() (which copies when needed)");
+  Shape in = shape();
+  return make_view("view", *this, s, *st, storage_offset(),
+                   [in](const TensorList& g, const Node&) { return TensorList{g[0].reshape(in)}; });
+}
+
+Tensor Tensor::reshape(const Shape& shape_) const {
+  Shape s = infer_shape(shape_, numel(), "reshape");
+  if (view_strides(shape(), strides(), s)) return view(s);
+  return contiguous().view(s);
+}
+
+Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
+  if (dim() == 0) return *this;
+  int64_t a = wrap_dim(d0, dim(), "transpose"), b = wrap_dim(d1, dim(), "transpose");
+  Shape s = shape();
+  Strides st = strides();
+  std::swap(s[a], s[b]);
+  std::swap(st[a], st[b]);
+  return make_view("transpose", *this, s, st, storage_offset(),
+                   [a, b](const TensorList& g, const Node&) { return TensorList{g[0].transpose(a, b)}; });
+}
+
+Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
+  MG_CHECK(int64_t(dims.size()) == dim(), ShapeError, "permute: expected ", dim(), " dims, got ", dims.size());
+  Shape s(dims.size());
+  Strides st(dims.size());
+  std::vector<int64_t> inverse(dims.size(), -1);
+  for (size_t i = 0; i < dims.size(); ++i) {
+    int64_t d = wrap_dim(dims[i], dim(), "permute");
+    MG_CHECK(inverse[size_t(d)] < 0, IndexError, "permute: dim ", d, " appears twice");
+    inverse[size_t(d)] = int64_t(i);
+    s[i] = shape()[size_t(d)];
+    st[i] = strides()[size_t(d)];
+  }
+  return make_view("permute", *this, s, st, storage_offset(),
+                   [inverse](const TensorList& g, const Node&) { return TensorList{g[0].permute(inverse)}; });
+}
+
+namespace {
+// Backward of a view that picks part of its base: scatter the gradient into zeros.
+autograd::BackwardFn embed_into_zeros(const Tensor& base, std::function<Tensor(const Tensor&)> pick) {
+  Shape s = base.shape();
+  DType t = base.dtype();
+  Device d = base.device();
+  return [s, t, d, pick](const TensorList& g, const Node&) {
+    Tensor z = zeros_output(s, t, d);
+    pick(z).copy_(g[0]);
+    return TensorList{z};
+  };
+}
+}  // namespace
+
+Tensor Tensor::slice(int64_t dim_, int64_t start, int64_t end, int64_t step) const {
+  MG_CHECK(dim() > 0, IndexError, "slice: expected a tensor with at least one dim, got a 0-d tensor");
+  int64_t d = wrap_dim(dim_, dim(), "slice");
+  MG_CHECK(step > 0, ValueError, "slice: expected a positive step, got ", step);
+  int64_t n = shape()[size_t(d)];
+  if (start < 0) start += n;
+  if (end < 0) end += n;
+  start = std::clamp<int64_t>(start, 0, n);
+  end = std::clamp<int64_t>(end, start, n);
+  Shape s = shape();
+  Strides st = strides();
+  s[size_t(d)] = (end - start + step - 1) / step;
+  st[size_t(d)] *= step;
+  return make_view("slice", *this, s, st, storage_offset() + start * strides()[size_t(d)],
+                   embed_into_zeros(*this, [=](const Tensor& z) { return z.slice(d, start, end, step); }));
+}
+
+Tensor Tensor::narrow(int64_t dim_, int64_t start, int64_t length) const {
+  MG_CHECK(dim() > 0, IndexError, "narrow: expected a tensor with at least one dim, got a 0-d tensor");
+  int64_t d = wrap_dim(dim_, dim(), "narrow"), n = shape()[size_t(d)];
+  if (start < 0) start += n;
+  MG_CHECK(start >= 0 && length >= 0 && start + length <= n, IndexError, "narrow: expected start + length <= ", n,
+           " along dim ", d, ", got start ", start, " and length ", length);
+  return slice(d, start, start + length);
+}
+
+Tensor Tensor::select(int64_t dim_, int64_t index) const {
+  MG_CHECK(dim() > 0, IndexError, "select: expected a tensor with at least one dim, got a 0-d tensor");
+  int64_t d = wrap_dim(dim_, dim(), "select"), n = shape()[size_t(d)];
+  MG_CHECK(index >= -n && index < n, IndexError, "select: expected an index in [", -n, ", ", n - 1, "] for dim ", d,
+           ", got ", index);
+  if (index < 0) index += n;
+  Shape s = shape();
+  Strides st = strides();
+  s.erase(s.begin() + d);
+  st.erase(st.begin() + d);
+  return make_view("select", *this, s, st, storage_offset() + index * strides()[size_t(d)],
+                   embed_into_zeros(*this, [=](const Tensor& z) { return z.select(d, index); }));
+}
+
+Tensor Tensor::expand(const Shape& shape_) const {
+  MG_CHECK(shape_.size() >= shape().size(), ShapeError, "expand: expected at least ", dim(), " dims, got ",
+           shape_str(shape_));
+  size_t lead = shape_.size() - shape().size();
+  Shape s(shape_.size());
+  Strides st(shape_.size());
+  for (size_t i = 0; i < shape_.size(); ++i) {
+    if (i < lead) {
+      MG_CHECK(shape_[i] >= 0, ShapeError, "expand: new leading dims need explicit sizes, got ", shape_str(shape_));
+      s[i] = shape_[i];
+      st[i] = 0;
+      continue;
+    }
+    int64_t have = shape()[i - lead], want = shape_[i] == -1 ? have : shape_[i];
+    MG_CHECK(have == want || have == 1, ShapeError, "expand: cannot expand shape ", shape_str(shape()), " to ",
+             shape_str(shape_), " (dim ", i, ": ", have, " vs ", want, ")");
+    s[i] = want;
+    st[i] = have == want ? strides()[i - lead] : 0;
+  }
+  if (s == shape()) return *this;
+  Shape in = shape();
+  return make_view("expand", *this, s, st, storage_offset(),
+                   [in](const TensorList& g, const Node&) { return TensorList{sum_to(g[0], in)}; });
+}
+
+Tensor Tensor::squeeze() const {
+  Shape s;
+  for (auto d : shape())
+    if (d != 1) s.push_back(d);
+  return s.size() == shape().size() ? *this : reshape(s);
+}
+
+Tensor Tensor::squeeze(int64_t dim_) const {
+  if (dim() == 0) return *this;
+  int64_t d = wrap_dim(dim_, dim(), "squeeze");
+  if (shape()[size_t(d)] != 1) return *this;
+  Shape s = shape();
+  s.erase(s.begin() + d);
+  return reshape(s);
+}
+
+Tensor Tensor::unsqueeze(int64_t dim_) const {
+  int64_t d = wrap_dim(dim_, dim() + 1, "unsqueeze");
+  Shape s = shape();
+  Strides st = strides();
+  s.insert(s.begin() + d, 1);
+  st.insert(st.begin() + d, d < dim() ? st.empty() ? 1 : strides()[size_t(d)] * shape()[size_t(d)] : 1);
+  Shape in = shape();
+  return make_view("unsqueeze", *this, s, st, storage_offset(),
+                   [in](const TensorList& g, const Node&) { return TensorList{g[0].reshape(in)}; });
+}
+
+Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
+  if (dim() == 0) return reshape({1});
+  int64_t a = wrap_dim(start_dim, dim(), "flatten"), b = wrap_dim(end_dim, dim(), "flatten");
+  MG_CHECK(a <= b, IndexError, "flatten: expected start_dim <= end_dim, got ", a, " and ", b);
+  Shape s(shape().begin(), shape().begin() + a);
+  int64_t m = 1;
+  for (int64_t i = a; i <= b; ++i) m *= shape()[size_t(i)];
+  s.push_back(m);
+  s.insert(s.end(), shape().begin() + b + 1, shape().end());
+  return reshape(s);
+}
+
+// ---- copies
+
+Tensor Tensor::clone() const {
+  OpScope op("clone");
+  Tensor out = new_output(shape(), dtype(), device());
+  kernels::run("clone", device(), &Backend::copy, *this, out);
+  autograd::record("clone", {*this}, {out}, [](const TensorList& g, const Node&) { return TensorList{g[0]}; });
+  return out;
+}
+
+Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
+
+Tensor Tensor::to(DType t) const {
+  if (t == dtype()) return *this;
+  OpScope op("to");
+  Tensor out = new_output(shape(), t, device());
+  kernels::run("to", device(), &Backend::copy, *this, out);
+  DType in = dtype();
+  if (is_floating(t))
+    autograd::record("to", {*this}, {out}, [in](const TensorList& g, const Node&) { return TensorList{g[0].to(in)}; });
+  return out;
+}
+
+namespace {
+// Copies the contiguous `src` into the contiguous `dst` across devices.
+void transfer(const Tensor& src, const Tensor& dst) {
+  if (src.is_meta() || dst.is_meta()) {
+    MG_CHECK(dst.is_meta(), MetaTensorError, "to: a meta tensor has no values to copy to ", dst.device());
+    return;
+  }
+  using cuda::CopyKind;
+  const Device& s = src.device();
+  const Device& d = dst.device();
+  if (s.is_cpu() && d.is_cpu()) return kernels::run("to", s, &Backend::copy, src, dst);
+  CopyKind kind = s.is_cpu() ? CopyKind::HostToDevice : d.is_cpu() ? CopyKind::DeviceToHost : CopyKind::DeviceToDevice;
+  const Tensor& on_device = s.is_cuda() ? src : dst;
+  cuda::copy(static_cast<char*>(dst.storage()->data()) + dst.storage_offset() * int64_t(dst.element_size()),
+             static_cast<const char*>(src.storage()->data()) + src.storage_offset() * int64_t(src.element_size()),
+             src.nbytes(), kind, on_device.device().index);
+}
+}  // namespace
+
+Tensor Tensor::to(const Device& d) const {
+  if (d == device()) return *this;
+  check_device_usable(d);
+  OpScope op("to");
+  Tensor src = contiguous();
+  Tensor out = new_output(shape(), dtype(), d);
+  transfer(src, out);
+  Device in = device();
+  autograd::record("to", {*this}, {out}, [in](const TensorList& g, const Node&) { return TensorList{g[0].to(in)}; });
+  return out;
+}
+
+Tensor Tensor::to(const Device& d, DType t) const { return to(d).to(t); }
+
+// ---- in-place ops that only write
+
+Tensor& Tensor::copy_(const Tensor& src) {
+  check_inplace("copy_", *this, {src});
+  MG_CHECK(broadcast_shapes(src.shape(), shape(), "copy_") == shape(), ShapeError, "copy_: cannot broadcast ",
+           shape_str(src.shape()), " to ", shape_str(shape()));
+  OpScope op("copy_");
+  Tensor s = src;
+  if (src.device() != device()) {
+    NoGradGuard ng;
+    s = src.to(device());
+  }
+  kernels::run("copy_", device(), &Backend::copy, prepare(s, s.dtype(), shape()), *this);
+  storage()->bump_version();
+  Shape ss = src.shape();
+  DType st = src.dtype();
+  Device sd = src.device();
+  autograd::record("copy_", {*this, src}, {*this}, [ss, st, sd](const TensorList& g, const Node& n) {
+    return TensorList{Tensor(), n.needs_input_grad(1) ? sum_to(g[0], ss).to(st).to(sd) : Tensor()};
+  });
+  return *this;
+}
+
+Tensor& Tensor::fill_(const Scalar& v) {
+  check_inplace("fill_", *this, {});
+  kernels::run("fill_", device(), &Backend::fill, *this, v.value);
+  storage()->bump_version();
+  autograd::record("fill_", {*this}, {*this}, [](const TensorList&, const Node&) { return TensorList{Tensor()}; });
+  return *this;
+}
+
+Tensor& Tensor::zero_() { return fill_(0); }
+
+}  // namespace mg

@@ -1,0 +1,27 @@
+// Shapes, strides and the index arithmetic shared by every op.
+#pragma once
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace mg {
+
+using Shape = std::vector<int64_t>;
+using Strides = std::vector<int64_t>;  // in elements
+
+int64_t numel_of(const Shape& s);
+Strides contiguous_strides(const Shape& s);
+std::string shape_str(const Shape& s);  // "[2, 3]"
+// Wraps a possibly negative dim into [0, ndim); throws IndexError naming `op` otherwise.
+int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op);
+// PyTorch's broadcasting rule; throws ShapeError naming `op`.
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
+// Shape after reducing `dims` (all dims when empty).
+Shape reduced_shape(const Shape& s, const std::vector<int64_t>& dims, bool keepdim);
+// Sorted, wrapped, de-duplicated dims (all dims when empty).
+std::vector<int64_t> normalize_dims(const std::vector<int64_t>& dims, int64_t ndim, const char* op);
+// Infers a single -1 in a view/reshape target shape.
+Shape infer_shape(Shape target, int64_t numel, const char* op);
+
+}  // namespace mg

@@ -1,0 +1,37 @@
+#include <memgrad/core/storage.h>
+
+namespace mg {
+
+Storage::Storage(const Device& d, size_t nbytes, Category fallback)
+    : nbytes_(nbytes), device_(d), block_(memory::allocate(d, nbytes, fallback)) {
+  data_ = block_->ptr;
+  unsaved_category_ = block_->category;
+}
+
+Storage::Storage(void* data, size_t nbytes, const Device& d, std::function<void(void*)> deleter)
+    : data_(data), nbytes_(nbytes), device_(d), deleter_(std::move(deleter)) {}
+
+Storage::~Storage() {
+  if (block_) memory::release(block_);
+  if (deleter_) deleter_(data_);
+}
+
+void Storage::add_saved_ref() {
+  if (saved_refs_++ == 0 && block_) {
+    unsaved_category_ = block_->category;
+    memory::set_category(block_, Category::Activation);
+  }
+}
+
+void Storage::drop_saved_ref() {
+  if (--saved_refs_ == 0 && block_) memory::set_category(block_, unsaved_category_);
+}
+
+void Storage::set_category(Category c) {
+  unsaved_category_ = c;
+  if (block_ && saved_refs_ == 0) memory::set_category(block_, c);
+}
+
+Category Storage::category() const { return block_ ? block_->category : Category::Other; }
+
+}  // namespace mg

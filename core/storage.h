@@ -1,0 +1,48 @@
+// A tensor's bytes: one ledger block (or user memory wrapped by from_blob) plus the version
+// counter that autograd uses to catch in-place changes to saved tensors.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+
+#include <memgrad/core/allocator.h>
+
+namespace mg {
+
+class Storage {
+ public:
+  // Allocates through the ledger under the current scope's category, else `fallback`.
+  Storage(const Device& d, size_t nbytes, Category fallback);
+  // Wraps memory the caller owns; `deleter` (may be empty) runs when the storage dies.
+  Storage(void* data, size_t nbytes, const Device& d, std::function<void(void*)> deleter);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+  const Device& device() const { return device_; }
+  const Block* block() const { return block_; }  // null for wrapped memory
+
+  uint64_t version() const { return version_; }
+  void bump_version() { ++version_; }
+
+  // While autograd holds a tensor for backward its bytes count as Activation.
+  void add_saved_ref();
+  void drop_saved_ref();
+  // Re-labels the bytes (e.g. a gradient stored into .grad becomes Gradient).
+  void set_category(Category c);
+  Category category() const;
+
+ private:
+  void* data_ = nullptr;
+  size_t nbytes_ = 0;
+  Device device_;
+  Block* block_ = nullptr;
+  std::function<void(void*)> deleter_;
+  uint64_t version_ = 0;
+  int saved_refs_ = 0;
+  Category unsaved_category_ = Category::Other;
+};
+
+}  // namespace mg

@@ -1,0 +1,211 @@
+// Tensor: a handle to shape, strides and an offset into shared Storage, plus autograd state.
+// Copying a Tensor copies the handle; views share storage with their base.
+#pragma once
+#include <functional>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <memgrad/core/device.h>
+#include <memgrad/core/dtype.h>
+#include <memgrad/core/error.h>
+#include <memgrad/core/scalar.h>
+#include <memgrad/core/shape.h>
+#include <memgrad/core/storage.h>
+
+namespace mg {
+
+namespace autograd {
+class Node;
+}
+class Tensor;
+using GradHook = std::function<Tensor(const Tensor&)>;  // returns a replacement or undefined
+
+struct TensorOptions {
+  DType dtype_ = kFloat32;
+  Device device_ = kCPU;
+  bool requires_grad_ = false;
+
+  TensorOptions() = default;
+  TensorOptions(DType t) : dtype_(t) {}
+  TensorOptions(Device d) : device_(d) {}
+  TensorOptions& dtype(DType t) { return dtype_ = t, *this; }
+  TensorOptions& device(Device d) { return device_ = d, *this; }
+  TensorOptions& requires_grad(bool r = true) { return requires_grad_ = r, *this; }
+};
+
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  Shape shape;
+  Strides strides;
+  int64_t offset = 0;  // in elements
+  DType dtype = kFloat32;
+
+  // Autograd state. A tensor with a grad_fn is the output `output_nr` of that node.
+  bool requires_grad = false;
+  bool retains_grad = false;
+  bool is_view = false;  // shares storage with a base that is part of a graph
+  std::shared_ptr<TensorImpl> grad;
+  std::shared_ptr<autograd::Node> grad_fn;
+  uint32_t output_nr = 0;
+  std::weak_ptr<autograd::Node> grad_accumulator;  // for leaves
+  std::vector<GradHook> leaf_hooks;                 // run before accumulation into .grad
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  bool defined() const { return impl_ != nullptr; }
+  TensorImpl* impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+  bool is_same(const Tensor& o) const { return impl_ == o.impl_; }
+
+  // ---- metadata
+  const Shape& shape() const { return checked()->shape; }
+  const Shape& sizes() const { return shape(); }
+  int64_t size(int64_t dim) const;
+  const Strides& strides() const { return checked()->strides; }
+  int64_t stride(int64_t dim) const;
+  int64_t dim() const { return int64_t(shape().size()); }
+  int64_t numel() const { return numel_of(shape()); }
+  DType dtype() const { return checked()->dtype; }
+  Device device() const { return checked()->storage->device(); }
+  int64_t storage_offset() const { return checked()->offset; }
+  size_t element_size() const { return dtype_size(dtype()); }
+  size_t nbytes() const { return size_t(numel()) * element_size(); }
+  bool is_contiguous() const;
+  bool is_meta() const { return device().is_meta(); }
+  const std::shared_ptr<Storage>& storage() const { return checked()->storage; }
+  uint64_t version() const { return storage()->version(); }
+  TensorOptions options() const { return TensorOptions().dtype(dtype()).device(device()); }
+
+  // ---- values (CPU tensors; meta tensors raise MetaTensorError, CUDA ones DeviceError)
+  void* raw_data() const;  // pointer to the first element
+  template <class T>
+  T* data_ptr() const;
+  template <class T>
+  T item() const;  // a one-element tensor's value, converted to T
+  template <class T>
+  std::vector<T> to_vector() const;  // all elements in row-major order, converted to T
+
+  // ---- autograd
+  bool requires_grad() const { return checked()->requires_grad; }
+  Tensor& requires_grad_(bool r = true);
+  bool is_leaf() const { return !checked()->grad_fn; }
+  const std::shared_ptr<autograd::Node>& grad_fn() const { return checked()->grad_fn; }
+  Tensor grad() const;  // undefined until a backward pass reaches this leaf
+  void set_grad(const Tensor& g) const;  // set or clear (undefined) the .grad
+  // Computes gradients of this tensor w.r.t. the leaves; `gradient` defaults to 1 for scalars.
+  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
+  Tensor detach() const;  // shares storage, no history
+  Tensor& detach_();
+  Tensor& retain_grad();  // keep .grad on a non-leaf
+  // `hook(grad)` runs when this tensor's gradient is computed; a defined result replaces it.
+  void register_hook(GradHook hook);
+
+  // ---- views (no copies; share storage)
+  Tensor view(const Shape& shape) const;
+  Tensor reshape(const Shape& shape) const;  // a view when strides allow, else a copy
+  Tensor transpose(int64_t d0, int64_t d1) const;
+  Tensor t() const { return transpose(0, 1); }
+  Tensor permute(const std::vector<int64_t>& dims) const;
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;
+  Tensor select(int64_t dim, int64_t index) const;
+  Tensor expand(const Shape& shape) const;  // -1 keeps a size
+  Tensor expand_as(const Tensor& other) const { return expand(other.shape()); }
+  Tensor squeeze() const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+
+  // ---- copies and conversions
+  Tensor contiguous() const;  // self when already contiguous
+  Tensor clone() const;
+  Tensor to(DType t) const;  // self when already that dtype
+  Tensor to(const Device& d) const;
+  Tensor to(const Device& d, DType t) const;
+
+  // ---- math (see ops.h for the full list)
+  Tensor sum(const std::vector<int64_t>& dims = {}, bool keepdim = false) const;
+  Tensor mean(const std::vector<int64_t>& dims = {}, bool keepdim = false) const;
+  Tensor max() const;
+  Tensor min() const;
+  Tensor argmax(int64_t dim, bool keepdim = false) const;
+  Tensor var(const std::vector<int64_t>& dims = {}, int64_t correction = 1, bool keepdim = false) const;
+  Tensor softmax(int64_t dim) const;
+  Tensor log_softmax(int64_t dim) const;
+  Tensor exp() const;
+  Tensor log() const;
+  Tensor sqrt() const;
+  Tensor abs() const;
+  Tensor neg() const;
+  Tensor tanh() const;
+  Tensor sigmoid() const;
+  Tensor relu() const;
+  Tensor pow(const Scalar& p) const;
+  Tensor matmul(const Tensor& o) const;
+
+  // ---- in-place (bump the version counter)
+  Tensor& add_(const Tensor& o, const Scalar& alpha = 1);
+  Tensor& add_(const Scalar& s);
+  Tensor& sub_(const Tensor& o);
+  Tensor& mul_(const Tensor& o);
+  Tensor& mul_(const Scalar& s);
+  Tensor& div_(const Tensor& o);
+  Tensor& div_(const Scalar& s);
+  Tensor& relu_();
+  Tensor& clamp_(const Scalar& lo, const Scalar& hi);
+  Tensor& zero_();
+  Tensor& fill_(const Scalar& v);
+  Tensor& copy_(const Tensor& src);  // broadcasts src; converts dtype; crosses devices
+  Tensor& masked_fill_(const Tensor& mask, const Scalar& v);
+
+ private:
+  TensorImpl* checked() const {
+    if (!impl_) throw ValueError("Tensor: expected a defined tensor, got an undefined one");
+    return impl_.get();
+  }
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+// Creates a tensor header over `storage` (used by ops and factories).
+Tensor make_tensor(std::shared_ptr<Storage> storage, Shape shape, Strides strides, int64_t offset,
+                   DType dtype);
+// A fresh contiguous tensor allocated under the scope's category, else `fallback`.
+Tensor empty_with(const Shape& shape, DType dtype, const Device& device, Category fallback);
+
+namespace detail {
+double load_as_double(const void* p, DType t);
+void store_from_double(void* p, DType t, double v);
+}  // namespace detail
+
+template <class T>
+T* Tensor::data_ptr() const {
+  MG_CHECK(dtype_of<T>::value == dtype(), DTypeError, "data_ptr: expected the tensor's dtype ", dtype(),
+           ", got a request for ", dtype_of<T>::value);
+  return static_cast<T*>(raw_data());
+}
+
+template <class T>
+T Tensor::item() const {
+  MG_CHECK(numel() == 1, ShapeError, "item: expected a tensor with one element, got shape ",
+           shape_str(shape()));
+  return T(detail::load_as_double(raw_data(), dtype()));
+}
+
+template <class T>
+std::vector<T> Tensor::to_vector() const {
+  Tensor c = contiguous();
+  std::vector<T> r(size_t(c.numel()));
+  const char* p = static_cast<const char*>(c.raw_data());
+  for (size_t i = 0; i < r.size(); ++i) r[i] = T(detail::load_as_double(p + i * c.element_size(), c.dtype()));
+  return r;
+}
+
+}  // namespace mg

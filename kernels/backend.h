@@ -1,0 +1,116 @@
+// The kernel interface every device backend fills in. Ops check arguments and allocate outputs;
+// kernels only compute. Tensors arrive with their final shapes (broadcast inputs are expanded
+// views with zero strides) and arbitrary strides unless a comment says otherwise.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include <memgrad/autograd/grad_mode.h>
+#include <memgrad/core/memory.h>
+#include <memgrad/core/tensor.h>
+
+namespace mg::kernels {
+
+enum class UnaryOp : uint8_t {
+  Neg, Exp, Log, Sqrt, Rsqrt, Abs, Tanh, Sigmoid, Relu, GeluErf, GeluTanh, Silu,
+  PowScalar,  // x ^ a
+  Clamp,      // clamp(x, a, b)
+  AddScalar,  // x + a
+  MulScalar,  // x * a
+  RsubScalar, // a - x
+};
+// Scalar parameters of a unary op (exponent, clamp bounds, ...).
+struct UnaryParams {
+  double a = 0, b = 0;
+};
+enum class BinaryOp : uint8_t { Add, Sub, Mul, Div, Pow, Max, Min, Eq, Ne, Lt, Le, Gt, Ge };
+enum class ReduceOp : uint8_t { Sum, Max, Min };
+
+struct Conv2dGeometry {
+  int64_t n, c, h, w;           // input
+  int64_t kh, kw, oh, ow;       // kernel and output size
+  int64_t sh, sw, ph, pw, dh, dw;
+};
+
+struct Backend {
+  // dst[i] = convert(src[i]); src is expanded to dst's shape.
+  void (*copy)(const Tensor& src, const Tensor& dst) = nullptr;
+  void (*fill)(const Tensor& dst, double value) = nullptr;
+  // dst[i] = start + i * step, in row-major order of a contiguous dst.
+  void (*fill_range)(const Tensor& dst, double start, double step) = nullptr;
+  // Counter-based random fills: element i uses counter offset + i of generator `seed`.
+  void (*uniform)(const Tensor& dst, uint64_t seed, uint64_t offset, double lo, double hi) = nullptr;
+  void (*normal)(const Tensor& dst, uint64_t seed, uint64_t offset, double mean, double std) = nullptr;
+  void (*randint)(const Tensor& dst, uint64_t seed, uint64_t offset, int64_t lo, int64_t hi) = nullptr;
+
+  void (*unary)(UnaryOp op, const Tensor& x, const Tensor& out, UnaryParams p) = nullptr;
+  // grad_in = grad * d op(x)/dx, where `saved` is x, or the output for Exp/Tanh/Sigmoid/Sqrt/Rsqrt.
+  void (*unary_backward)(UnaryOp op, const Tensor& grad, const Tensor& saved, const Tensor& grad_in,
+                         UnaryParams p) = nullptr;
+  // out = a op (alpha * b) for Add/Sub, a op b otherwise; comparisons write bool.
+  void (*binary)(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, double alpha) = nullptr;
+  void (*where)(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) = nullptr;
+
+  // Reduces the contiguous x of shape [outer, r, inner] over r into out [outer, inner].
+  void (*reduce)(ReduceOp op, const Tensor& x, const Tensor& out, int64_t outer, int64_t r, int64_t inner) = nullptr;
+  // Same layout; writes the max/min value and its index (int64) along r.
+  void (*arg_reduce)(ReduceOp op, const Tensor& x, const Tensor& values, const Tensor& indices, int64_t outer,
+                     int64_t r, int64_t inner) = nullptr;
+
+  // Contiguous x/out of shape [outer, r, inner], along r.
+  void (*softmax)(const Tensor& x, const Tensor& out, int64_t outer, int64_t r, int64_t inner, bool log) = nullptr;
+  void (*softmax_backward)(const Tensor& grad, const Tensor& out, const Tensor& grad_in, int64_t outer, int64_t r,
+                           int64_t inner, bool log) = nullptr;
+
+  // Batched GEMM: out[b] = a[b] @ b[b]; a [B, M, K], b [B, K, N], out [B, M, N] contiguous.
+  void (*matmul)(const Tensor& a, const Tensor& b, const Tensor& out) = nullptr;
+
+  // out = x.index_select(dim, index); index int64 1-d, checked in range.
+  void (*index_select)(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) = nullptr;
+  // dst.index_select(dim, index) += src (repeated indices add up).
+  void (*index_add)(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src) = nullptr;
+  void (*gather)(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) = nullptr;
+  void (*scatter_add)(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src) = nullptr;
+
+  // Rows of the contiguous x [rows, n]; mean and rstd are float32 [rows]; weight/bias may be undefined.
+  void (*layer_norm)(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
+                     const Tensor& mean, const Tensor& rstd, double eps) = nullptr;
+  void (*layer_norm_backward)(const Tensor& grad, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                              const Tensor& weight, const Tensor& grad_x, const Tensor& grad_weight,
+                              const Tensor& grad_bias) = nullptr;
+  // out = x * keep / (1 - p), keep drawn from the counter-based generator.
+  void (*dropout)(const Tensor& x, const Tensor& out, double p, uint64_t seed, uint64_t offset) = nullptr;
+  // logits contiguous [N, C], target int64 [N]; loss float [N] (0 for ignored rows).
+  void (*cross_entropy)(const Tensor& logits, const Tensor& target, const Tensor& loss, int64_t ignore_index,
+                        double smoothing) = nullptr;
+  // grad_logits = grad_loss[n] * (softmax - smoothed one-hot); zero rows for ignored targets.
+  void (*cross_entropy_backward)(const Tensor& grad_loss, const Tensor& logits, const Tensor& target,
+                                 const Tensor& grad_logits, int64_t ignore_index, double smoothing) = nullptr;
+
+  // x [N, C, H, W] contiguous -> col [N, C*kh*kw, oh*ow]; col2im adds back into a zeroed x.
+  void (*im2col)(const Tensor& x, const Tensor& col, const Conv2dGeometry& g) = nullptr;
+  void (*col2im)(const Tensor& col, const Tensor& x, const Conv2dGeometry& g) = nullptr;
+  // Pooling on contiguous [N, C, H, W]; max pooling records flat argmax indices (int64) per output.
+  void (*max_pool2d)(const Tensor& x, const Tensor& out, const Tensor& indices, const Conv2dGeometry& g) = nullptr;
+  void (*max_pool2d_backward)(const Tensor& grad, const Tensor& indices, const Tensor& grad_x) = nullptr;
+  void (*avg_pool2d)(const Tensor& x, const Tensor& out, const Conv2dGeometry& g) = nullptr;
+  void (*avg_pool2d_backward)(const Tensor& grad, const Tensor& grad_x, const Conv2dGeometry& g) = nullptr;
+};
+
+const Backend& cpu_backend();
+const Backend& cuda_backend();  // entries stay null until the CUDA backend provides them
+
+// Runs `fn` of the backend for `device` (nothing on meta). Raises NotImplementedError naming
+// `op` when the backend lacks the kernel.
+template <class Fn, class... Args>
+void run(const char* op, const Device& device, Fn Backend::*fn, Args&&... args) {
+  if (device.is_meta()) return;
+  NoGradGuard no_grad;                           // kernels never record history
+  MemoryScope scratch(Category::Workspace);      // anything a kernel allocates is scratch
+  const Backend& b = device.is_cuda() ? cuda_backend() : cpu_backend();
+  auto f = b.*fn;
+  MG_CHECK(f != nullptr, NotImplementedError, op, ": no kernel for device ", device, " yet");
+  f(std::forward<Args>(args)...);
+}
+
+}  // namespace mg::kernels

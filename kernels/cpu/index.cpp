@@ -1,0 +1,101 @@
+// Indexing CPU kernels. Tensors are contiguous and viewed as [outer, size along dim, inner].
+#include <cstring>
+
+#include <memgrad/kernels/cpu/cpu_kernels.h>
+#include <memgrad/kernels/cpu/loops.h>
+
+namespace mg::cpu {
+
+namespace {
+struct Split {
+  int64_t outer = 1, size = 1, inner = 1;
+};
+Split split_at(const Shape& s, int64_t dim) {
+  Split r;
+  for (int64_t d = 0; d < int64_t(s.size()); ++d) (d < dim ? r.outer : d == dim ? r.size : r.inner) *= s[d];
+  return r;
+}
+void check_indices(const char* op, const int64_t* idx, int64_t n, int64_t size) {
+  for (int64_t k = 0; k < n; ++k)
+    MG_CHECK(idx[k] >= 0 && idx[k] < size, IndexError, op, ": expected indices in [0, ", size, "), got ", idx[k],
+             " at position ", k);
+}
+}  // namespace
+
+void index_select(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) {
+  Split s = split_at(x.shape(), dim);
+  const int64_t n = index.numel(), es = int64_t(x.element_size());
+  const int64_t* idx = ptr<int64_t>(index);
+  check_indices("index_select", idx, n, s.size);
+  const char* xp = static_cast<const char*>(x.raw_data());
+  char* op = static_cast<char*>(out.raw_data());
+#pragma omp parallel for if (s.outer * n * s.inner >= kParallelGrain)
+  for (int64_t l = 0; l < s.outer * n; ++l) {
+    int64_t o = l / n, k = l % n;
+    std::memcpy(op + (o * n + k) * s.inner * es, xp + (o * s.size + idx[k]) * s.inner * es, size_t(s.inner * es));
+  }
+}
+
+void index_add(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src) {
+  Split s = split_at(dst.shape(), dim);
+  const int64_t n = index.numel();
+  const int64_t* idx = ptr<int64_t>(index);
+  check_indices("index_add", idx, n, s.size);
+  dispatch(dst.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* dp = ptr<T>(dst);
+    const T* sp = ptr<T>(src);
+    // Threads own disjoint (outer, inner) columns, so repeated indices never race.
+#pragma omp parallel for if (s.outer * n * s.inner >= kParallelGrain)
+    for (int64_t l = 0; l < s.outer * s.inner; ++l) {
+      int64_t o = l / s.inner, i = l % s.inner;
+      for (int64_t k = 0; k < n; ++k) {
+        T& d = dp[(o * s.size + idx[k]) * s.inner + i];
+        d = store<T>(load(d) + load(sp[(o * n + k) * s.inner + i]));
+      }
+    }
+  });
+}
+
+namespace {
+// Calls f(position in index/out, offset in x with the dim coordinate replaced by the index).
+template <class F>
+void for_each_gather(const Shape& ishape, const Strides& xstrides, int64_t dim, const int64_t* idx, F f) {
+  const int64_t n = numel_of(ishape), nd = int64_t(ishape.size());
+  for (int64_t p = 0; p < n; ++p) {
+    int64_t rem = p, off = 0;
+    for (int64_t d = nd - 1; d >= 0; --d) {
+      int64_t c = rem % ishape[d];
+      rem /= ishape[d];
+      off += (d == dim ? idx[p] : c) * xstrides[d];
+    }
+    f(p, off);
+  }
+}
+void check_gather(const char* op, const Tensor& index, int64_t size) {
+  check_indices(op, ptr<int64_t>(index), index.numel(), size);
+}
+}  // namespace
+
+void gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) {
+  check_gather("gather", index, x.size(dim));
+  dispatch(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* xp = ptr<T>(x);
+    T* op = ptr<T>(out);
+    for_each_gather(index.shape(), x.strides(), dim, ptr<int64_t>(index), [&](int64_t p, int64_t off) { op[p] = xp[off]; });
+  });
+}
+
+void scatter_add(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src) {
+  check_gather("scatter_add", index, dst.size(dim));
+  dispatch(dst.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* dp = ptr<T>(dst);
+    const T* sp = ptr<T>(src);
+    for_each_gather(index.shape(), dst.strides(), dim, ptr<int64_t>(index),
+                    [&](int64_t p, int64_t off) { dp[off] = store<T>(load(dp[off]) + load(sp[p])); });
+  });
+}
+
+}  // namespace mg::cpu

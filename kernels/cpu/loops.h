@@ -1,0 +1,145 @@
+// Building blocks of the CPU kernels: dtype dispatch, load/store with half conversion, and
+// a strided N-operand loop that coalesces dims and runs rows in parallel with OpenMP.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <algorithm>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include <memgrad/core/tensor.h>
+
+namespace mg::cpu {
+
+template <class T>
+struct Tag {
+  using type = T;
+};
+
+// Calls f(Tag<T>{}) for the C++ type T of `t`.
+template <class F>
+void dispatch(DType t, F&& f) {
+  switch (t) {
+    case kBool: return f(Tag<bool>{});
+    case kInt32: return f(Tag<int32_t>{});
+    case kInt64: return f(Tag<int64_t>{});
+    case kFloat16: return f(Tag<Half>{});
+    case kBFloat16: return f(Tag<BFloat16>{});
+    case kFloat32: return f(Tag<float>{});
+    case kFloat64: return f(Tag<double>{});
+  }
+}
+// Floating dtypes only; others raise DTypeError naming `op`.
+template <class F>
+void dispatch_floating(DType t, const char* op, F&& f) {
+  switch (t) {
+    case kFloat16: return f(Tag<Half>{});
+    case kBFloat16: return f(Tag<BFloat16>{});
+    case kFloat32: return f(Tag<float>{});
+    case kFloat64: return f(Tag<double>{});
+    default: throw DTypeError(detail::str(op, ": expected a floating dtype, got ", t));
+  }
+}
+
+// Arithmetic type for storage type T: float for the 16-bit types.
+template <class T> struct OpMath { using type = T; };
+template <> struct OpMath<Half> { using type = float; };
+template <> struct OpMath<BFloat16> { using type = float; };
+template <class T> using opmath_t = typename OpMath<T>::type;
+
+template <class T>
+inline opmath_t<T> load(const T& v) {
+  if constexpr (std::is_same_v<T, Half>) return half_to_float(v.bits);
+  else if constexpr (std::is_same_v<T, BFloat16>) return bfloat16_to_float(v.bits);
+  else return v;
+}
+template <class T, class V>
+inline T store(V v) {
+  if constexpr (std::is_same_v<T, Half>) return Half{float_to_half(float(v))};
+  else if constexpr (std::is_same_v<T, BFloat16>) return BFloat16{float_to_bfloat16(float(v))};
+  else if constexpr (std::is_same_v<T, bool>) return v != V(0);
+  else return T(v);
+}
+
+template <class T>
+inline T* ptr(const Tensor& t) {
+  return static_cast<T*>(t.raw_data());
+}
+
+// Loops of at least this many elements run on several threads.
+inline constexpr int64_t kParallelGrain = 32768;
+
+// Iterates over N tensors of one shape with their own element strides. `row(p, n, s)` gets
+// the element offsets p[k] of a run's first element, its length n and the inner strides s.
+// Long rows are cut into pieces so that one big row also spreads over the threads.
+template <size_t N, class Row>
+void for_each_row(const Shape& shape, const std::array<const Strides*, N>& strides, Row&& row) {
+  int64_t total = numel_of(shape);
+  if (total == 0) return;
+  // Drop size-1 dims and merge dims that are contiguous in every operand.
+  std::vector<int64_t> sz;
+  std::vector<std::array<int64_t, N>> st;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    std::array<int64_t, N> s;
+    for (size_t k = 0; k < N; ++k) s[k] = (*strides[k])[d];
+    bool merge = !sz.empty();
+    for (size_t k = 0; k < N && merge; ++k) merge = st.back()[k] == s[k] * shape[d];
+    if (merge) {
+      sz.back() *= shape[d];
+      st.back() = s;
+    } else {
+      sz.push_back(shape[d]);
+      st.push_back(s);
+    }
+  }
+  if (sz.empty()) sz.push_back(1), st.push_back({});
+  const int64_t inner = sz.back(), rows = total / inner, nd = int64_t(sz.size()) - 1;
+  const std::array<int64_t, N> inner_st = st.back();
+  const int64_t piece = std::min<int64_t>(inner, kParallelGrain / 2), pieces = (inner + piece - 1) / piece;
+#pragma omp parallel for schedule(static) if (total >= kParallelGrain && rows * pieces > 1)
+  for (int64_t u = 0; u < rows * pieces; ++u) {
+    int64_t r = u / pieces, start = (u % pieces) * piece;
+    std::array<int64_t, N> p{};
+    for (int64_t d = nd - 1, rem = r; d >= 0; --d) {
+      int64_t i = rem % sz[d];
+      rem /= sz[d];
+      for (size_t k = 0; k < N; ++k) p[k] += i * st[d][k];
+    }
+    for (size_t k = 0; k < N; ++k) p[k] += start * inner_st[k];
+    row(p, std::min(piece, inner - start), inner_st);
+  }
+}
+
+namespace detail {
+template <class Out, class... In, class F, size_t N, size_t... I>
+void map_run(Out* o, const std::tuple<const In*...>& in, const std::array<int64_t, N>& p, int64_t n,
+             const std::array<int64_t, N>& s, F& f, std::index_sequence<I...>) {
+  Out* ob = o + p[0];
+  std::tuple<const In*...> b{(std::get<I>(in) + p[I + 1])...};
+  if (s[0] == 1 && ((s[I + 1] == 1) && ...)) {
+    for (int64_t i = 0; i < n; ++i) ob[i] = store<Out>(f(load(std::get<I>(b)[i])...));
+  } else {
+    for (int64_t i = 0; i < n; ++i) ob[i * s[0]] = store<Out>(f(load(std::get<I>(b)[i * s[I + 1]])...));
+  }
+}
+}  // namespace detail
+
+// Elementwise map: out[i] = f(load(in[i])...), for inputs already expanded to out's shape.
+template <class, class T>
+using Each = T;  // expands a parameter pack into that many T
+
+template <class Out, class... In, class F>
+void map(const Tensor& out, F f, const Each<In, Tensor>&... in) {
+  constexpr size_t N = 1 + sizeof...(In);
+  std::array<const Strides*, N> strides{&out.strides(), &in.strides()...};
+  Out* o = ptr<Out>(out);
+  std::tuple<const In*...> ins{ptr<In>(in)...};
+  for_each_row<N>(out.shape(), strides, [&](const std::array<int64_t, N>& p, int64_t n,
+                                            const std::array<int64_t, N>& s) {
+    detail::map_run<Out, In...>(o, ins, p, n, s, f, std::index_sequence_for<In...>{});
+  });
+}
+
+}  // namespace mg::cpu

@@ -1,0 +1,63 @@
+// Batched GEMM on Eigen. Operands map onto Eigen matrices without copies when one of their
+// two matrix strides is 1; the 16-bit types are widened to float and computed there.
+#include <Eigen/Core>
+
+#include <memgrad/kernels/cpu/cpu_kernels.h>
+#include <memgrad/kernels/cpu/loops.h>
+
+namespace mg::cpu {
+
+namespace {
+
+template <class A>
+using RowMat = Eigen::Matrix<A, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using DynStride = Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>;
+
+// out[b] (+)= x[b] @ y[b] with A the arithmetic type; pointers index elements of type A.
+template <class A>
+void gemm_batched(const A* x, const Strides& xs, const A* y, const Strides& ys, A* out, int64_t B, int64_t M,
+                  int64_t K, int64_t N) {
+  auto as_matrix = [](const A* p, const Strides& s, int64_t rows, int64_t cols) {
+    // Row-major with (row stride, column stride); Eigen's Stride is (outer, inner).
+    return Eigen::Map<const RowMat<A>, 0, DynStride>(p, rows, cols, DynStride(s[1], s[2]));
+  };
+  auto one = [&](int64_t b) {
+    Eigen::Map<RowMat<A>> o(out + b * M * N, M, N);
+    auto xm = as_matrix(x + b * xs[0], xs, M, K);
+    auto ym = as_matrix(y + b * ys[0], ys, K, N);
+    o.noalias() = xm * ym;
+  };
+  // Many small products: one per thread. Few large ones: Eigen parallelises each.
+  if (B > 1 && M * N * K < (int64_t(1) << 21)) {
+#pragma omp parallel for
+    for (int64_t b = 0; b < B; ++b) one(b);
+  } else {
+    for (int64_t b = 0; b < B; ++b) one(b);
+  }
+}
+
+// A strided operand Eigen can map: one of the two matrix strides must be 1.
+bool mappable(const Tensor& t) { return t.stride(1) == 1 || t.stride(2) == 1 || t.size(1) == 1 || t.size(2) == 1; }
+
+}  // namespace
+
+void matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
+  const int64_t B = out.size(0), M = out.size(1), N = out.size(2), K = a.size(2);
+  if (K == 0) return fill(out, 0.0);
+  dispatch(out.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = std::conditional_t<std::is_same_v<T, bool>, int64_t, opmath_t<T>>;
+    if constexpr (std::is_same_v<T, A>) {
+      Tensor x = mappable(a) ? a : a.contiguous(), y = mappable(b) ? b : b.contiguous();
+      gemm_batched<A>(ptr<A>(x), x.strides(), ptr<A>(y), y.strides(), ptr<A>(out), B, M, K, N);
+    } else {  // widen to the arithmetic type, multiply, narrow back
+      DType wide = dtype_of<A>::value;
+      Tensor x = a.to(wide).contiguous(), y = b.to(wide).contiguous();
+      Tensor o = empty_with(out.shape(), wide, out.device(), Category::Workspace);
+      gemm_batched<A>(ptr<A>(x), x.strides(), ptr<A>(y), y.strides(), ptr<A>(o), B, M, K, N);
+      copy(o, out);
+    }
+  });
+}
+
+}  // namespace mg::cpu

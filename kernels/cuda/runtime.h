@@ -1,0 +1,15 @@
+// The thin CUDA runtime layer the core calls. Without MG_CUDA every call reports that
+// memgrad was built without CUDA; with it, a failing device query means "no GPU".
+#pragma once
+#include <cstddef>
+#include <string>
+
+namespace mg::cuda {
+bool built();
+int device_count();
+std::string last_error();  // why device_count() is 0
+void* malloc(int device, size_t bytes);  // null when the device is out of memory
+void free(int device, void* p);
+enum class CopyKind { HostToDevice, DeviceToHost, DeviceToDevice };
+void copy(void* dst, const void* src, size_t bytes, CopyKind kind, int device);
+}  // namespace mg::cuda

@@ -166,7 +166,7 @@ void print_values(std::ostream& os, const Tensor& t, const std::vector<double>& 
   }
   int64_t n = t.size(d);
   const int64_t edge = 3;  // long dims show their first and last three entries
-  bool cut = n > 2 * edge + 1;
+  bool cut = t.numel() > 1000 && n > 2 * edge + 1;  // PyTorch's summary threshold
   int64_t inner = 1;
   for (int64_t e = d + 1; e < t.dim(); ++e) inner *= t.size(e);
   os << "[";

@@ -82,7 +82,7 @@ void max_pool2d(const Tensor& x, const Tensor& out, const Tensor& indices, const
               int64_t iy = oy * g.sh - g.ph + ki * g.dh, ix = ox * g.sw - g.pw + kj * g.dw;
               if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
               double v = double(load(img[iy * g.w + ix]));
-              if (bi < 0 || v > best || v != v) best = v, bi = iy * g.w + ix;
+              if (bi < 0 || v > best || is_nan(v)) best = v, bi = iy * g.w + ix;
             }
           int64_t o = p * g.oh * g.ow + oy * g.ow + ox;
           op[o] = img[bi];

@@ -131,8 +131,8 @@ void binary(BinaryOp op, const Tensor& x, const Tensor& y, const Tensor& out, do
       case BinaryOp::Mul: return go([](A u, A v) { return u * v; });
       case BinaryOp::Div: return go([](A u, A v) { return u / v; });
       case BinaryOp::Pow: return go([](A u, A v) { return A(std::pow(u, v)); });
-      case BinaryOp::Max: return go([](A u, A v) { return u != u ? u : (u > v ? u : v); });
-      case BinaryOp::Min: return go([](A u, A v) { return u != u ? u : (u < v ? u : v); });
+      case BinaryOp::Max: return go([](A u, A v) { return is_nan(u) ? u : (u > v ? u : v); });
+      case BinaryOp::Min: return go([](A u, A v) { return is_nan(u) ? u : (u < v ? u : v); });
       case BinaryOp::Eq: return cmp([](A u, A v) { return u == v; });
       case BinaryOp::Ne: return cmp([](A u, A v) { return u != v; });
       case BinaryOp::Lt: return cmp([](A u, A v) { return u < v; });

@@ -62,6 +62,13 @@ inline T store(V v) {
   else return T(v);
 }
 
+// NaN test that compiles (to false) for integer types.
+template <class A>
+inline bool is_nan(A v) {
+  if constexpr (std::is_floating_point_v<A>) return v != v;
+  else return false;
+}
+
 template <class T>
 inline T* ptr(const Tensor& t) {
   return static_cast<T*>(t.raw_data());

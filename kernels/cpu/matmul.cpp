@@ -11,21 +11,27 @@ namespace {
 
 template <class A>
 using RowMat = Eigen::Matrix<A, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using DynStride = Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>;
 
-// out[b] (+)= x[b] @ y[b] with A the arithmetic type; pointers index elements of type A.
+template <class A, int Order>
+using MatMap = Eigen::Map<const Eigen::Matrix<A, Eigen::Dynamic, Eigen::Dynamic, Order>, 0, Eigen::OuterStride<>>;
+
+// Calls f(matrix) with a zero-copy Eigen view of the rows x cols matrix at p with strides s[1], s[2]:
+// row-major when the column stride is 1, column-major when the row stride is 1.
+template <class A, class F>
+void with_matrix(const A* p, const Strides& s, int64_t rows, int64_t cols, F f) {
+  if (s[2] == 1 || cols == 1) f(MatMap<A, Eigen::RowMajor>(p, rows, cols, Eigen::OuterStride<>(s[1])));
+  else f(MatMap<A, Eigen::ColMajor>(p, rows, cols, Eigen::OuterStride<>(s[2])));
+}
+
+// out[b] = x[b] @ y[b] with A the arithmetic type; pointers index elements of type A.
 template <class A>
 void gemm_batched(const A* x, const Strides& xs, const A* y, const Strides& ys, A* out, int64_t B, int64_t M,
                   int64_t K, int64_t N) {
-  auto as_matrix = [](const A* p, const Strides& s, int64_t rows, int64_t cols) {
-    // Row-major with (row stride, column stride); Eigen's Stride is (outer, inner).
-    return Eigen::Map<const RowMat<A>, 0, DynStride>(p, rows, cols, DynStride(s[1], s[2]));
-  };
   auto one = [&](int64_t b) {
     Eigen::Map<RowMat<A>> o(out + b * M * N, M, N);
-    auto xm = as_matrix(x + b * xs[0], xs, M, K);
-    auto ym = as_matrix(y + b * ys[0], ys, K, N);
-    o.noalias() = xm * ym;
+    with_matrix(x + b * xs[0], xs, M, K, [&](const auto& xm) {
+      with_matrix(y + b * ys[0], ys, K, N, [&](const auto& ym) { o.noalias() = xm * ym; });
+    });
   };
   // Many small products: one per thread. Few large ones: Eigen parallelises each.
   if (B > 1 && M * N * K < (int64_t(1) << 21)) {
@@ -36,7 +42,7 @@ void gemm_batched(const A* x, const Strides& xs, const A* y, const Strides& ys, 
   }
 }
 
-// A strided operand Eigen can map: one of the two matrix strides must be 1.
+// Eigen maps an operand without copying when one of its two matrix strides is 1.
 bool mappable(const Tensor& t) { return t.stride(1) == 1 || t.stride(2) == 1 || t.size(1) == 1 || t.size(2) == 1; }
 
 }  // namespace

@@ -53,7 +53,7 @@ void reduce(ReduceOp op, const Tensor& x, const Tensor& out, int64_t outer, int6
         auto best = load(xp[base]);
         for (int64_t k = 1; k < r; ++k) {
           auto v = load(xp[base + k * st]);
-          if (v != v) {  // NaN propagates
+          if (is_nan(v)) {  // NaN propagates
             best = v;
             break;
           }
@@ -76,9 +76,9 @@ void arg_reduce(ReduceOp op, const Tensor& x, const Tensor& values, const Tensor
     for_each_line(outer, r, inner, [&](int64_t l, int64_t base, int64_t st) {
       auto best = load(xp[base]);
       int64_t bi = 0;
-      for (int64_t k = 1; k < r && best == best; ++k) {
+      for (int64_t k = 1; k < r && !is_nan(best); ++k) {
         auto v = load(xp[base + k * st]);
-        if (v != v || (is_max ? v > best : v < best)) best = v, bi = k;  // first extreme; NaN wins
+        if (is_nan(v) || (is_max ? v > best : v < best)) best = v, bi = k;  // first extreme; NaN wins
       }
       if (vp) vp[l] = xp[base + bi * st];
       ip[l] = bi;
@@ -98,8 +98,8 @@ void softmax(const Tensor& x, const Tensor& out, int64_t outer, int64_t r, int64
       double sum = 0;
       for (int64_t k = 0; k < r; ++k) sum += std::exp(double(load(xp[base + k * st]) - mx));
       if (log) {
-        A lse = mx + A(std::log(sum));
-        for (int64_t k = 0; k < r; ++k) yp[base + k * st] = store<T>(load(xp[base + k * st]) - lse);
+        A log_sum = A(std::log(sum));  // (x - max) - log(sum): no cancellation against a large max
+        for (int64_t k = 0; k < r; ++k) yp[base + k * st] = store<T>(load(xp[base + k * st]) - mx - log_sum);
       } else {
         A inv = A(1.0 / sum);
         for (int64_t k = 0; k < r; ++k) yp[base + k * st] = store<T>(std::exp(load(xp[base + k * st]) - mx) * inv);

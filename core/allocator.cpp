@@ -1,9 +1,15 @@
+// The caching allocator and the ledger: per-device pools of segments split into chunks, the
+// byte counts per category and owner, the memory limit with its OOM report, and the history.
 #include <memgrad/core/allocator.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <vector>
 
 #include <memgrad/core/error.h>
@@ -17,37 +23,142 @@ const char* category_name(Category c) {
   return names[size_t(c)];
 }
 
+const char* event_kind_name(MemoryEventKind k) {
+  static const char* names[] = {"alloc", "free", "relabel", "segment_alloc", "segment_free", "oom", "annotation"};
+  return names[size_t(k)];
+}
+
+namespace memory {
+struct Segment;
+// A piece of a segment: handed out (block set) or free (then in its pool's free set).
+struct Chunk {
+  uintptr_t addr = 0;
+  size_t size = 0;
+  Segment* segment = nullptr;
+  Chunk* prev = nullptr;
+  Chunk* next = nullptr;
+  Block* block = nullptr;
+};
+struct Segment {
+  void* ptr = nullptr;
+  uintptr_t base = 0;
+  size_t size = 0;
+  bool small = false;
+  Chunk* head = nullptr;
+};
+}  // namespace memory
+
 namespace {
+
+using memory::Chunk;
+using memory::kRoundBytes;
+using memory::kSmallRequest;
+using memory::Segment;
 
 thread_local std::optional<Category> t_category;
 thread_local std::string t_owner;
 thread_local const char* t_op = nullptr;
 
-constexpr size_t kRound = 512;
-size_t round_size(size_t n) { return n == 0 ? kRound : (n + kRound - 1) / kRound * kRound; }
+struct BySize {  // best fit: the smallest free chunk that is large enough, lowest address first
+  bool operator()(const Chunk* a, const Chunk* b) const {
+    return a->size != b->size ? a->size < b->size : a->addr < b->addr;
+  }
+};
+using FreeSet = std::set<Chunk*, BySize>;
 
-// Per-device ledger. One mutex per device keeps allocation thread-safe.
-struct DeviceLedger {
+struct DeviceState {
   std::mutex mu;
+  Device device;
   MemoryStats stats;
   std::map<std::string, int64_t> by_owner;
-  uintptr_t next_meta_address = 0x1000;
+  FreeSet pools[2];                        // [0] small, [1] large
+  std::map<uintptr_t, Segment*> segments;  // by base address
+  uintptr_t next_meta_address = uintptr_t(1) << 40;
+  FreeSet& pool(bool small) { return pools[small ? 0 : 1]; }
 };
 
-DeviceLedger& ledger(const Device& d) {
-  static std::mutex mu;
-  static std::map<std::pair<int, int>, DeviceLedger> all;
-  std::lock_guard<std::mutex> g(mu);
-  return all[{int(d.type), d.index}];
+// ---- history
+
+struct History {
+  std::mutex mu;
+  std::vector<MemoryEvent> ring;
+  size_t capacity = 0, next = 0;
+  std::chrono::steady_clock::time_point start;
+};
+std::atomic<bool> g_recording{false};
+History& history() {
+  static History* h = new History;  // never destroyed: storages may be freed during static destruction
+  return *h;
 }
 
-void* source_alloc(DeviceLedger& l, const Device& d, size_t n) {
-  switch (d.type) {
-    case DeviceType::CPU: return std::aligned_alloc(64, n);
-    case DeviceType::CUDA: return cuda::malloc(d.index, n);
+void record(DeviceState& s, MemoryEventKind kind, int64_t bytes, uint64_t address, const Block* b,
+            Category previous = Category::Other, const std::string& note = {}) {
+  if (!g_recording.load(std::memory_order_relaxed)) return;
+  MemoryEvent e;
+  e.kind = kind;
+  e.device = s.device;
+  e.bytes = bytes;
+  e.address = address;
+  if (b) {
+    e.requested = int64_t(b->requested);
+    e.category = b->category;
+    e.owner = b->owner;
+    e.op = b->op ? b->op : "";
+  }
+  e.previous_category = previous;
+  e.note = note;
+  e.allocated = s.stats.allocated;
+  e.reserved = s.stats.reserved;
+  e.by_category = s.stats.by_category;
+  auto& h = history();
+  std::lock_guard<std::mutex> g(h.mu);
+  if (h.capacity == 0) return;
+  e.time_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - h.start).count();
+  if (h.ring.size() < h.capacity) {
+    h.ring.push_back(std::move(e));
+  } else {
+    h.ring[h.next] = std::move(e);
+  }
+  h.next = (h.next + 1) % h.capacity;
+}
+
+// ---- device registry: cpu, meta, then cuda:0..63; states live until the process ends.
+
+constexpr int kMaxCudaDevices = 64;
+std::array<std::atomic<DeviceState*>, 2 + kMaxCudaDevices> g_states{};
+
+int state_index(const Device& d) {
+  if (d.is_cpu()) return 0;
+  if (d.is_meta()) return 1;
+  MG_CHECK(d.index >= 0 && d.index < kMaxCudaDevices, DeviceError, "allocator: expected a cuda index below ",
+           kMaxCudaDevices, ", got ", d.index);
+  return 2 + d.index;
+}
+
+DeviceState& state(const Device& d) {
+  auto& slot = g_states[size_t(state_index(d))];
+  if (DeviceState* s = slot.load(std::memory_order_acquire)) return *s;
+  static std::mutex mu;
+  std::lock_guard<std::mutex> g(mu);
+  if (DeviceState* s = slot.load(std::memory_order_acquire)) return *s;
+  auto* s = new DeviceState;
+  s->device = d;
+  if (const char* env = std::getenv("MG_MEMORY_LIMIT")) s->stats.limit = memory::limit_from_env(env, d.type);
+  slot.store(s, std::memory_order_release);
+  return *s;
+}
+
+// ---- segment source
+
+void* source_alloc(DeviceState& s, size_t n) {
+  switch (s.device.type) {
+    case DeviceType::CPU:
+      return std::aligned_alloc(kRoundBytes, n);
+    case DeviceType::CUDA:
+      return cuda::malloc(s.device.index, n);
     case DeviceType::Meta: {
-      void* p = reinterpret_cast<void*>(l.next_meta_address);
-      l.next_meta_address += n;
+      void* p = reinterpret_cast<void*>(s.next_meta_address);
+      s.next_meta_address += n;
       return p;
     }
   }
@@ -55,37 +166,230 @@ void* source_alloc(DeviceLedger& l, const Device& d, size_t n) {
 }
 
 void source_free(const Device& d, void* p) {
-  if (d.is_cpu()) std::free(p);
-  else if (d.is_cuda()) cuda::free(d.index, p);
+  if (d.is_cpu())
+    std::free(p);
+  else if (d.is_cuda())
+    cuda::free(d.index, p);
 }
 
-void account(DeviceLedger& l, Block* b, int64_t sign) {
-  auto& s = l.stats;
-  int64_t n = sign * int64_t(b->size);
-  s.allocated += n;
-  s.reserved += n;
-  s.requested += sign * int64_t(b->requested);
-  s.by_category[size_t(b->category)] += n;
-  auto& o = l.by_owner[b->owner];
-  o += n;
-  if (o == 0) l.by_owner.erase(b->owner);
-  for (int c = 0; c < kNumCategories; ++c)
-    s.peak_by_category[c] = std::max(s.peak_by_category[c], s.by_category[c]);
-  s.peak_reserved = std::max(s.peak_reserved, s.reserved);
-  if (s.allocated > s.peak_allocated) {
-    s.peak_allocated = s.allocated;
-    s.at_peak_by_category = s.by_category;
-    s.at_peak_by_owner = l.by_owner;
+void free_segment(DeviceState& s, Segment* seg) {
+  s.segments.erase(seg->base);
+  s.stats.reserved -= int64_t(seg->size);
+  --s.stats.num_segments;
+  ++s.stats.num_segment_frees;
+  record(s, MemoryEventKind::SegmentFree, int64_t(seg->size), seg->base, nullptr);
+  source_free(s.device, seg->ptr);
+  delete seg->head;
+  delete seg;
+}
+
+// Returns every segment that is one free chunk; gives the bytes released.
+int64_t release_cached(DeviceState& s) {
+  int64_t freed = 0;
+  for (auto it = s.segments.begin(); it != s.segments.end();) {
+    Segment* seg = (it++)->second;
+    Chunk* c = seg->head;
+    if (c->block || c->next) continue;
+    s.pool(seg->small).erase(c);
+    freed += int64_t(seg->size);
+    free_segment(s, seg);
   }
+  return freed;
+}
+
+// ---- ledger arithmetic
+
+void add_category(DeviceState& s, Category c, int64_t n) {
+  auto& st = s.stats;
+  auto i = size_t(c);
+  st.by_category[i] += n;
+  st.peak_by_category[i] = std::max(st.peak_by_category[i], st.by_category[i]);
+}
+
+void add_owner(DeviceState& s, const std::string& owner, int64_t n) {
+  auto it = s.by_owner.emplace(owner, 0).first;
+  if ((it->second += n) == 0) s.by_owner.erase(it);
+}
+
+void account_alloc(DeviceState& s, const Block& b, int64_t sign) {
+  auto& st = s.stats;
+  int64_t n = sign * int64_t(b.size);
+  st.allocated += n;
+  st.requested += sign * int64_t(b.requested);
+  st.active += sign * int64_t(b.chunk->size);
+  add_category(s, b.category, n);
+  add_owner(s, b.owner, n);
+  if (sign > 0) {
+    ++st.num_allocs;
+    st.total_allocated += n;
+    st.peak_active = std::max(st.peak_active, st.active);
+    st.peak_requested = std::max(st.peak_requested, st.requested);
+    if (st.allocated > st.peak_allocated) {
+      st.peak_allocated = st.allocated;
+      st.at_peak_by_category = st.by_category;
+      st.at_peak_by_owner = s.by_owner;
+    }
+  } else {
+    ++st.num_frees;
+    st.total_freed -= n;
+  }
+}
+
+// ---- out of memory
+
+[[noreturn]] void throw_oom(DeviceState& s, const Block& b, size_t segment_size, bool refused_by_device) {
+  auto& st = s.stats;
+  ++st.num_ooms;
+  record(s, MemoryEventKind::Oom, int64_t(b.size), 0, &b);
+  std::string m = detail::str("out of memory on ", s.device, ": tried to allocate ", format_bytes(int64_t(b.size)));
+  if (b.op) m += detail::str(" in ", b.op);
+  if (!b.owner.empty()) m += detail::str(" for \"", b.owner, "\"");
+  m += " (" + std::string(category_name(b.category)) + ")";
+  if (refused_by_device) m += detail::str("; the device refused a segment of ", format_bytes(int64_t(segment_size)));
+  if (st.limit > 0)
+    m += detail::str("; limit ", format_bytes(st.limit), ", allocated ", format_bytes(st.allocated), ", reserved ",
+                     format_bytes(st.reserved), ", free ", format_bytes(std::max<int64_t>(0, st.limit - st.reserved)),
+                     " under the limit plus ", format_bytes(st.reserved - st.active), " cached in segments");
+  else
+    m += detail::str("; allocated ", format_bytes(st.allocated), ", reserved ", format_bytes(st.reserved));
+  m += ".\nAllocated by category:";
+  for (int c = 0; c < kNumCategories; ++c)
+    if (st.by_category[size_t(c)])
+      m += detail::str(" ", category_name(Category(c)), " ", format_bytes(st.by_category[size_t(c)]), ";");
+  std::vector<std::pair<int64_t, std::string>> owners;
+  for (auto& [o, n] : s.by_owner) owners.emplace_back(n, o.empty() ? "(no owner)" : o);
+  std::sort(owners.rbegin(), owners.rend());
+  if (!owners.empty()) m += "\nTop owners:";
+  for (size_t i = 0; i < std::min<size_t>(5, owners.size()); ++i)
+    m += detail::str(" ", owners[i].second, " ", format_bytes(owners[i].first), ";");
+  m += "\nWhat to try: run the model in checkpoint segments (activations are recomputed in backward instead of kept), "
+       "store weights and activations in half precision (float16/bfloat16 autocast), use a smaller batch (see "
+       "find_max_batch_size), or split the batch into micro-batches and accumulate their gradients before each "
+       "optimizer step.";
+  throw OutOfMemoryError(m);
+}
+
+// ---- pools
+
+size_t segment_size_for(const DeviceState& s, size_t size, bool small) {
+  if (!s.stats.caching) return size;
+  if (small) return memory::kSmallSegment;
+  if (size < memory::kLargeSegmentMin) return memory::kLargeSegment;
+  return (size + memory::kLargeRound - 1) / memory::kLargeRound * memory::kLargeRound;
+}
+
+// A new segment for a request of `size`: the standard size, else (under the limit) one of just the
+// request's size; when neither can be had, the cache is emptied once and both are tried again.
+Segment* new_segment(DeviceState& s, const Block& b, bool small) {
+  const size_t size = b.size, preferred = segment_size_for(s, size, small);
+  auto fits = [&](size_t n) { return s.stats.limit == 0 || s.stats.reserved + int64_t(n) <= s.stats.limit; };
+  bool refused = false;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    bool tried_preferred = false;  // when the standard size is the request's size, try it once
+    for (size_t n : {preferred, size}) {
+      if (!fits(n) || (n == size && size == preferred && tried_preferred)) continue;
+      tried_preferred = true;
+      void* p = source_alloc(s, n);
+      if (!p) {
+        refused = true;
+        continue;
+      }
+      auto* seg = new Segment{p, reinterpret_cast<uintptr_t>(p), n, small, nullptr};
+      seg->head = new Chunk{seg->base, n, seg};
+      s.segments.emplace(seg->base, seg);
+      s.stats.reserved += int64_t(n);
+      s.stats.peak_reserved = std::max(s.stats.peak_reserved, s.stats.reserved);
+      ++s.stats.num_segments;
+      ++s.stats.num_segment_allocs;
+      record(s, MemoryEventKind::SegmentAlloc, int64_t(n), seg->base, nullptr);
+      return seg;
+    }
+    if (attempt == 0) {
+      if (release_cached(s) == 0) break;
+      ++s.stats.num_retries;
+    }
+  }
+  throw_oom(s, b, preferred, refused);
+}
+
+// Keeps the first `size` bytes of free chunk `c` and returns the rest to the pool when worth keeping.
+void split(DeviceState& s, Chunk* c, size_t size) {
+  size_t rest = c->size - size;
+  bool small = c->segment->small;
+  if (small ? rest < kRoundBytes : rest <= kSmallRequest) return;
+  auto* r = new Chunk{c->addr + size, rest, c->segment, c, c->next};
+  if (c->next) c->next->prev = r;
+  c->next = r;
+  c->size = size;
+  s.pool(small).insert(r);
+}
+
+Chunk* take_chunk(DeviceState& s, const Block& b) {
+  // Only matters when the limit was lowered below what is reserved: cached bytes past it are off limits too.
+  if (s.stats.limit > 0 && s.stats.allocated + int64_t(b.size) > s.stats.limit) throw_oom(s, b, 0, false);
+  bool small = b.size <= kSmallRequest;
+  auto& pool = s.pool(small);
+  if (s.stats.caching) {
+    Chunk probe{0, b.size};
+    auto it = pool.lower_bound(&probe);
+    if (it != pool.end()) {
+      Chunk* c = *it;
+      pool.erase(it);
+      ++s.stats.cache_hits;
+      split(s, c, b.size);
+      return c;
+    }
+  }
+  Chunk* c = new_segment(s, b, small)->head;
+  split(s, c, b.size);
+  return c;
+}
+
+// Merges free chunk `c` with its free neighbours (taking them out of the pool); returns the result.
+Chunk* merge(DeviceState& s, Chunk* c) {
+  auto& pool = s.pool(c->segment->small);
+  if (Chunk* n = c->next; n && !n->block) {
+    pool.erase(n);
+    c->size += n->size;
+    c->next = n->next;
+    if (c->next) c->next->prev = c;
+    delete n;
+  }
+  if (Chunk* p = c->prev; p && !p->block) {
+    pool.erase(p);
+    p->size += c->size;
+    p->next = c->next;
+    if (p->next) p->next->prev = p;
+    delete c;
+    c = p;
+  }
+  return c;
+}
+
+int64_t parse_size(const std::string& text) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  std::string unit = text.substr(used);
+  for (auto& ch : unit) ch = char(std::toupper(static_cast<unsigned char>(ch)));
+  double scale = 0;
+  if (unit.empty() || unit == "B") scale = 1;
+  for (auto [suffix, s] : {std::pair{'K', 1024.0}, {'M', 1024.0 * 1024}, {'G', 1024.0 * 1024 * 1024}})
+    if (!unit.empty() && unit[0] == suffix && (unit.size() == 1 || unit.substr(1) == "B" || unit.substr(1) == "IB"))
+      scale = s;
+  MG_CHECK(used > 0 && scale > 0 && v >= 0, ValueError,
+           "MG_MEMORY_LIMIT: expected a byte count such as 1073741824, 512M or 8GiB, got \"", text, "\"");
+  return int64_t(v * scale);
 }
 
 }  // namespace
 
-MemoryScope::MemoryScope(Category c) : prev_category_(t_category), prev_owner_len_(t_owner.size()) {
-  t_category = c;
-}
-MemoryScope::MemoryScope(const std::string& owner)
-    : prev_category_(t_category), prev_owner_len_(t_owner.size()) {
+MemoryScope::MemoryScope(Category c) : prev_category_(t_category), prev_owner_len_(t_owner.size()) { t_category = c; }
+MemoryScope::MemoryScope(const std::string& owner) : prev_category_(t_category), prev_owner_len_(t_owner.size()) {
   if (!owner.empty()) t_owner += (t_owner.empty() ? "" : ".") + owner;
 }
 MemoryScope::MemoryScope(Category c, const std::string& owner) : MemoryScope(owner) { t_category = c; }
@@ -104,83 +408,184 @@ namespace memory {
 
 const char* current_op() { return t_op; }
 
+int64_t limit_from_env(const std::string& spec, DeviceType type) {
+  static const char* names[] = {"cpu", "cuda", "meta"};
+  if (spec.find('=') == std::string::npos) return type == DeviceType::Meta ? 0 : parse_size(spec);
+  int64_t limit = 0;
+  size_t pos = 0;
+  while (pos <= spec.size()) {
+    size_t end = std::min(spec.find(',', pos), spec.size());
+    std::string item = spec.substr(pos, end - pos);
+    size_t eq = item.find('=');
+    MG_CHECK(eq != std::string::npos, ValueError, "MG_MEMORY_LIMIT: expected items such as cpu=1G,cuda=8G, got \"",
+             item, "\" in \"", spec, "\"");
+    std::string key = item.substr(0, eq);
+    MG_CHECK(key == "cpu" || key == "cuda" || key == "meta", ValueError,
+             "MG_MEMORY_LIMIT: expected a device type cpu, cuda or meta, got \"", key, "\"");
+    int64_t v = parse_size(item.substr(eq + 1));
+    if (key == names[size_t(type)]) limit = v;
+    pos = end + 1;
+  }
+  return limit;
+}
+
 Block* allocate(const Device& d, size_t nbytes, Category fallback) {
   check_device_usable(d);
-  auto& l = ledger(d);
+  DeviceState& s = state(d);
   auto b = std::make_unique<Block>();
   b->requested = nbytes;
   b->size = round_size(nbytes);
   b->device = d;
   b->category = current_category(fallback);
+  b->op = t_op;
   b->owner = t_owner.empty() && t_op ? std::string(t_op) : t_owner;
-  std::lock_guard<std::mutex> g(l.mu);
-  auto& s = l.stats;
-  if (s.limit > 0 && s.allocated + int64_t(b->size) > s.limit) {
-    ++s.num_ooms;
-    throw OutOfMemoryError(detail::str("out of memory on ", d, ": tried to allocate ", b->size,
-                                       " bytes; limit ", s.limit, ", allocated ", s.allocated, ", free ",
-                                       s.limit - s.allocated));
-  }
-  b->ptr = source_alloc(l, d, b->size);
-  MG_CHECK(b->ptr || d.is_meta(), OutOfMemoryError, "out of memory on ", d, ": the system refused ",
-           b->size, " bytes");
-  ++s.num_allocs;
-  ++s.num_segments;
-  account(l, b.get(), +1);
+  std::lock_guard<std::mutex> g(s.mu);
+  Chunk* c = take_chunk(s, *b);
+  c->block = b.get();
+  b->chunk = c;
+  b->ptr = reinterpret_cast<void*>(c->addr);
+  account_alloc(s, *b, +1);
+  record(s, MemoryEventKind::Alloc, int64_t(b->size), c->addr, b.get());
   return b.release();
 }
 
 void release(Block* b) {
   if (!b) return;
-  auto& l = ledger(b->device);
+  DeviceState& s = state(b->device);
   {
-    std::lock_guard<std::mutex> g(l.mu);
-    account(l, b, -1);
-    ++l.stats.num_frees;
+    std::lock_guard<std::mutex> g(s.mu);
+    Chunk* c = b->chunk;
+    account_alloc(s, *b, -1);
+    record(s, MemoryEventKind::Free, int64_t(b->size), c->addr, b);
+    c->block = nullptr;
+    c = merge(s, c);
+    if (!s.stats.caching && !c->prev && !c->next)
+      free_segment(s, c->segment);
+    else
+      s.pool(c->segment->small).insert(c);
   }
-  source_free(b->device, b->ptr);
   delete b;
 }
 
 void set_category(Block* b, Category c) {
   if (!b || b->category == c) return;
-  auto& l = ledger(b->device);
-  std::lock_guard<std::mutex> g(l.mu);
-  account(l, b, -1);
+  DeviceState& s = state(b->device);
+  std::lock_guard<std::mutex> g(s.mu);
+  Category before = b->category;
+  add_category(s, before, -int64_t(b->size));
   b->category = c;
-  account(l, b, +1);
+  add_category(s, c, int64_t(b->size));
+  record(s, MemoryEventKind::Relabel, int64_t(b->size), reinterpret_cast<uintptr_t>(b->ptr), b, before);
 }
 
 }  // namespace memory
 
 MemoryStats memory_stats(const Device& d) {
-  auto& l = ledger(d);
-  std::lock_guard<std::mutex> g(l.mu);
-  return l.stats;
+  DeviceState& s = state(d);
+  std::lock_guard<std::mutex> g(s.mu);
+  MemoryStats r = s.stats;
+  for (auto& pool : s.pools)
+    if (!pool.empty()) r.largest_free_block = std::max(r.largest_free_block, int64_t((*pool.rbegin())->size));
+  return r;
 }
 
 void reset_peak(const Device& d) {
-  auto& l = ledger(d);
-  std::lock_guard<std::mutex> g(l.mu);
-  auto& s = l.stats;
-  s.peak_allocated = s.allocated;
-  s.peak_reserved = s.reserved;
-  s.peak_by_category = s.by_category;
-  s.at_peak_by_category = s.by_category;
-  s.at_peak_by_owner = l.by_owner;
+  DeviceState& s = state(d);
+  std::lock_guard<std::mutex> g(s.mu);
+  auto& st = s.stats;
+  st.peak_allocated = st.allocated;
+  st.peak_reserved = st.reserved;
+  st.peak_active = st.active;
+  st.peak_requested = st.requested;
+  st.peak_by_category = st.by_category;
+  st.at_peak_by_category = st.by_category;
+  st.at_peak_by_owner = s.by_owner;
 }
 
 void set_memory_limit(const Device& d, int64_t bytes) {
   MG_CHECK(bytes >= 0, ValueError, "set_memory_limit: expected a non-negative byte count, got ", bytes);
-  auto& l = ledger(d);
-  std::lock_guard<std::mutex> g(l.mu);
-  l.stats.limit = bytes;
+  DeviceState& s = state(d);
+  std::lock_guard<std::mutex> g(s.mu);
+  s.stats.limit = bytes;
 }
 
 std::map<std::string, int64_t> memory_by_owner(const Device& d) {
-  auto& l = ledger(d);
-  std::lock_guard<std::mutex> g(l.mu);
-  return l.by_owner;
+  DeviceState& s = state(d);
+  std::lock_guard<std::mutex> g(s.mu);
+  return s.by_owner;
+}
+
+void empty_cache(const Device& d) {
+  DeviceState& s = state(d);
+  std::lock_guard<std::mutex> g(s.mu);
+  release_cached(s);
+}
+
+void set_caching(const Device& d, bool on) {
+  DeviceState& s = state(d);
+  std::lock_guard<std::mutex> g(s.mu);
+  s.stats.caching = on;
+  if (!on) release_cached(s);
+}
+
+void record_history(bool on, size_t max_entries) {
+  auto& h = history();
+  std::lock_guard<std::mutex> g(h.mu);
+  h.ring.clear();
+  h.ring.shrink_to_fit();
+  h.next = 0;
+  h.capacity = on ? max_entries : 0;
+  h.start = std::chrono::steady_clock::now();
+  g_recording = on && max_entries > 0;
+}
+
+bool recording_history() { return g_recording.load(); }
+
+std::vector<MemoryEvent> memory_history() {
+  auto& h = history();
+  std::lock_guard<std::mutex> g(h.mu);
+  if (h.ring.size() < h.capacity) return h.ring;
+  std::vector<MemoryEvent> r(h.ring.begin() + std::ptrdiff_t(h.next), h.ring.end());
+  r.insert(r.end(), h.ring.begin(), h.ring.begin() + std::ptrdiff_t(h.next));
+  return r;
+}
+
+void annotate_memory(const std::string& note, const Device& d) {
+  DeviceState& s = state(d);
+  std::lock_guard<std::mutex> g(s.mu);
+  record(s, MemoryEventKind::Annotation, 0, 0, nullptr, Category::Other, note);
+}
+
+std::vector<SegmentInfo> memory_segments(const Device& d) {
+  DeviceState& s = state(d);
+  std::lock_guard<std::mutex> g(s.mu);
+  std::vector<SegmentInfo> r;
+  for (auto& [base, seg] : s.segments) {
+    SegmentInfo si{base, int64_t(seg->size), seg->small, {}};
+    for (Chunk* c = seg->head; c; c = c->next) {
+      BlockInfo bi;
+      bi.address = c->addr;
+      bi.size = int64_t(c->size);
+      if (const Block* b = c->block) {
+        bi.in_use = true;
+        bi.allocated = int64_t(b->size);
+        bi.requested = int64_t(b->requested);
+        bi.category = b->category;
+        bi.owner = b->owner;
+        bi.op = b->op ? b->op : "";
+      }
+      si.blocks.push_back(std::move(bi));
+    }
+    r.push_back(std::move(si));
+  }
+  return r;
+}
+
+std::vector<Device> devices_with_memory() {
+  std::vector<Device> r;
+  for (size_t i = 0; i < g_states.size(); ++i)
+    if (DeviceState* s = g_states[i].load()) r.push_back(s->device);
+  return r;
 }
 
 }  // namespace mg

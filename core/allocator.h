@@ -1,7 +1,17 @@
-// The one allocation path for tensor storage on every device. A Block records what it is
-// for (category, owner, op) so the ledger is exact bookkeeping, not a guess after the fact.
+// The one allocation path for tensor storage on every device: a caching allocator over a
+// segment source (host: aligned malloc; CUDA: cudaMalloc; meta: addresses only, no bytes).
+// A Block records what it is for (category, owner, op) so the ledger is exact bookkeeping.
+//
+// Layout, as in PyTorch's CUDA caching allocator: requests round up to 512 B; requests up to
+// 1 MiB come from a small pool carved out of 2 MiB segments; larger ones from a large pool
+// whose segments are 20 MiB for requests under 10 MiB and the request rounded up to 2 MiB
+// above. A request takes the best-fitting cached free block of its pool, split when the rest
+// is worth keeping (at least 512 B in the small pool, more than 1 MiB in the large one); a
+// freed block merges with free neighbours. Under a memory limit, when a standard segment
+// would not fit but one of just the request's size would, that smaller segment is used.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include <memgrad/core/device.h>
@@ -9,23 +19,44 @@
 
 namespace mg {
 
+namespace memory {
+struct Chunk;  // the allocator's piece of a segment (private)
+
+inline constexpr size_t kRoundBytes = 512;
+inline constexpr size_t kSmallRequest = size_t(1) << 20;      // largest small-pool request
+inline constexpr size_t kSmallSegment = size_t(2) << 20;      // small-pool segment size
+inline constexpr size_t kLargeSegment = size_t(20) << 20;     // segment for 1-10 MiB requests
+inline constexpr size_t kLargeSegmentMin = size_t(10) << 20;  // from here a segment per request
+inline constexpr size_t kLargeRound = size_t(2) << 20;        // large segments round to this
+// The size a request of `nbytes` counts in the ledger (a multiple of 512, at least 512).
+inline size_t round_size(size_t nbytes) {
+  return nbytes == 0 ? kRoundBytes : (nbytes + kRoundBytes - 1) / kRoundBytes * kRoundBytes;
+}
+}  // namespace memory
+
 struct Block {
-  void* ptr = nullptr;   // null on the meta device
-  size_t size = 0;       // bytes counted in the ledger (rounded)
+  void* ptr = nullptr;   // a fake, never dereferenced address on the meta device
+  size_t size = 0;       // bytes counted in the ledger (rounded request)
   size_t requested = 0;  // bytes asked for
   Device device;
   Category category = Category::Other;
   std::string owner;
+  const char* op = nullptr;  // the op that allocated it, if any
+  memory::Chunk* chunk = nullptr;
 };
 
 namespace memory {
-// Allocates `nbytes` on `d`, under the current scope's category or `fallback`.
+// Allocates `nbytes` on `d`, under the current scope's category or `fallback`. Throws
+// OutOfMemoryError past the device's limit (after emptying the cache and retrying).
 Block* allocate(const Device& d, size_t nbytes, Category fallback);
 void release(Block* b);
 // Moves a live block to another category (e.g. Temporary -> Activation when autograd saves it).
 void set_category(Block* b, Category c);
 // The op whose allocations follow (for owner labels of op outputs); see OpScope.
 const char* current_op();
+// The limit for a device of `type` that an MG_MEMORY_LIMIT value `spec` asks for (0: none); see
+// set_memory_limit. Throws ValueError for a malformed value.
+int64_t limit_from_env(const std::string& spec, DeviceType type);
 }  // namespace memory
 
 // Marks allocations made inside an op with the op's name.

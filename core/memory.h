@@ -1,5 +1,20 @@
 // The memory ledger's public face: every allocation carries a category and an owner label
 // from the moment it is made, and the categories always sum to the allocated bytes.
+//
+// Who sets which category:
+//   nn parameters      MemoryScope(Category::Parameter, "fc1.weight") around their creation
+//   .grad buffers      autograd (AccumulateGrad) relabels them Gradient
+//   optimizer state    allocate it inside MemoryScope(Category::OptimizerState, param_name); the
+//                      owner label then tells which parameter each moment/master copy belongs to
+//   saved for backward a Temporary tensor saved by autograd counts as Activation while saved
+//   user tensors       factories fall back to Input; op outputs to Temporary; kernel scratch to Workspace
+//
+// Byte counts: `allocated` and every per-category and per-owner figure are the request sizes
+// rounded up to 512 B (a tensor of 100 floats counts 512 B); `requested` is the exact sum of the
+// bytes asked for; `active` is the size of the blocks carved out of segments (at least the
+// rounded size: a tail too small to split stays with its block); `reserved` is the segments
+// held from the device. The rounded `allocated` is the same on every device and with caching on
+// or off, so a run on the meta device predicts it to the byte.
 #pragma once
 #include <array>
 #include <cstddef>
@@ -7,6 +22,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <memgrad/core/device.h>
 
@@ -44,27 +60,116 @@ class MemoryScope {
 Category current_category(Category fallback);
 const std::string& current_owner();
 
-// Counters for one device. Bytes are the rounded block sizes the allocator hands out.
+using CategoryBytes = std::array<int64_t, kNumCategories>;
+
+// Counters for one device (see the top of this file for what each kind of byte count means).
 struct MemoryStats {
   int64_t allocated = 0, peak_allocated = 0;
   int64_t reserved = 0, peak_reserved = 0;
-  int64_t requested = 0;  // bytes asked for, before rounding
-  std::array<int64_t, kNumCategories> by_category{}, peak_by_category{};
+  int64_t active = 0, peak_active = 0;
+  int64_t requested = 0, peak_requested = 0;
+  CategoryBytes by_category{}, peak_by_category{};
   // Category and owner breakdown at the moment of the global peak of `allocated`.
-  std::array<int64_t, kNumCategories> at_peak_by_category{};
+  CategoryBytes at_peak_by_category{};
   std::map<std::string, int64_t> at_peak_by_owner;
-  int64_t num_allocs = 0, num_frees = 0, num_segments = 0, cache_hits = 0, num_ooms = 0;
-  int64_t limit = 0;  // 0: none
+  int64_t total_allocated = 0, total_freed = 0;  // cumulative rounded bytes
+  int64_t num_allocs = 0, num_frees = 0;
+  int64_t num_segments = 0;                               // segments held now
+  int64_t num_segment_allocs = 0, num_segment_frees = 0;  // cumulative
+  int64_t cache_hits = 0;                                 // allocations served from a cached free block
+  int64_t num_ooms = 0;                                   // OutOfMemoryError thrown
+  int64_t num_retries = 0;                                // times the cache was emptied to satisfy a request
+  int64_t largest_free_block = 0;                         // largest cached block that could serve a request now
+  int64_t limit = 0;                                      // 0: none
+  bool caching = true;
 
   int64_t category(Category c) const { return by_category[size_t(c)]; }
   int64_t peak(Category c) const { return peak_by_category[size_t(c)]; }
+  int64_t at_peak(Category c) const { return at_peak_by_category[size_t(c)]; }
+  int64_t cached() const { return reserved - active; }            // free bytes inside segments
+  int64_t fragmentation() const { return reserved - allocated; }  // held but not handed out
 };
 
 MemoryStats memory_stats(const Device& d = kCPU);
+// Starts the peaks (and the breakdown at the peak) again from the current values.
 void reset_peak(const Device& d = kCPU);
-// Caps the bytes allocated on `d` (0 removes the cap); past it allocation throws OutOfMemoryError.
+// Caps the bytes reserved on `d` (0 removes the cap). Past it the allocator frees its cached
+// segments, retries, then throws OutOfMemoryError; on CPU this behaves like a GPU of that size.
+// A request that would take `allocated` past the cap is refused even from the cache (this only
+// matters when the cap is set below what is already reserved).
+// Without a call, the environment variable MG_MEMORY_LIMIT sets it when `d` first allocates:
+// "512M" (cpu and cuda devices) or per device type "cpu=1G,cuda=8G,meta=40G"; suffixes K, M, G
+// (powers of 1024), optionally followed by "B" or "iB".
 void set_memory_limit(const Device& d, int64_t bytes);
 // Live bytes per owner label on `d`.
 std::map<std::string, int64_t> memory_by_owner(const Device& d = kCPU);
+
+// Returns the cached segments of `d` that hold no live block to the device.
+void empty_cache(const Device& d = kCPU);
+// Turns the cache of `d` on or off. Off: each allocation gets its own segment, returned when
+// freed (for comparison with the caching allocator); turning it off empties the cache.
+void set_caching(const Device& d, bool on);
+
+// "1.50 MiB": bytes in binary units, for reports.
+std::string format_bytes(int64_t bytes);
+
+// A readable table of the stats of `d` (like PyTorch's memory_summary) with the breakdown by
+// category and the top owners at the peak.
+std::string memory_summary(const Device& d = kCPU);
+
+// ---- history
+
+enum class MemoryEventKind : uint8_t { Alloc, Free, Relabel, SegmentAlloc, SegmentFree, Oom, Annotation };
+const char* event_kind_name(MemoryEventKind k);
+
+// One entry of the history. `bytes` is the rounded block size (segment size for segment
+// events, the failed request for Oom); the totals are the device's state after the event.
+struct MemoryEvent {
+  MemoryEventKind kind = MemoryEventKind::Alloc;
+  Device device;
+  int64_t time_ns = 0;  // since the history was switched on
+  int64_t bytes = 0, requested = 0;
+  uint64_t address = 0;
+  Category category = Category::Other;
+  Category previous_category = Category::Other;  // Relabel: the category before
+  std::string owner, op, note;                   // note: the text of an Annotation
+  int64_t allocated = 0, reserved = 0;
+  CategoryBytes by_category{};
+};
+
+// Records events of every device into a ring buffer that keeps the last `max_entries`.
+// Switching it on clears what was recorded.
+void record_history(bool on, size_t max_entries = 100000);
+bool recording_history();
+std::vector<MemoryEvent> memory_history();  // oldest first
+// Adds a user annotation (e.g. "forward", "backward", "step") to the history of `d`.
+void annotate_memory(const std::string& note, const Device& d = kCPU);
+
+// Writes JSON with the stats, segments and blocks of every device that allocated, and the history.
+void dump_snapshot(const std::string& path);
+// Writes a self-contained HTML page (no network, no scripts) drawing allocated bytes of `d`
+// over the recorded events, stacked by category, with the peak marked and its breakdown listed.
+void write_memory_timeline(const std::string& path, const Device& d = kCPU, const std::string& title = "");
+
+// ---- the allocator's layout, for snapshots and tests
+
+struct BlockInfo {
+  uint64_t address = 0;
+  int64_t size = 0;       // carved size
+  int64_t allocated = 0;  // rounded request (0 when free)
+  int64_t requested = 0;
+  bool in_use = false;
+  Category category = Category::Other;
+  std::string owner, op;
+};
+struct SegmentInfo {
+  uint64_t address = 0;
+  int64_t size = 0;
+  bool small_pool = false;
+  std::vector<BlockInfo> blocks;  // in address order, covering the segment
+};
+std::vector<SegmentInfo> memory_segments(const Device& d = kCPU);
+// Devices that have allocated at least once.
+std::vector<Device> devices_with_memory();
 
 }  // namespace mg

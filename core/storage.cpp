@@ -16,10 +16,12 @@ Storage::~Storage() {
   if (deleter_) deleter_(data_);
 }
 
+// Only op outputs (Temporary) become Activation: a saved parameter stays Parameter and a saved
+// user input stays Input, so each byte is counted for what it is.
 void Storage::add_saved_ref() {
   if (saved_refs_++ == 0 && block_) {
     unsaved_category_ = block_->category;
-    memory::set_category(block_, Category::Activation);
+    if (unsaved_category_ == Category::Temporary) memory::set_category(block_, Category::Activation);
   }
 }
 
@@ -29,7 +31,7 @@ void Storage::drop_saved_ref() {
 
 void Storage::set_category(Category c) {
   unsaved_category_ = c;
-  if (block_ && saved_refs_ == 0) memory::set_category(block_, c);
+  if (block_) memory::set_category(block_, saved_refs_ > 0 && c == Category::Temporary ? Category::Activation : c);
 }
 
 Category Storage::category() const { return block_ ? block_->category : Category::Other; }

@@ -27,7 +27,7 @@ class Storage {
   uint64_t version() const { return version_; }
   void bump_version() { ++version_; }
 
-  // While autograd holds a tensor for backward its bytes count as Activation.
+  // While autograd holds an op output (Temporary) for backward its bytes count as Activation.
   void add_saved_ref();
   void drop_saved_ref();
   // Re-labels the bytes (e.g. a gradient stored into .grad becomes Gradient).

@@ -1,0 +1,115 @@
+// dump_snapshot: stats, segments, blocks and history of every device as one JSON document.
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include <memgrad/core/error.h>
+#include <memgrad/core/memory.h>
+
+namespace mg {
+
+namespace {
+
+using nlohmann::json;
+
+json categories_json(const CategoryBytes& v) {
+  json j = json::object();
+  for (int c = 0; c < kNumCategories; ++c) j[category_name(Category(c))] = v[size_t(c)];
+  return j;
+}
+
+json stats_json(const MemoryStats& s) {
+  return json{{"allocated", s.allocated},
+              {"peak_allocated", s.peak_allocated},
+              {"reserved", s.reserved},
+              {"peak_reserved", s.peak_reserved},
+              {"active", s.active},
+              {"peak_active", s.peak_active},
+              {"requested", s.requested},
+              {"peak_requested", s.peak_requested},
+              {"by_category", categories_json(s.by_category)},
+              {"peak_by_category", categories_json(s.peak_by_category)},
+              {"at_peak_by_category", categories_json(s.at_peak_by_category)},
+              {"at_peak_by_owner", s.at_peak_by_owner},
+              {"total_allocated", s.total_allocated},
+              {"total_freed", s.total_freed},
+              {"num_allocs", s.num_allocs},
+              {"num_frees", s.num_frees},
+              {"num_segments", s.num_segments},
+              {"num_segment_allocs", s.num_segment_allocs},
+              {"num_segment_frees", s.num_segment_frees},
+              {"cache_hits", s.cache_hits},
+              {"num_ooms", s.num_ooms},
+              {"num_retries", s.num_retries},
+              {"largest_free_block", s.largest_free_block},
+              {"limit", s.limit},
+              {"caching", s.caching}};
+}
+
+json segment_json(const SegmentInfo& seg) {
+  json blocks = json::array();
+  for (auto& b : seg.blocks) {
+    json jb{{"address", b.address}, {"size", b.size}, {"state", b.in_use ? "active" : "free"}};
+    if (b.in_use) {
+      jb["allocated"] = b.allocated;
+      jb["requested"] = b.requested;
+      jb["category"] = category_name(b.category);
+      jb["owner"] = b.owner;
+      jb["op"] = b.op;
+    }
+    blocks.push_back(std::move(jb));
+  }
+  return json{{"address", seg.address},
+              {"size", seg.size},
+              {"pool", seg.small_pool ? "small" : "large"},
+              {"blocks", std::move(blocks)}};
+}
+
+json event_json(const MemoryEvent& e) {
+  json j{{"kind", event_kind_name(e.kind)}, {"device", e.device.str()}, {"time_ns", e.time_ns}, {"bytes", e.bytes},
+         {"allocated", e.allocated},        {"reserved", e.reserved}};
+  switch (e.kind) {
+    case MemoryEventKind::Alloc:
+    case MemoryEventKind::Free:
+    case MemoryEventKind::Relabel:
+    case MemoryEventKind::Oom:
+      j["requested"] = e.requested;
+      j["category"] = category_name(e.category);
+      j["owner"] = e.owner;
+      j["op"] = e.op;
+      if (e.kind == MemoryEventKind::Relabel) j["previous_category"] = category_name(e.previous_category);
+      break;
+    case MemoryEventKind::Annotation:
+      j["note"] = e.note;
+      break;
+    default:
+      break;
+  }
+  if (e.kind != MemoryEventKind::Annotation && e.kind != MemoryEventKind::Oom) j["address"] = e.address;
+  j["by_category"] = categories_json(e.by_category);
+  return j;
+}
+
+}  // namespace
+
+void dump_snapshot(const std::string& path) {
+  json devices = json::array();
+  for (const Device& d : devices_with_memory()) {
+    json segments = json::array();
+    for (auto& seg : memory_segments(d)) segments.push_back(segment_json(seg));
+    devices.push_back(json{{"device", d.str()}, {"stats", stats_json(memory_stats(d))}, {"segments", segments}});
+  }
+  json history = json::array();
+  for (auto& e : memory_history()) history.push_back(event_json(e));
+  json doc{{"format", "memgrad-memory-snapshot"},
+           {"version", 1},
+           {"byte_counts", "allocated and categories: requests rounded to 512 B; size: carved block size"},
+           {"devices", std::move(devices)},
+           {"history", std::move(history)}};
+  std::ofstream f(path);
+  MG_CHECK(f.good(), IOError, "dump_snapshot: expected a writable file, could not open \"", path, "\"");
+  f << doc.dump(1) << '\n';
+  MG_CHECK(f.good(), IOError, "dump_snapshot: writing \"", path, "\" failed");
+}
+
+}  // namespace mg

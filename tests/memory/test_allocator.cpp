@@ -1,0 +1,376 @@
+// The caching allocator on its own: rounding, pools, splitting, merging, the cache, limits,
+// stats arithmetic and threads. Layout tests run on the meta device (addresses, no bytes), which
+// goes through the very same pools as cpu and cuda; the thread test runs on cpu with real bytes.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include <memgrad/core/allocator.h>
+#include <memgrad/core/error.h>
+
+using namespace mg;
+
+namespace {
+
+constexpr int64_t KiB = 1024, MiB = 1024 * 1024;
+
+// Allocates raw blocks and releases whatever is left when it goes out of scope.
+struct Blocks {
+  Device device;
+  std::vector<Block*> live;
+  explicit Blocks(Device d = kMeta) : device(d) {}
+  ~Blocks() {
+    for (Block* b : live) memory::release(b);
+  }
+  Block* get(int64_t bytes, Category c = Category::Other) {
+    live.push_back(memory::allocate(device, size_t(bytes), c));
+    return live.back();
+  }
+  void put(Block* b) {
+    live.erase(std::find(live.begin(), live.end(), b));
+    memory::release(b);
+  }
+};
+
+uint64_t addr(const Block* b) { return reinterpret_cast<uint64_t>(b->ptr); }
+
+// Starts a test from an empty meta device with caching on and no limit.
+void fresh_meta() {
+  set_caching(kMeta, true);
+  set_memory_limit(kMeta, 0);
+  empty_cache(kMeta);
+  REQUIRE(memory_stats(kMeta).allocated == 0);
+  REQUIRE(memory_stats(kMeta).reserved == 0);
+  reset_peak(kMeta);
+}
+
+// The invariants that must hold at every moment, checked against the segment layout.
+void check_consistent(const Device& d) {
+  MemoryStats s = memory_stats(d);
+  CHECK(std::accumulate(s.by_category.begin(), s.by_category.end(), int64_t(0)) == s.allocated);
+  int64_t reserved = 0, active = 0, allocated = 0, free_bytes = 0, largest_free = 0;
+  auto segments = memory_segments(d);
+  for (auto& seg : segments) {
+    reserved += seg.size;
+    uint64_t next = seg.address;
+    for (auto& b : seg.blocks) {
+      CHECK(b.address == next);  // blocks tile the segment
+      next += uint64_t(b.size);
+      if (b.in_use)
+        active += b.size, allocated += b.allocated;
+      else
+        free_bytes += b.size, largest_free = std::max(largest_free, b.size);
+    }
+    CHECK(next == seg.address + uint64_t(seg.size));
+  }
+  CHECK(int64_t(segments.size()) == s.num_segments);
+  CHECK(reserved == s.reserved);
+  CHECK(active == s.active);
+  CHECK(allocated == s.allocated);
+  CHECK(free_bytes == s.cached());
+  CHECK(largest_free == s.largest_free_block);
+  CHECK(s.peak_allocated >= s.allocated);
+  CHECK(s.peak_reserved >= s.reserved);
+}
+
+}  // namespace
+
+TEST_CASE("allocator: requests round up to 512 B; requested bytes are kept apart") {
+  CHECK(memory::round_size(0) == 512);
+  CHECK(memory::round_size(1) == 512);
+  CHECK(memory::round_size(512) == 512);
+  CHECK(memory::round_size(513) == 1024);
+  CHECK(memory::round_size(1000000) == 1000448);
+  fresh_meta();
+  Blocks b;
+  b.get(1);
+  b.get(513);
+  MemoryStats s = memory_stats(kMeta);
+  CHECK(s.allocated == 512 + 1024);
+  CHECK(s.requested == 1 + 513);
+  CHECK(s.active == 512 + 1024);
+  check_consistent(kMeta);
+}
+
+TEST_CASE("allocator: pool choice and segment sizes") {
+  fresh_meta();
+  Blocks b;
+  auto last_segment_size = [] {
+    MemoryStats s = memory_stats(kMeta);
+    return s.reserved;
+  };
+  SUBCASE("up to 1 MiB: small pool, 2 MiB segments") {
+    b.get(MiB);
+    CHECK(last_segment_size() == 2 * MiB);
+    auto segs = memory_segments(kMeta);
+    REQUIRE(segs.size() == 1);
+    CHECK(segs[0].small_pool);
+    b.get(MiB);  // the rest of the same segment
+    CHECK(memory_stats(kMeta).num_segments == 1);
+    b.get(512);  // a new one
+    CHECK(memory_stats(kMeta).reserved == 4 * MiB);
+  }
+  SUBCASE("1-10 MiB: large pool, 20 MiB segments") {
+    b.get(MiB + 1);
+    CHECK(last_segment_size() == 20 * MiB);
+    CHECK_FALSE(memory_segments(kMeta)[0].small_pool);
+    b.get(9 * MiB);
+    CHECK(memory_stats(kMeta).num_segments == 1);
+  }
+  SUBCASE("10 MiB and more: a segment of the request rounded to 2 MiB") {
+    b.get(10 * MiB);
+    CHECK(last_segment_size() == 10 * MiB);
+    b.get(11 * MiB + 1);
+    CHECK(last_segment_size() == 10 * MiB + 12 * MiB);
+  }
+  check_consistent(kMeta);
+}
+
+TEST_CASE("allocator: splitting keeps worthwhile tails, best fit picks the tightest block") {
+  fresh_meta();
+  Blocks b;
+  Block* a = b.get(512);
+  Block* c = b.get(1000);
+  CHECK(addr(c) == addr(a) + 512);  // carved from the same segment, back to back
+  auto seg = memory_segments(kMeta)[0];
+  REQUIRE(seg.blocks.size() == 3);
+  CHECK(seg.blocks[2].size == 2 * MiB - 512 - 1024);
+  CHECK_FALSE(seg.blocks[2].in_use);
+
+  // Large pool: a tail of at most 1 MiB stays with its block (active > allocated).
+  Block* big = b.get(11 * MiB + 512 * KiB);  // segment of 12 MiB, tail 0.5 MiB
+  MemoryStats s = memory_stats(kMeta);
+  CHECK(s.active - s.allocated == 512 * KiB);
+  CHECK(memory::round_size(big->requested) == big->size);
+  // ... while a larger tail is split off: 3 MiB out of a 20 MiB segment leaves 17 MiB free.
+  b.get(3 * MiB);
+  CHECK(memory_stats(kMeta).largest_free_block == 17 * MiB);
+
+  // Best fit: with free holes of 4 KiB and 1 KiB, a 1 KiB request takes the 1 KiB hole.
+  Block* h4 = b.get(4 * KiB);
+  Block* sep = b.get(512);
+  Block* h1 = b.get(KiB);
+  b.get(512);
+  uint64_t hole1 = addr(h1);
+  b.put(h4);
+  b.put(h1);
+  (void)sep;
+  Block* again = b.get(KiB);
+  CHECK(addr(again) == hole1);
+  check_consistent(kMeta);
+}
+
+TEST_CASE("allocator: freed blocks merge with free neighbours; a freed block is reused") {
+  fresh_meta();
+  Blocks b;
+  Block* x = b.get(512);
+  Block* y = b.get(512);
+  Block* z = b.get(512);
+  uint64_t base = addr(x);
+  b.put(y);
+  b.put(x);  // merges with y's hole
+  auto seg = memory_segments(kMeta)[0];
+  REQUIRE(seg.blocks.size() == 3);
+  CHECK(seg.blocks[0].size == 1024);
+  CHECK_FALSE(seg.blocks[0].in_use);
+  b.put(z);  // merges both sides: the whole segment is one free block again
+  seg = memory_segments(kMeta)[0];
+  REQUIRE(seg.blocks.size() == 1);
+  CHECK(seg.blocks[0].size == 2 * MiB);
+
+  int64_t hits = memory_stats(kMeta).cache_hits, segments = memory_stats(kMeta).num_segment_allocs;
+  Block* w = b.get(100);
+  CHECK(addr(w) == base);
+  CHECK(memory_stats(kMeta).cache_hits == hits + 1);
+  CHECK(memory_stats(kMeta).num_segment_allocs == segments);
+  check_consistent(kMeta);
+}
+
+TEST_CASE("allocator: empty_cache returns only the segments with no live block") {
+  fresh_meta();
+  const int64_t segment_frees = memory_stats(kMeta).num_segment_frees;
+  {
+    Blocks b;
+    b.get(512);
+    Block* big = b.get(2 * MiB);
+    b.put(big);
+    CHECK(memory_stats(kMeta).reserved == 2 * MiB + 20 * MiB);
+    empty_cache(kMeta);
+    MemoryStats s = memory_stats(kMeta);
+    CHECK(s.reserved == 2 * MiB);
+    CHECK(s.num_segments == 1);
+    CHECK(s.num_segment_frees == segment_frees + 1);
+    check_consistent(kMeta);
+  }
+  CHECK(memory_stats(kMeta).reserved == 2 * MiB);  // freed blocks stay cached
+  empty_cache(kMeta);
+  CHECK(memory_stats(kMeta).reserved == 0);
+  check_consistent(kMeta);
+}
+
+TEST_CASE("allocator: caching off gives each allocation its own segment") {
+  fresh_meta();
+  set_caching(kMeta, false);
+  const int64_t hits = memory_stats(kMeta).cache_hits;
+  {
+    Blocks b;
+    b.get(512);
+    b.get(3 * MiB + 100);
+    MemoryStats s = memory_stats(kMeta);
+    CHECK(s.reserved == 512 + 3 * MiB + 512);
+    CHECK(s.num_segments == 2);
+    CHECK(s.cache_hits == hits);
+    CHECK_FALSE(s.caching);
+    check_consistent(kMeta);
+  }
+  MemoryStats s = memory_stats(kMeta);
+  CHECK(s.reserved == 0);
+  CHECK(s.num_segments == 0);
+  set_caching(kMeta, true);
+}
+
+TEST_CASE("allocator: stats arithmetic, categories, owners and peaks") {
+  fresh_meta();
+  MemoryStats s0 = memory_stats(kMeta);
+  Blocks b;
+  {
+    MemoryScope scope(Category::Parameter, "model");
+    MemoryScope inner("fc1");
+    b.get(1000, Category::Input);  // the scope's category wins over the fallback
+  }
+  Block* act = b.get(2048, Category::Temporary);
+  memory::set_category(act, Category::Activation);
+  Block* tmp = b.get(4096, Category::Temporary);
+  MemoryStats s = memory_stats(kMeta);
+  CHECK(s.category(Category::Parameter) == 1024);
+  CHECK(s.category(Category::Activation) == 2048);
+  CHECK(s.category(Category::Temporary) == 4096);
+  CHECK(s.peak(Category::Temporary) == 4096);
+  CHECK(s.peak(Category::Activation) == 2048);
+  CHECK(s.allocated == 1024 + 2048 + 4096);
+  CHECK(s.peak_allocated == s.allocated);
+  CHECK(s.num_allocs - s0.num_allocs == 3);
+  CHECK(memory_by_owner(kMeta).at("model.fc1") == 1024);
+  b.put(tmp);
+  s = memory_stats(kMeta);
+  CHECK(s.allocated == 1024 + 2048);
+  CHECK(s.peak_allocated == 1024 + 2048 + 4096);
+  CHECK(s.at_peak(Category::Temporary) == 4096);
+  CHECK(s.at_peak(Category::Activation) == 2048);
+  CHECK(s.at_peak_by_owner.at("model.fc1") == 1024);
+  CHECK(s.total_allocated - s0.total_allocated == 7168);
+  CHECK(s.total_freed - s0.total_freed == 4096);
+  reset_peak(kMeta);
+  s = memory_stats(kMeta);
+  CHECK(s.peak_allocated == 1024 + 2048);
+  CHECK(s.peak(Category::Temporary) == 0);
+  check_consistent(kMeta);
+}
+
+TEST_CASE("allocator: past the limit the cache is emptied and the request retried, else OutOfMemoryError") {
+  fresh_meta();
+  set_memory_limit(kMeta, 4 * MiB);
+  Blocks b;
+  SUBCASE("retry after emptying the cache") {
+    b.put(b.get(512));  // leaves a cached 2 MiB small segment
+    int64_t retries = memory_stats(kMeta).num_retries;
+    b.get(3 * MiB);  // 2 + 3 MiB > 4 MiB: the cached segment goes, then a 3 MiB segment fits
+    MemoryStats s = memory_stats(kMeta);
+    CHECK(s.num_retries == retries + 1);
+    CHECK(s.reserved == 3 * MiB);  // under a limit a request-sized segment replaces the 20 MiB one
+    check_consistent(kMeta);
+  }
+  SUBCASE("out of memory: the message, then the program goes on") {
+    {
+      MemoryScope scope(Category::Parameter, "encoder.weight");
+      b.get(3 * MiB);
+    }
+    MemoryStats before = memory_stats(kMeta);
+    std::string message;
+    {
+      MemoryScope scope(Category::Activation, "decoder");
+      OpScope op("linear");
+      try {
+        b.get(2 * MiB);
+      } catch (const OutOfMemoryError& e) {
+        message = e.what();
+      }
+    }
+    REQUIRE_FALSE(message.empty());
+    for (const char* part :
+         {"out of memory on meta", "tried to allocate 2.00 MiB", "in linear", "\"decoder\"", "limit 4.00 MiB",
+          "allocated 3.00 MiB", "reserved 3.00 MiB", "free 1.00 MiB", "Parameter 3.00 MiB",
+          "Top owners: encoder.weight 3.00 MiB", "checkpoint", "half precision", "smaller batch", "accumulate"})
+      CHECK_MESSAGE(message.find(part) != std::string::npos, part, " missing from: ", message);
+    MemoryStats after = memory_stats(kMeta);
+    CHECK(after.num_ooms == before.num_ooms + 1);
+    CHECK(after.allocated == before.allocated);
+    CHECK(after.num_allocs == before.num_allocs);
+    check_consistent(kMeta);
+    b.get(MiB);  // a smaller request still fits
+    CHECK(memory_stats(kMeta).allocated == 4 * MiB);
+  }
+  SUBCASE("a limit lowered below what is reserved also refuses cached bytes past it") {
+    b.put(b.get(3 * MiB));  // a cached 3 MiB segment
+    set_memory_limit(kMeta, 2 * MiB);
+    b.get(2 * MiB);  // a cache hit within the limit
+    CHECK(memory_stats(kMeta).reserved == 3 * MiB);
+    CHECK_THROWS_AS(b.get(512), OutOfMemoryError);
+    check_consistent(kMeta);
+  }
+  set_memory_limit(kMeta, 0);
+  CHECK_THROWS_AS(set_memory_limit(kMeta, -1), ValueError);
+}
+
+TEST_CASE("allocator: MG_MEMORY_LIMIT values") {
+  using memory::limit_from_env;
+  CHECK(limit_from_env("1048576", DeviceType::CPU) == MiB);
+  CHECK(limit_from_env("512M", DeviceType::CPU) == 512 * MiB);
+  CHECK(limit_from_env("512M", DeviceType::CUDA) == 512 * MiB);
+  CHECK(limit_from_env("512M", DeviceType::Meta) == 0);  // a plain value caps real devices only
+  CHECK(limit_from_env("1.5GiB", DeviceType::CPU) == 1536 * MiB);
+  CHECK(limit_from_env("64kb", DeviceType::CPU) == 64 * KiB);
+  CHECK(limit_from_env("cpu=1G,meta=2K", DeviceType::Meta) == 2 * KiB);
+  CHECK(limit_from_env("cpu=1G,meta=2K", DeviceType::CPU) == 1024 * MiB);
+  CHECK(limit_from_env("cpu=1G,meta=2K", DeviceType::CUDA) == 0);
+  CHECK_THROWS_AS(limit_from_env("lots", DeviceType::CPU), ValueError);
+  CHECK_THROWS_AS(limit_from_env("12X", DeviceType::CPU), ValueError);
+  CHECK_THROWS_AS(limit_from_env("gpu=1G", DeviceType::CPU), ValueError);
+}
+
+TEST_CASE("allocator: concurrent allocation and release from several threads") {
+  for (Device d : {kCPU, kMeta}) {
+    MemoryStats s0 = memory_stats(d);
+    const int kThreads = 4, kRounds = 3000;
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t)
+      threads.emplace_back([d, t] {
+        std::mt19937 rng{unsigned(t)};
+        std::vector<Block*> mine;
+        for (int i = 0; i < kRounds; ++i) {
+          if (mine.empty() || rng() % 3 != 0) {
+            size_t n = rng() % 4 == 0 ? size_t(rng() % (3 << 20)) : size_t(rng() % 8192);
+            mine.push_back(memory::allocate(d, n, Category::Temporary));
+            if (d.is_cpu() && n) static_cast<char*>(mine.back()->ptr)[n - 1] = char(i);  // the bytes are there
+          } else {
+            size_t k = rng() % mine.size();
+            memory::release(mine[k]);
+            mine[k] = mine.back();
+            mine.pop_back();
+          }
+        }
+        for (Block* b : mine) memory::release(b);
+      });
+    for (auto& th : threads) th.join();
+    MemoryStats s = memory_stats(d);
+    CHECK(s.allocated == s0.allocated);
+    CHECK(s.requested == s0.requested);
+    CHECK(s.num_allocs - s0.num_allocs == s.num_frees - s0.num_frees);
+    CHECK(s.category(Category::Temporary) == s0.category(Category::Temporary));
+    check_consistent(d);
+  }
+}

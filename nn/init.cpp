@@ -1,0 +1,112 @@
+#include <memgrad/nn/init.h>
+
+#include <cmath>
+
+#include <memgrad/core/random.h>
+#include <memgrad/kernels/backend.h>
+#include <memgrad/nn/module.h>
+
+namespace mg::nn::init {
+
+using kernels::Backend;
+
+double calculate_gain(Nonlinearity nl, double negative_slope) {
+  switch (nl) {
+    case Nonlinearity::ReLU:
+      return std::sqrt(2.0);
+    case Nonlinearity::LeakyReLU:
+      return std::sqrt(2.0 / (1 + negative_slope * negative_slope));
+    case Nonlinearity::Tanh:
+      return 5.0 / 3;
+    default:
+      return 1.0;
+  }
+}
+
+std::pair<int64_t, int64_t> fans(const Tensor& t) {
+  MG_CHECK(t.dim() >= 2, ShapeError, "init: fan in and fan out need a tensor of 2 or more dims, got shape ",
+           shape_str(t.shape()));
+  int64_t field = 1;
+  for (int64_t d = 2; d < t.dim(); ++d) field *= t.size(d);
+  return {t.size(1) * field, t.size(0) * field};
+}
+
+namespace {
+void check(const char* op, const Tensor& t) {
+  MG_CHECK(t.defined() && is_floating(t.dtype()), DTypeError, op, ": expected a floating tensor, got ",
+           t.defined() ? dtype_name(t.dtype()) : "an undefined one");
+}
+}  // namespace
+
+Tensor& constant_(Tensor& t, double value) {
+  check("constant_", t);
+  kernels::run("constant_", t.device(), &Backend::fill, t, value);
+  t.storage()->bump_version();
+  return t;
+}
+Tensor& zeros_(Tensor& t) { return constant_(t, 0.0); }
+Tensor& ones_(Tensor& t) { return constant_(t, 1.0); }
+
+Tensor& normal_(Tensor& t, double mean, double std) {
+  check("normal_", t);
+  MG_CHECK(t.is_contiguous(), ValueError, "normal_: expected a contiguous tensor");
+  uint64_t off = default_generator().reserve(2 * uint64_t(t.numel()));  // Box-Muller: two words each
+  kernels::run("normal_", t.device(), &Backend::normal, t, default_generator().seed(), off, mean, std);
+  t.storage()->bump_version();
+  return t;
+}
+
+Tensor& uniform_(Tensor& t, double lo, double hi) {
+  check("uniform_", t);
+  MG_CHECK(t.is_contiguous(), ValueError, "uniform_: expected a contiguous tensor");
+  uint64_t off = default_generator().reserve(uint64_t(t.numel()));
+  kernels::run("uniform_", t.device(), &Backend::uniform, t, default_generator().seed(), off, lo, hi);
+  t.storage()->bump_version();
+  return t;
+}
+
+Tensor& xavier_uniform_(Tensor& t, double gain) {
+  auto [fi, fo] = fans(t);
+  double a = gain * std::sqrt(6.0 / double(fi + fo));
+  return uniform_(t, -a, a);
+}
+Tensor& xavier_normal_(Tensor& t, double gain) {
+  auto [fi, fo] = fans(t);
+  return normal_(t, 0.0, gain * std::sqrt(2.0 / double(fi + fo)));
+}
+
+namespace {
+double kaiming_std(const Tensor& t, double a, FanMode mode, Nonlinearity nl) {
+  auto [fi, fo] = fans(t);
+  return calculate_gain(nl, a) / std::sqrt(double(mode == FanMode::FanIn ? fi : fo));
+}
+}  // namespace
+Tensor& kaiming_uniform_(Tensor& t, double a, FanMode mode, Nonlinearity nl) {
+  double bound = std::sqrt(3.0) * kaiming_std(t, a, mode, nl);
+  return uniform_(t, -bound, bound);
+}
+Tensor& kaiming_normal_(Tensor& t, double a, FanMode mode, Nonlinearity nl) {
+  return normal_(t, 0.0, kaiming_std(t, a, mode, nl));
+}
+
+void gpt2_init_(Module& model, int64_t n_layer, const std::string& residual_suffix) {
+  auto ends_with = [](const std::string& s, const std::string& e) {
+    return s.size() >= e.size() && s.compare(s.size() - e.size(), e.size(), e) == 0;
+  };
+  for (auto& [path, m] : model.named_modules()) {
+    for (auto& [name, p] : m->named_parameters(false)) {
+      std::string full = path.empty() ? name : path + "." + name;
+      const std::string& type = m->type_name();
+      if (type == "LayerNorm")
+        name == "weight" ? ones_(p) : zeros_(p);
+      else if (name == "bias")
+        zeros_(p);
+      else if (ends_with(full, residual_suffix))
+        normal_(p, 0.0, 0.02 / std::sqrt(2.0 * double(n_layer)));
+      else
+        normal_(p, 0.0, 0.02);
+    }
+  }
+}
+
+}  // namespace mg::nn::init

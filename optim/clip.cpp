@@ -1,0 +1,39 @@
+#include <memgrad/optim/clip.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include <memgrad/autograd/grad_mode.h>
+#include <memgrad/core/ops.h>
+
+namespace mg::optim {
+
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type) {
+  MG_CHECK(norm_type > 0, ValueError, "clip_grad_norm_: expected a positive norm type, got ", norm_type);
+  NoGradGuard ng;
+  double total = 0;
+  for (auto& p : params) {
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    Tensor a = abs(g.to(kFloat64));
+    if (std::isinf(norm_type))
+      total = std::max(total, max(a).item<double>());
+    else
+      total += pow(a, norm_type).sum().item<double>();
+  }
+  if (!std::isinf(norm_type)) total = std::pow(total, 1.0 / norm_type);
+  double coef = max_norm / (total + 1e-6);
+  if (coef < 1)
+    for (auto& p : params)
+      if (Tensor g = p.grad(); g.defined()) g.mul_(coef);
+  return total;
+}
+
+void clip_grad_value_(const std::vector<Tensor>& params, double clip_value) {
+  MG_CHECK(clip_value >= 0, ValueError, "clip_grad_value_: expected a non-negative clip value, got ", clip_value);
+  NoGradGuard ng;
+  for (auto& p : params)
+    if (Tensor g = p.grad(); g.defined()) g.clamp_(-clip_value, clip_value);
+}
+
+}  // namespace mg::optim

@@ -1,0 +1,99 @@
+// Optimizer base: parameter groups with their hyperparameters, step(), zero_grad(), a
+// state_dict, and the per-parameter footprint of the optimizer's state. State tensors are
+// created lazily at the first step (as in PyTorch) under MemoryScope(OptimizerState, <param
+// name>), so the ledger shows the jump at that step and state_bytes() agrees with it.
+#pragma once
+#include <iosfwd>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <memgrad/core/tensor.h>
+
+namespace mg::optim {
+
+using Hyperparameters = std::map<std::string, double>;  // "lr", "momentum", "betas1", ...
+using StateDict = std::map<std::string, Tensor>;
+
+struct ParamGroup {
+  std::vector<Tensor> params;
+  // One name per parameter (optional): shown in reports and used as the ledger's owner label.
+  // Missing names come from the label the parameter was allocated under (its module path).
+  std::vector<std::string> names;
+  Hyperparameters options;  // overrides of the optimizer's defaults for this group
+};
+
+// One parameter's row of state_report(). Bytes are ledger bytes (allocator blocks).
+struct StateRow {
+  std::string name;
+  Shape shape;
+  DType dtype;
+  int64_t param_bytes = 0, grad_bytes = 0;
+  std::vector<std::pair<std::string, int64_t>> state;  // state tensor name and bytes
+  int64_t state_bytes = 0;
+  int64_t total() const { return param_bytes + grad_bytes + state_bytes; }
+};
+struct StateReport {
+  std::vector<StateRow> rows;
+  int64_t param_bytes = 0, grad_bytes = 0, state_bytes = 0;
+  // State bytes per parameter byte: 0 for SGD, 1 with momentum, 2 for Adam, 3 with amsgrad.
+  double state_per_param() const { return param_bytes ? double(state_bytes) / double(param_bytes) : 0.0; }
+  std::string str() const;  // a readable table with totals
+};
+std::ostream& operator<<(std::ostream& os, const StateReport& r);
+
+class Optimizer {
+ public:
+  Optimizer(std::vector<ParamGroup> groups, Hyperparameters defaults, std::string type);
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // Updates every parameter that has a gradient, without recording history.
+  void step();
+  // Clears (set_to_none, PyTorch's default) or zeroes every parameter's .grad.
+  void zero_grad(bool set_to_none = true);
+
+  std::vector<ParamGroup>& param_groups() { return groups_; }
+  const std::vector<ParamGroup>& param_groups() const { return groups_; }
+  void add_param_group(ParamGroup group);
+  double lr(size_t group = 0) const { return groups_.at(group).options.at("lr"); }
+  void set_lr(double lr);  // every group
+  const std::string& type() const { return type_; }
+
+  // Ledger bytes of `param`'s state (0 before its first step); all parameters' without argument.
+  int64_t state_bytes(const Tensor& param) const;
+  int64_t state_bytes() const;
+  StateReport state_report() const;
+
+  // "state.<i>.<name>" (i counts parameters across groups in order; "step" is an int64 scalar)
+  // and "param_groups.<g>.<option>" (float64 scalars). Loading validates everything first.
+  StateDict state_dict() const;
+  void load_state_dict(const StateDict& dict);
+
+ protected:
+  struct ParamState {
+    int64_t step = 0;
+    std::vector<std::pair<std::string, Tensor>> tensors;  // in creation order
+  };
+  // Applies one update to `param` (its .grad is defined) with its group's options.
+  virtual void update(const Hyperparameters& options, const Tensor& param, const std::string& name,
+                      ParamState& state) = 0;
+  // The state tensor `key` of `param`, created zeroed (same shape, dtype, device) on first use.
+  Tensor& state_tensor(ParamState& state, const Tensor& param, const std::string& name, const std::string& key);
+
+ private:
+  void check_group(ParamGroup& group);
+  std::string type_;
+  Hyperparameters defaults_;
+  std::vector<ParamGroup> groups_;
+  std::unordered_map<const TensorImpl*, ParamState> state_;
+};
+
+// Single-group conveniences: plain parameters, or named ones (module.named_parameters()).
+std::vector<ParamGroup> as_groups(const std::vector<Tensor>& params);
+std::vector<ParamGroup> as_groups(const std::vector<std::pair<std::string, Tensor>>& named);
+
+}  // namespace mg::optim

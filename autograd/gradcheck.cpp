@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include <memgrad/autograd/grad_mode.h>
+#include <memgrad/autograd/node.h>
 #include <memgrad/core/ops.h>
 
 namespace mg {
@@ -28,6 +29,8 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
     if (!inputs[k].defined() || !inputs[k].requires_grad()) continue;
     MG_CHECK(inputs[k].dtype() == kFloat64, DTypeError, "gradcheck: expected float64 inputs, got ", inputs[k].dtype(),
              " for input ", k);
+    MG_CHECK(inputs[k].is_leaf(), ValueError, "gradcheck: expected leaf inputs (gradients accumulate only in "
+             "leaves), got input ", k, " computed by ", inputs[k].grad_fn()->name());
     checked.push_back(k);
   }
   MG_CHECK(!checked.empty(), ValueError, "gradcheck: expected at least one input that requires grad, got none");

@@ -29,7 +29,8 @@ struct SavedTensor::State {
   std::any packed;
   SavedTensorHooks::Unpack unpack;
   uint64_t version = 0;
-  std::shared_ptr<Storage> storage;  // for the version check and the Activation label
+  std::shared_ptr<Storage> storage;  // for the version check and the Activation label (unpacked only)
+  std::weak_ptr<Storage> watched;    // the version check under hooks, without keeping the bytes alive
   Shape shape;
   DType dtype;
 
@@ -41,15 +42,16 @@ struct SavedTensor::State {
 SavedTensor::SavedTensor(const Tensor& t) {
   if (!t.defined()) return;
   state_ = std::make_shared<State>();
-  state_->storage = t.storage();
   state_->version = t.version();
   state_->shape = t.shape();
   state_->dtype = t.dtype();
-  if (!t_saved_hooks.empty()) {
-    auto& [pack, unpack] = t_saved_hooks.back();
+  if (!t_saved_hooks.empty()) {  // the hooks own the value: keep no reference to its storage
+    auto [pack, unpack] = t_saved_hooks.back();
     state_->unpack = unpack;
+    state_->watched = t.storage();
     state_->packed = pack(t.detach());
   } else {
+    state_->storage = t.storage();
     state_->tensor = t.detach();
     state_->storage->add_saved_ref();
   }
@@ -57,10 +59,12 @@ SavedTensor::SavedTensor(const Tensor& t) {
 
 Tensor SavedTensor::get() const {
   MG_CHECK(state_, AutogradError, "backward: a saved tensor was used after it was released");
-  MG_CHECK(state_->storage->version() == state_->version, AutogradError,
+  // Under hooks the original may be gone (then nobody can modify it any more).
+  std::shared_ptr<Storage> s = state_->unpack ? state_->watched.lock() : state_->storage;
+  MG_CHECK(!s || s->version() == state_->version, AutogradError,
            "backward: a tensor of shape ", shape_str(state_->shape), " (", state_->dtype,
            ") that was saved for backward has been modified by an in-place operation: expected version ",
-           state_->version, ", got version ", state_->storage->version(),
+           state_->version, ", got version ", s->version(),
            ". Use an out-of-place op, or clone() before modifying it");
   if (state_->unpack) return state_->unpack(state_->packed);
   return state_->tensor;

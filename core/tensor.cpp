@@ -114,6 +114,10 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
            ", got ", shape_str(g.shape()));
   MG_CHECK(g.device() == device(), DeviceError, "backward: expected a gradient on ", device(), ", got one on ",
            g.device());
+  if (g.dtype() != dtype()) {  // as in PyTorch, the seed takes the output's dtype (kernels assume one dtype)
+    NoGradGuard ng;
+    g = g.to(dtype());
+  }
   autograd::run_backward({*this}, {g}, retain_graph);
 }
 

@@ -183,6 +183,12 @@ Tensor empty_with(const Shape& shape, DType dtype, const Device& device, Categor
 namespace detail {
 double load_as_double(const void* p, DType t);
 void store_from_double(void* p, DType t, double v);
+// Element at p converted to T; int64 is read exactly (beyond 2^53 a double would round it).
+template <class T>
+T load_as(const void* p, DType t) {
+  if (t == kInt64) return T(*static_cast<const int64_t*>(p));
+  return T(load_as_double(p, t));
+}
 }  // namespace detail
 
 template <class T>
@@ -196,15 +202,17 @@ template <class T>
 T Tensor::item() const {
   MG_CHECK(numel() == 1, ShapeError, "item: expected a tensor with one element, got shape ",
            shape_str(shape()));
-  return T(detail::load_as_double(raw_data(), dtype()));
+  if (device().is_cuda()) return detach().to(kCPU).item<T>();  // one small device-to-host copy
+  return detail::load_as<T>(raw_data(), dtype());
 }
 
 template <class T>
 std::vector<T> Tensor::to_vector() const {
+  if (device().is_cuda()) return detach().to(kCPU).to_vector<T>();
   Tensor c = contiguous();
   std::vector<T> r(size_t(c.numel()));
   const char* p = static_cast<const char*>(c.raw_data());
-  for (size_t i = 0; i < r.size(); ++i) r[i] = T(detail::load_as_double(p + i * c.element_size(), c.dtype()));
+  for (size_t i = 0; i < r.size(); ++i) r[i] = detail::load_as<T>(p + i * c.element_size(), c.dtype());
   return r;
 }
 

@@ -1,8 +1,10 @@
 // Elementwise ops: unary maps, binary ops with broadcasting and type promotion, where,
 // comparisons, and the in-place forms.
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 
+#include <memgrad/amp/autocast.h>
 #include <memgrad/core/ops/op_util.h>
 
 namespace mg {
@@ -103,9 +105,12 @@ Tensor binary_op(const char* name, BinaryOp op, const Tensor& a, const Tensor& b
   Tensor out = new_output(s, is_comparison(op) ? kBool : ct, a.device());
   kernels::run(name, a.device(), &Backend::binary, op, x, y, out, alpha);
   if (!is_comparison(op) && autograd::any_requires_grad({a, b})) {
-    bool keep = backward_needs_operands(op);
-    SavedTensor sa(keep ? prepare(a, ct, a.shape()) : Tensor()), sb(keep ? prepare(b, ct, b.shape()) : Tensor());
-    SavedTensor so(op == BinaryOp::Pow ? out : Tensor());
+    // Save only what the needed gradients use: mul needs b for a's gradient and a for b's.
+    bool na = a.requires_grad(), nb = b.requires_grad(), keep = backward_needs_operands(op);
+    bool keep_a = keep && (op == BinaryOp::Mul || op == BinaryOp::Div ? nb : true);
+    bool keep_b = keep && (op == BinaryOp::Mul || op == BinaryOp::Pow ? na : true);
+    SavedTensor sa(keep_a ? prepare(a, ct, a.shape()) : Tensor()), sb(keep_b ? prepare(b, ct, b.shape()) : Tensor());
+    SavedTensor so(op == BinaryOp::Pow && nb ? out : Tensor());
     Shape as = a.shape(), bs = b.shape();
     DType at = a.dtype(), bt = b.dtype();
     autograd::record(name, {a, b}, {out}, [=](const TensorList& g, const Node& n) {
@@ -167,8 +172,8 @@ Tensor& binary_inplace(const char* name, BinaryOp op, Tensor& self, const Tensor
 
 // ---- unary
 Tensor neg(const Tensor& x) { return unary_op("neg", UnaryOp::Neg, x, Keep::Nothing, false); }
-Tensor exp(const Tensor& x) { return unary_op("exp", UnaryOp::Exp, x, Keep::Output, true); }
-Tensor log(const Tensor& x) { return unary_op("log", UnaryOp::Log, x, Keep::Input, true); }
+Tensor exp(const Tensor& x) { return unary_op("exp", UnaryOp::Exp, amp::cast_for_float_op(x), Keep::Output, true); }
+Tensor log(const Tensor& x) { return unary_op("log", UnaryOp::Log, amp::cast_for_float_op(x), Keep::Input, true); }
 Tensor sqrt(const Tensor& x) { return unary_op("sqrt", UnaryOp::Sqrt, x, Keep::Output, true); }
 Tensor rsqrt(const Tensor& x) { return unary_op("rsqrt", UnaryOp::Rsqrt, x, Keep::Output, true); }
 Tensor abs(const Tensor& x) { return unary_op("abs", UnaryOp::Abs, x, Keep::Input, false); }
@@ -183,8 +188,10 @@ Tensor gelu(const Tensor& x, GeluApprox approx) {
 
 Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {
   MG_CHECK(lo || hi, ValueError, "clamp: expected at least one of min and max, got neither");
-  bool integral = !is_floating(x.dtype());
-  double a = lo ? lo->value : integral ? -9.2e18 : -DBL_MAX, b = hi ? hi->value : integral ? 9.2e18 : DBL_MAX;
+  // Bounds are kept inside the dtype's range: converting an out-of-range double to int32 is undefined.
+  double top = is_floating(x.dtype()) ? DBL_MAX : x.dtype() == kInt32 ? 2147483647.0 : 9.2e18;
+  double bottom = x.dtype() == kInt32 ? -2147483648.0 : -top;
+  double a = lo ? std::clamp(lo->value, bottom, top) : bottom, b = hi ? std::clamp(hi->value, bottom, top) : top;
   return unary_op("clamp", UnaryOp::Clamp, x, Keep::Input, false, {a, b});
 }
 

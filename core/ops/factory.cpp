@@ -96,7 +96,14 @@ Tensor tensor(const std::vector<T>& data, const Shape& shape_, const TensorOptio
            numel_of(shape), " elements, got ", data.size(), " values");
   Tensor host = empty_with(shape, o.dtype_, kCPU, Category::Input);
   char* p = static_cast<char*>(host.raw_data());
-  for (size_t i = 0; i < data.size(); ++i) detail::store_from_double(p + i * host.element_size(), o.dtype_, double(data[i]));
+  for (size_t i = 0; i < data.size(); ++i) {
+    if constexpr (std::is_integral_v<T>)  // exact: int64 beyond 2^53 does not survive a double
+      if (o.dtype_ == kInt64) {
+        reinterpret_cast<int64_t*>(p)[i] = int64_t(data[i]);
+        continue;
+      }
+    detail::store_from_double(p + i * host.element_size(), o.dtype_, double(data[i]));
+  }
   return finish(o.device_.is_cpu() ? host : host.to(o.device_), o);
 }
 template Tensor tensor<float>(const std::vector<float>&, const Shape&, const TensorOptions&);

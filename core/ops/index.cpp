@@ -128,7 +128,11 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
   check_index("embedding", weight, indices);
   Shape s = indices.shape();
   s.push_back(weight.size(1));
-  return index_select(weight, 0, indices.reshape({-1})).view(s);
+  try {
+    return index_select(weight, 0, indices.reshape({-1})).view(s);
+  } catch (const IndexError& e) {  // name the op the user called
+    throw IndexError(detail::str("embedding: ", e.what()));
+  }
 }
 
 Tensor gather(const Tensor& x, int64_t dim_, const Tensor& index) {

@@ -1,4 +1,6 @@
 // matmul with torch.matmul's rules, and linear (x W^T + b) as one op that saves only x and W.
+#include <memgrad/amp/autocast.h>
+#include <memgrad/core/flops.h>
 #include <memgrad/core/ops/op_util.h>
 
 namespace mg {
@@ -29,6 +31,7 @@ Tensor batched_matmul(const Tensor& a, const Tensor& b) {
     Tensor x = a.to(ct).expand(sa).reshape({B, M, K}), y = b.to(ct).expand(sb).reshape({B, K, N});
     kernels::run("matmul", a.device(), &Backend::matmul, x, y, out.view({B, M, N}));
   }
+  count_flops(2.0 * double(B) * double(M) * double(N) * double(K));
   if (autograd::any_requires_grad({a, b})) {
     SavedTensor sa(b.requires_grad() ? a : Tensor()), sb(a.requires_grad() ? b : Tensor());
     Shape as = a.shape(), bs = b.shape();
@@ -45,7 +48,8 @@ Tensor batched_matmul(const Tensor& a, const Tensor& b) {
 
 }  // namespace
 
-Tensor matmul(const Tensor& a, const Tensor& b) {
+Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  Tensor a = amp::cast_for_half_op(a_in), b = amp::cast_for_half_op(b_in);
   check_same_device("matmul", a, b);
   MG_CHECK(a.dim() >= 1 && b.dim() >= 1, ShapeError, "matmul: expected tensors with at least one dim, got ",
            shape_str(a.shape()), " and ", shape_str(b.shape()));
@@ -60,7 +64,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return batched_matmul(a, b);
 }
 
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
+Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in) {
+  Tensor x = amp::cast_for_half_op(x_in), w = amp::cast_for_half_op(w_in), bias = amp::cast_for_half_op(bias_in);
   OpScope scope("linear");
   check_same_device("linear", x, w);
   MG_CHECK(w.dim() == 2, ShapeError, "linear: expected a 2-d weight [out, in], got ", shape_str(w.shape()));
@@ -86,6 +91,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
       kernels::run("linear", x.device(), &Backend::binary, kernels::BinaryOp::Add, out2,
                    prepare(bias, x.dtype(), out2.shape()), out2, 1.0);
   }
+  count_flops(2.0 * double(rows) * double(I) * double(O));
   if (autograd::any_requires_grad({x, w, bias})) {
     SavedTensor sx(w.requires_grad() ? x : Tensor()), sw(x.requires_grad() ? w : Tensor());
     Shape xs = x.shape();

@@ -1,4 +1,6 @@
 // Neural-network ops: layer norm, dropout, losses, convolution and pooling.
+#include <memgrad/amp/autocast.h>
+#include <memgrad/core/flops.h>
 #include <memgrad/core/ops/op_util.h>
 #include <memgrad/core/random.h>
 
@@ -7,7 +9,10 @@ namespace mg {
 using namespace detail;
 using kernels::Conv2dGeometry;
 
-Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias, double eps) {
+Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tensor& weight_in, const Tensor& bias_in,
+                  double eps) {
+  Tensor x = amp::cast_for_float_op(x_in), weight = amp::cast_for_float_op(weight_in),
+         bias = amp::cast_for_float_op(bias_in);
   OpScope scope("layer_norm");
   check_floating("layer_norm", x);
   size_t k = normalized_shape.size();
@@ -97,8 +102,9 @@ Tensor reduce_loss(const Tensor& per_element, Reduction r) {
 }
 }  // namespace
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index, double smoothing,
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, int64_t ignore_index, double smoothing,
                      Reduction reduction) {
+  Tensor logits = amp::cast_for_float_op(logits_in);
   check_floating("cross_entropy", logits);
   check_dtype("cross_entropy", target, kInt64, "class-index targets");
   check_same_device("cross_entropy", logits, target);
@@ -133,7 +139,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_
   return losses.sum() / count;  // mean over the targets that are not ignored
 }
 
-Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduction) {
+  Tensor input = amp::cast_for_float_op(input_in), target = amp::cast_for_float_op(target_in);
   MG_CHECK(input.shape() == target.shape(), ShapeError, "mse_loss: expected input and target of one shape, got ",
            shape_str(input.shape()), " and ", shape_str(target.shape()));
   Tensor d = input - target;
@@ -163,8 +170,10 @@ Conv2dGeometry geometry(const char* op, const Tensor& x, int64_t kh, int64_t kw,
 }
 }  // namespace
 
-Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, std::vector<int64_t> stride,
+Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bias_in, std::vector<int64_t> stride,
               std::vector<int64_t> padding, std::vector<int64_t> dilation, int64_t groups) {
+  Tensor input = amp::cast_for_half_op(input_in), weight = amp::cast_for_half_op(weight_in),
+         bias = amp::cast_for_half_op(bias_in);
   OpScope scope("conv2d");
   check_floating("conv2d", input);
   check_same_device("conv2d", input, weight);
@@ -204,6 +213,7 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, std
                    prepare(bias.view({O, 1}), input.dtype(), o3.shape()), o3, 1.0);
     }
   }
+  count_flops(2.0 * double(g.n) * double(O) * double(K) * double(L));
   if (autograd::any_requires_grad({input, weight, bias})) {
     SavedTensor sx(weight.requires_grad() ? input : Tensor()), sw(input.requires_grad() ? weight : Tensor());
     Shape xs = input.shape(), ws = weight.shape();

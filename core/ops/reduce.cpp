@@ -1,5 +1,6 @@
 // Reductions and the softmax family. Kernels see the input as a contiguous [outer, r, inner]
 // block; reductions over several non-adjacent dims first move those dims to the end.
+#include <memgrad/amp/autocast.h>
 #include <memgrad/core/ops/op_util.h>
 
 namespace mg {
@@ -102,7 +103,7 @@ ValuesIndices arg_reduce_op(const char* name, ReduceOp op, const Tensor& x, int6
 }  // namespace
 
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
-  return reduce_op("sum", ReduceOp::Sum, x, dims, keepdim);
+  return reduce_op("sum", ReduceOp::Sum, amp::cast_for_float_op(x), dims, keepdim);
 }
 
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
@@ -158,7 +159,8 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
 // ---- softmax family
 
 namespace {
-Tensor softmax_op(const char* name, const Tensor& x, int64_t dim_, bool log) {
+Tensor softmax_op(const char* name, const Tensor& x_in, int64_t dim_, bool log) {
+  Tensor x = amp::cast_for_float_op(x_in);
   OpScope scope(name);
   check_floating(name, x);
   int64_t dim = wrap_dim(dim_, x.dim(), name);

@@ -1,0 +1,21 @@
+# Sourced by train.sh and test.sh: installs the Debian packages the build needs that are missing.
+# As root it runs apt-get (one update, one install); otherwise it prints the command and stops.
+
+MG_PACKAGES=(g++ cmake make ccache libeigen3-dev doctest-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev libfmt-dev)
+
+mg_install_packages() {
+  local missing=() p
+  for p in "$@"; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "memgrad needs these Debian packages: ${missing[*]}" >&2
+    echo "run: sudo apt-get update && sudo apt-get install -y ${missing[*]}" >&2
+    exit 1
+  fi
+  echo "installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+}

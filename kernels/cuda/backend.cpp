@@ -1,10 +1,50 @@
-// The CUDA kernel table. The CUDA backend issue fills it in; until then every op on a cuda
-// tensor raises NotImplementedError, while allocation and copies already work.
+// The CUDA kernel table. Without MG_CUDA it stays empty and ops on cuda tensors raise
+// (allocation already says why: not built / no device).
 #include <memgrad/kernels/backend.h>
+#ifdef MG_WITH_CUDA
+#include <memgrad/kernels/cuda/cuda_kernels.h>
+#endif
 
 namespace mg::kernels {
+
 const Backend& cuda_backend() {
-  static const Backend b;
+  static const Backend b = [] {
+    Backend k;
+#ifdef MG_WITH_CUDA
+    k.copy = cuda::copy;
+    k.fill = cuda::fill;
+    k.fill_range = cuda::fill_range;
+    k.uniform = cuda::uniform;
+    k.normal = cuda::normal;
+    k.randint = cuda::randint;
+    k.unary = cuda::unary;
+    k.unary_backward = cuda::unary_backward;
+    k.binary = cuda::binary;
+    k.where = cuda::where;
+    k.reduce = cuda::reduce;
+    k.arg_reduce = cuda::arg_reduce;
+    k.softmax = cuda::softmax;
+    k.softmax_backward = cuda::softmax_backward;
+    k.matmul = cuda::matmul;
+    k.index_select = cuda::index_select;
+    k.index_add = cuda::index_add;
+    k.gather = cuda::gather;
+    k.scatter_add = cuda::scatter_add;
+    k.layer_norm = cuda::layer_norm;
+    k.layer_norm_backward = cuda::layer_norm_backward;
+    k.dropout = cuda::dropout;
+    k.cross_entropy = cuda::cross_entropy;
+    k.cross_entropy_backward = cuda::cross_entropy_backward;
+    k.im2col = cuda::im2col;
+    k.col2im = cuda::col2im;
+    k.max_pool2d = cuda::max_pool2d;
+    k.max_pool2d_backward = cuda::max_pool2d_backward;
+    k.avg_pool2d = cuda::avg_pool2d;
+    k.avg_pool2d_backward = cuda::avg_pool2d_backward;
+#endif
+    return k;
+  }();
   return b;
 }
+
 }  // namespace mg::kernels

@@ -1,4 +1,5 @@
 // Built when MG_CUDA is OFF: the cuda device type exists, and using it says why it can't.
+#include <memgrad/core/cuda.h>
 #include <memgrad/core/error.h>
 #include <memgrad/kernels/cuda/runtime.h>
 
@@ -14,4 +15,28 @@ std::string last_error() { return "memgrad was built without CUDA"; }
 void* malloc(int, size_t) { unbuilt(); }
 void free(int, void*) {}
 void copy(void*, const void*, size_t, CopyKind, int) { unbuilt(); }
+
+DeviceProperties properties(int) { unbuilt(); }
+int current_device() { return 0; }
+void set_device(int) { unbuilt(); }
+void synchronize(int) { unbuilt(); }
+Stream Stream::create(int) { unbuilt(); }
+void Stream::synchronize() const {}
+bool Stream::query() const { return true; }
+Stream current_stream(int) { return Stream(); }
+void set_current_stream(const Stream&) { unbuilt(); }
+StreamGuard::StreamGuard(const Stream&) { unbuilt(); }
+StreamGuard::~StreamGuard() = default;
+Event::Event(bool) {}
+void Event::record(const Stream&) { unbuilt(); }
+void Event::synchronize() const {}
+bool Event::query() const { return true; }
+void Event::wait(const Stream&) const { unbuilt(); }
+float Event::elapsed_ms(const Event&) const { unbuilt(); }
+Tensor empty_pinned(const Shape&, DType) { unbuilt(); }
+Tensor pin_memory(const Tensor&) { unbuilt(); }
+bool is_pinned(const Tensor&) { return false; }
+int64_t pinned_bytes() { return 0; }
+void copy_async(const Tensor&, const Tensor&) { unbuilt(); }
+DeviceMemory device_memory(int) { unbuilt(); }
 }  // namespace mg::cuda

@@ -1,14 +1,47 @@
+// The CUDA device runtime: the segment source for the allocator (cudaMalloc), streams, events,
+// pinned host memory and copies. Kernels launch on current_stream(device).
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <mutex>
+#include <unordered_set>
+#include <vector>
+
+#include <memgrad/core/cuda.h>
 #include <memgrad/core/error.h>
+#include <memgrad/core/memory.h>
+#include <memgrad/core/ops.h>
 #include <memgrad/kernels/cuda/runtime.h>
 
 namespace mg::cuda {
 namespace {
 std::string g_last_error;
 void check(cudaError_t e, const char* what) {
-  MG_CHECK(e == cudaSuccess, DeviceError, "cuda: ", what, " failed: ", cudaGetErrorString(e));
+  if (e == cudaSuccess) return;
+  (void)cudaGetLastError();
+  throw DeviceError(detail::str("cuda: ", what, " failed: ", cudaGetErrorString(e)));
 }
+int resolve(int device) {
+  if (device >= 0) {
+    check_device_usable(cuda_device(device));
+    return device;
+  }
+  check_device_usable(cuda_device(0));
+  int d = 0;
+  check(cudaGetDevice(&d), "cudaGetDevice");
+  return d;
+}
+// Per thread, per device: the stream memgrad uses (default-constructed: the legacy stream).
+thread_local std::vector<Stream> t_streams;
+Stream& stream_slot(int device) {
+  if (t_streams.size() <= size_t(device)) t_streams.resize(size_t(device) + 1);
+  return t_streams[size_t(device)];
+}
+cudaStream_t raw(const Stream& s) { return static_cast<cudaStream_t>(s.handle()); }
+
+std::mutex g_pinned_mu;
+std::unordered_set<const void*> g_pinned;  // live pinned allocations (base pointers)
+std::atomic<int64_t> g_pinned_bytes{0};
 }  // namespace
 
 bool built() { return true; }
@@ -46,15 +79,190 @@ void* malloc(int device, size_t bytes) {
 void free(int device, void* p) {
   if (!p) return;
   cudaSetDevice(device);
-  cudaFree(p);
+  cudaFree(p);  // synchronises the device, so pending kernels never see reused bytes
 }
 
 void copy(void* dst, const void* src, size_t bytes, CopyKind kind, int device) {
+  if (bytes == 0) return;
   check(cudaSetDevice(device), "cudaSetDevice");
   cudaMemcpyKind k = kind == CopyKind::HostToDevice   ? cudaMemcpyHostToDevice
                      : kind == CopyKind::DeviceToHost ? cudaMemcpyDeviceToHost
                                                       : cudaMemcpyDeviceToDevice;
-  check(cudaMemcpy(dst, src, bytes, k), "cudaMemcpy");
+  cudaStream_t s = raw(stream_slot(device));
+  check(cudaMemcpyAsync(dst, src, bytes, k, s), "cudaMemcpyAsync");
+  if (kind != CopyKind::DeviceToDevice) check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+}
+
+// ---- devices
+
+DeviceProperties properties(int device) {
+  device = resolve(device);
+  cudaDeviceProp p{};
+  check(cudaGetDeviceProperties(&p, device), "cudaGetDeviceProperties");
+  return {p.name, p.major, p.minor, p.multiProcessorCount, int64_t(p.totalGlobalMem)};
+}
+
+int current_device() {
+  if (device_count() == 0) return 0;
+  int d = 0;
+  check(cudaGetDevice(&d), "cudaGetDevice");
+  return d;
+}
+
+void set_device(int device) { check(cudaSetDevice(resolve(device)), "cudaSetDevice"); }
+
+void synchronize(int device) {
+  device = resolve(device);
+  check(cudaSetDevice(device), "cudaSetDevice");
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+}
+
+// ---- streams
+
+Stream Stream::create(int device) {
+  device = resolve(device);
+  check(cudaSetDevice(device), "cudaSetDevice");
+  cudaStream_t s = nullptr;
+  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  return Stream(device, std::shared_ptr<void>(s, [device](void* h) {
+                  cudaSetDevice(device);
+                  cudaStreamDestroy(static_cast<cudaStream_t>(h));
+                }));
+}
+
+void Stream::synchronize() const {
+  if (device_count() == 0) return;
+  check(cudaSetDevice(device_), "cudaSetDevice");
+  check(cudaStreamSynchronize(raw(*this)), "cudaStreamSynchronize");
+}
+
+bool Stream::query() const {
+  if (device_count() == 0) return true;
+  cudaError_t e = cudaStreamQuery(raw(*this));
+  if (e == cudaErrorNotReady) return false;
+  check(e, "cudaStreamQuery");
+  return true;
+}
+
+Stream current_stream(int device) {
+  if (device < 0) device = current_device();
+  Stream s = stream_slot(device);
+  if (s.is_default()) return Stream(device, nullptr);
+  return s;
+}
+
+void set_current_stream(const Stream& s) {
+  resolve(s.device());
+  stream_slot(s.device()) = s;
+}
+
+StreamGuard::StreamGuard(const Stream& s) : prev_(current_stream(s.device())) { set_current_stream(s); }
+StreamGuard::~StreamGuard() { stream_slot(prev_.device()) = prev_; }
+
+// ---- events
+
+Event::Event(bool timing) {
+  device_ = resolve(-1);
+  cudaEvent_t e = nullptr;
+  check(cudaEventCreateWithFlags(&e, timing ? cudaEventDefault : cudaEventDisableTiming), "cudaEventCreate");
+  handle_ = std::shared_ptr<void>(e, [](void* h) { cudaEventDestroy(static_cast<cudaEvent_t>(h)); });
+}
+
+void Event::record(const Stream& s) {
+  MG_CHECK(s.device() == device_, DeviceError, "Event::record: expected a stream on cuda:", device_,
+           ", got one on cuda:", s.device());
+  check(cudaEventRecord(static_cast<cudaEvent_t>(handle()), raw(s)), "cudaEventRecord");
+}
+void Event::synchronize() const {
+  check(cudaEventSynchronize(static_cast<cudaEvent_t>(handle())), "cudaEventSynchronize");
+}
+bool Event::query() const {
+  cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(handle()));
+  if (e == cudaErrorNotReady) return false;
+  check(e, "cudaEventQuery");
+  return true;
+}
+void Event::wait(const Stream& s) const {
+  check(cudaStreamWaitEvent(raw(s), static_cast<cudaEvent_t>(handle()), 0), "cudaStreamWaitEvent");
+}
+float Event::elapsed_ms(const Event& end) const {
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(handle()), static_cast<cudaEvent_t>(end.handle())),
+        "cudaEventElapsedTime");
+  return ms;
+}
+
+// ---- pinned memory and asynchronous copies
+
+Tensor empty_pinned(const Shape& shape, DType dtype) {
+  resolve(-1);
+  size_t bytes = size_t(numel_of(shape)) * dtype_size(dtype);
+  void* p = nullptr;
+  check(cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault), "cudaHostAlloc");
+  {
+    std::lock_guard<std::mutex> g(g_pinned_mu);
+    g_pinned.insert(p);
+  }
+  g_pinned_bytes += int64_t(bytes);
+  return from_blob(p, shape, TensorOptions(dtype), [bytes](void* q) {
+    {
+      std::lock_guard<std::mutex> g(g_pinned_mu);
+      g_pinned.erase(q);
+    }
+    g_pinned_bytes -= int64_t(bytes);
+    cudaFreeHost(q);
+  });
+}
+
+Tensor pin_memory(const Tensor& t) {
+  MG_CHECK(t.device().is_cpu(), DeviceError, "pin_memory: expected a cpu tensor, got one on ", t.device());
+  if (is_pinned(t)) return t;
+  Tensor p = empty_pinned(t.shape(), t.dtype());
+  p.copy_(t.detach());
+  return p;
+}
+
+bool is_pinned(const Tensor& t) {
+  if (!t.defined() || !t.device().is_cpu()) return false;
+  std::lock_guard<std::mutex> g(g_pinned_mu);
+  return g_pinned.count(t.storage()->data()) > 0;
+}
+
+int64_t pinned_bytes() { return g_pinned_bytes; }
+
+void copy_async(const Tensor& dst, const Tensor& src) {
+  MG_CHECK(dst.shape() == src.shape() && dst.dtype() == src.dtype(), ValueError,
+           "copy_async: expected the same shape and dtype, got ", shape_str(dst.shape()), " ", dst.dtype(), " and ",
+           shape_str(src.shape()), " ", src.dtype());
+  MG_CHECK(dst.is_contiguous() && src.is_contiguous(), ValueError, "copy_async: expected contiguous tensors");
+  MG_CHECK(dst.device().is_cuda() || src.device().is_cuda(), DeviceError, "copy_async: expected one side on cuda, got ",
+           src.device(), " -> ", dst.device());
+  MG_CHECK(!dst.is_meta() && !src.is_meta(), MetaTensorError, "copy_async: meta tensors have no bytes");
+  const Device& d = dst.device().is_cuda() ? dst.device() : src.device();
+  check_device_usable(d);
+  auto addr = [](const Tensor& t) {
+    return static_cast<char*>(t.storage()->data()) + t.storage_offset() * int64_t(t.element_size());
+  };
+  cudaMemcpyKind k = src.device().is_cpu()   ? cudaMemcpyHostToDevice
+                     : dst.device().is_cpu() ? cudaMemcpyDeviceToHost
+                                             : cudaMemcpyDeviceToDevice;
+  check(cudaSetDevice(d.index), "cudaSetDevice");
+  check(cudaMemcpyAsync(addr(dst), addr(src), dst.nbytes(), k, raw(stream_slot(d.index))), "cudaMemcpyAsync");
+  dst.storage()->bump_version();
+}
+
+DeviceMemory device_memory(int device) {
+  device = resolve(device);
+  check(cudaSetDevice(device), "cudaSetDevice");
+  size_t free_b = 0, total_b = 0;
+  check(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+  DeviceMemory m;
+  m.total = int64_t(total_b);
+  m.free = int64_t(free_b);
+  m.used = m.total - m.free;
+  m.memgrad_reserved = memory_stats(cuda_device(device)).reserved;
+  m.outside_memgrad = m.used - m.memgrad_reserved;
+  return m;
 }
 
 }  // namespace mg::cuda

@@ -1,0 +1,145 @@
+// Times every CUDA kernel variant against the device's measured peaks: device-to-device copy
+// bandwidth for memory-bound kernels, GEMM rate for matmul; then a GPT-2-124M-shaped training
+// step (forward, backward, SGD update) with time, tokens/s and peak memory.
+//   bench_gpu_kernels [--quick] [--json FILE]
+// Exits 77 when no CUDA device is present.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <memgrad/memgrad.h>
+
+using namespace mg;
+
+namespace {
+
+const Device kGPU = cuda_device(0);
+
+// Median milliseconds of `reps` runs of f, after warm-up, timed with CUDA events.
+double time_ms(const std::function<void()>& f, int reps) {
+  for (int i = 0; i < 3; ++i) f();
+  std::vector<double> ms;
+  for (int i = 0; i < reps; ++i) {
+    cuda::Event a(true), b(true);
+    a.record();
+    f();
+    b.record();
+    b.synchronize();
+    ms.push_back(a.elapsed_ms(b));
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+struct Row {
+  std::string op, variant, shape;
+  double ms, rate;  // GB/s or TFLOP/s
+  const char* unit;
+  double fraction;  // of the measured peak
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false;
+  std::string json;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--quick"))
+      quick = true;
+    else if (!std::strcmp(argv[i], "--json") && i + 1 < argc)
+      json = argv[++i];
+  }
+  if (!cuda_available()) {
+    std::printf("bench_gpu_kernels: no CUDA device, nothing to time\n");
+    return 77;
+  }
+  auto props = cuda::properties(0);
+  std::printf("device: %s (sm_%d%d, %d SMs, %.1f GiB)\n", props.name.c_str(), props.major, props.minor,
+              props.multiprocessors, double(props.total_memory) / (1 << 30));
+  const int reps = quick ? 5 : 20;
+  NoGradGuard no_grad;
+
+  // ---- peaks measured in this run
+  const int64_t n = quick ? (int64_t(1) << 24) : (int64_t(1) << 28);  // float32 elements
+  Tensor src = randn({n}, kGPU), dst = empty({n}, kGPU);
+  double copy_ms = time_ms([&] { dst.copy_(src); }, reps);
+  const double copy_gbs = 2.0 * double(n) * 4 / copy_ms / 1e6;
+  std::printf("peak copy bandwidth: %.0f GB/s (device-to-device, %.0f MiB)\n", copy_gbs, double(n) * 4 / (1 << 20));
+  const int64_t g = quick ? 2048 : 8192;
+  Tensor ga = randn({g, g}, kGPU).to(kBFloat16), gb = randn({g, g}, kGPU).to(kBFloat16);
+  double gemm_ms = time_ms([&] { matmul(ga, gb); }, reps);
+  const double gemm_tflops = 2.0 * double(g) * g * g / gemm_ms / 1e9;
+  std::printf("peak GEMM rate: %.1f TFLOP/s (bfloat16, %lld^3)\n", gemm_tflops, (long long)g);
+
+  std::vector<Row> rows;
+  auto mem_row = [&](const std::string& op, const std::string& variant, const std::string& shape, double bytes,
+                     const std::function<void()>& f) {
+    double ms = time_ms(f, reps), gbs = bytes / ms / 1e6;
+    rows.push_back({op, variant, shape, ms, gbs, "GB/s", gbs / copy_gbs});
+  };
+  auto gemm_row = [&](const std::string& op, const std::string& shape, double flops, const std::function<void()>& f) {
+    double ms = time_ms(f, reps), tf = flops / ms / 1e9;
+    rows.push_back({op, "cublas", shape, ms, tf, "TFLOP/s", tf / gemm_tflops});
+  };
+
+  // ---- memory-bound kernels (bytes = what must cross DRAM at least once)
+  const int64_t R = quick ? 2048 : 8192, C = 768, V = 50257;
+  Tensor x = randn({R, C}, kGPU), y = randn({R, C}, kGPU), w = randn({C}, kGPU), b = randn({C}, kGPU);
+  Tensor xh = x.to(kBFloat16);
+  const double e = double(R) * C;
+  mem_row("copy", "cast f32->bf16", "8192x768", e * 6, [&] { x.to(kBFloat16); });
+  mem_row("unary", "gelu", "8192x768", e * 8, [&] { gelu(x); });
+  mem_row("unary", "gelu bf16", "8192x768", e * 4, [&] { gelu(xh); });
+  mem_row("binary", "add", "8192x768", e * 12, [&] { add(x, y); });
+  mem_row("binary", "add bias (broadcast)", "8192x768", e * 8, [&] { add(x, b); });
+  mem_row("reduce", "sum rows", "8192x768", e * 4, [&] { sum(x, {1}); });
+  mem_row("reduce", "sum cols", "8192x768", e * 4, [&] { sum(x, {0}); });
+  mem_row("softmax", "rows", "8192x768", e * 8, [&] { softmax(x, -1); });
+  mem_row("dropout", "philox", "8192x768", e * 8, [&] { dropout(x, 0.1); });
+  for (const std::string& v : cuda::kernel_variants("layer_norm")) {
+    cuda::set_kernel_variant("layer_norm", v);
+    mem_row("layer_norm", v, "8192x768", e * 8, [&] { layer_norm(x, {C}, w, b); });
+  }
+  cuda::set_kernel_variant("layer_norm", cuda::kernel_variants("layer_norm").front());
+  {
+    const int64_t N = quick ? 1024 : 8192;
+    Tensor logits = randn({N, V}, kGPU), target = randint(0, V, {N}, TensorOptions(kInt64).device(kGPU));
+    mem_row("cross_entropy", "fused", std::to_string(N) + "x50257", double(N) * V * 4,
+            [&] { cross_entropy(logits, target); });
+  }
+  {
+    Tensor idx = randint(0, V, {R}, TensorOptions(kInt64).device(kGPU)), wte = randn({V, C}, kGPU);
+    mem_row("index_select", "embedding", "8192 of 50257x768", e * 8, [&] { embedding(wte, idx); });
+  }
+  // ---- GEMMs
+  for (DType t : {kFloat32, kBFloat16, kFloat16}) {
+    Tensor a = randn({R, C}, kGPU).to(t), m = randn({C, 4 * C}, kGPU).to(t);
+    gemm_row(std::string("matmul ") + dtype_name(t), "8192x768 @ 768x3072", 2.0 * R * C * 4 * C, [&] { matmul(a, m); });
+  }
+  cuda::set_allow_tf32(true);
+  {
+    Tensor a = randn({R, C}, kGPU), m = randn({C, 4 * C}, kGPU);
+    gemm_row("matmul tf32", "8192x768 @ 768x3072", 2.0 * R * C * 4 * C, [&] { matmul(a, m); });
+  }
+  cuda::set_allow_tf32(false);
+
+  std::printf("\n%-16s %-22s %-22s %10s %12s %9s\n", "op", "variant", "shape", "ms", "rate", "of peak");
+  for (auto& r : rows)
+    std::printf("%-16s %-22s %-22s %10.4f %8.1f %-7s %5.1f%%\n", r.op.c_str(), r.variant.c_str(), r.shape.c_str(), r.ms,
+                r.rate, r.unit, 100 * r.fraction);
+  if (!json.empty()) {
+    std::ofstream out(json);
+    out << "{\"device\": \"" << props.name << "\", \"copy_gbs\": " << copy_gbs << ", \"gemm_tflops\": " << gemm_tflops
+        << ", \"kernels\": [";
+    for (size_t i = 0; i < rows.size(); ++i)
+      out << (i ? ", " : "") << "{\"op\": \"" << rows[i].op << "\", \"variant\": \"" << rows[i].variant
+          << "\", \"ms\": " << rows[i].ms << ", \"rate\": " << rows[i].rate << ", \"unit\": \"" << rows[i].unit
+          << "\", \"fraction\": " << rows[i].fraction << "}";
+    out << "]}\n";
+  }
+  return 0;
+}

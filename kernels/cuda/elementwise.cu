@@ -1,0 +1,339 @@
+// Elementwise CUDA kernels: copies and casts, fills, random fills (the CPU's counter-based
+// generator, so the same seed and offset give the same numbers), unary and binary maps, dropout.
+// Ops are switched inside the functor, so each dtype compiles one kernel per family.
+#include <memgrad/kernels/cuda/cuda_kernels.h>
+#include <memgrad/kernels/cuda/common.cuh>
+
+namespace mg::cuda {
+
+namespace {
+
+struct Identity {
+  template <class V>
+  __device__ V operator()(V v) const {
+    return v;
+  }
+};
+template <class A>
+struct Constant {
+  A v;
+  __device__ A operator()() const { return v; }
+};
+
+// Transcendental functions; integer arguments go through double like std:: on the CPU.
+template <class A>
+__device__ __forceinline__ auto real(A v) {
+  if constexpr (std::is_integral_v<A>)
+    return double(v);
+  else
+    return v;
+}
+
+template <class A>
+struct UnaryFn {
+  UnaryOp op;
+  A a, b;
+  double e;
+  __device__ A operator()(A v) const {
+    switch (op) {
+      case UnaryOp::Neg:
+        return -v;
+      case UnaryOp::Exp:
+        return A(exp(real(v)));
+      case UnaryOp::Log:
+        return A(log(real(v)));
+      case UnaryOp::Sqrt:
+        return A(sqrt(real(v)));
+      case UnaryOp::Rsqrt:
+        return A(1 / sqrt(real(v)));
+      case UnaryOp::Abs:
+        return v < A(0) ? -v : v;
+      case UnaryOp::Tanh:
+        return A(tanh(real(v)));
+      case UnaryOp::Sigmoid:
+        return A(sigmoid_f(real(v)));
+      case UnaryOp::Relu:
+        return v > A(0) ? v : A(0);
+      case UnaryOp::GeluErf:
+        return A(gelu_erf_f(real(v)));
+      case UnaryOp::GeluTanh:
+        return A(gelu_tanh_f(real(v)));
+      case UnaryOp::Silu:
+        return A(silu_f(real(v)));
+      case UnaryOp::PowScalar:
+        return A(pow(double(v), e));
+      case UnaryOp::Clamp:
+        return v < a ? a : (v > b ? b : v);
+      case UnaryOp::AddScalar:
+        return v + a;
+      case UnaryOp::MulScalar:
+        return v * a;
+      case UnaryOp::RsubScalar:
+        return a - v;
+    }
+    return v;
+  }
+};
+
+template <class A>
+struct UnaryGradFn {
+  UnaryOp op;
+  A a, b;
+  double e;
+  __device__ A operator()(A g, A s) const {  // `s` is x, or the output y where the CPU notes it
+    switch (op) {
+      case UnaryOp::Neg:
+        return -g;
+      case UnaryOp::Exp:
+        return g * s;
+      case UnaryOp::Log:
+        return g / s;
+      case UnaryOp::Sqrt:
+        return g / (A(2) * s);
+      case UnaryOp::Rsqrt:
+        return A(-0.5) * g * s * s * s;
+      case UnaryOp::Abs:
+        return s > A(0) ? g : (s < A(0) ? -g : A(0));
+      case UnaryOp::Tanh:
+        return g * (A(1) - s * s);
+      case UnaryOp::Sigmoid:
+        return g * s * (A(1) - s);
+      case UnaryOp::Relu:
+        return s > A(0) ? g : A(0);
+      case UnaryOp::GeluErf:
+        return g * gelu_erf_grad(s);
+      case UnaryOp::GeluTanh:
+        return g * gelu_tanh_grad(s);
+      case UnaryOp::Silu:
+        return g * silu_grad(s);
+      case UnaryOp::PowScalar:
+        return e == 0 ? A(0) : A(g * e * pow(double(s), e - 1));
+      case UnaryOp::Clamp:
+        return s >= a && s <= b ? g : A(0);
+      case UnaryOp::AddScalar:
+        return g;
+      case UnaryOp::MulScalar:
+        return g * a;
+      case UnaryOp::RsubScalar:
+        return -g;
+    }
+    return g;
+  }
+};
+
+template <class A>
+struct BinaryFn {
+  BinaryOp op;
+  A alpha;
+  __device__ A operator()(A u, A v) const {
+    switch (op) {
+      case BinaryOp::Add:
+        return u + alpha * v;
+      case BinaryOp::Sub:
+        return u - alpha * v;
+      case BinaryOp::Mul:
+        return u * v;
+      case BinaryOp::Div:
+        return u / v;
+      case BinaryOp::Pow:
+        return A(pow(real(u), real(v)));
+      case BinaryOp::Max:
+        return u != u ? u : (u > v ? u : v);
+      case BinaryOp::Min:
+        return u != u ? u : (u < v ? u : v);
+      default:
+        return A(0);
+    }
+  }
+};
+
+template <class A>
+struct CompareFn {
+  BinaryOp op;
+  __device__ bool operator()(A u, A v) const {
+    switch (op) {
+      case BinaryOp::Eq:
+        return u == v;
+      case BinaryOp::Ne:
+        return u != v;
+      case BinaryOp::Lt:
+        return u < v;
+      case BinaryOp::Le:
+        return u <= v;
+      case BinaryOp::Gt:
+        return u > v;
+      case BinaryOp::Ge:
+        return u >= v;
+      default:
+        return false;
+    }
+  }
+};
+
+// Wraps a functor so its arguments are first converted to A (bool and integers to int64).
+template <class A, class F>
+struct As {
+  F f;
+  template <class... V>
+  __device__ auto operator()(V... v) const {
+    return f(A(v)...);
+  }
+};
+
+struct Select {
+  template <class U>
+  __device__ U operator()(bool c, U u, U v) const {
+    return c ? u : v;
+  }
+};
+
+// ---- element i of a contiguous tensor from its index
+template <class T, class F>
+__global__ void fill_indexed_kernel(T* p, int64_t n, F f) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    p[i] = dstore<T>(f(i));
+}
+template <class F>
+void fill_indexed(const char* op, const Tensor& dst, F f) {
+  const int64_t n = dst.numel();
+  if (n == 0) return;
+  cudaStream_t s = stream_for(dst);
+  dispatch(dst.dtype(), [&](auto d) {
+    using T = typename decltype(d)::type;
+    fill_indexed_kernel<<<grid_for(n), 256, 0, s>>>(dptr<T>(dst), n, f);
+  });
+  check_launch(op);
+}
+
+struct RangeFn {
+  double start, step;
+  __device__ double operator()(int64_t i) const { return start + double(i) * step; }
+};
+struct UniformFn {
+  uint64_t seed, offset;
+  double lo, hi;
+  __device__ double operator()(int64_t i) const { return lo + (hi - lo) * double(random_uniform(seed, offset, i)); }
+};
+struct NormalFn {
+  uint64_t seed, offset;
+  double mean, std;
+  __device__ double operator()(int64_t i) const { return mean + std * double(random_normal(seed, offset, i)); }
+};
+struct RandintFn {
+  uint64_t seed, offset, range;
+  int64_t lo;
+  __device__ double operator()(int64_t i) const {
+    return double(lo + int64_t((uint64_t(random_word(seed, offset, i)) * range) >> 32));
+  }
+};
+
+template <class T>
+using arith_t = std::conditional_t<std::is_same_v<T, bool>, int64_t, opmath_t<T>>;
+
+template <class T, class A>
+__global__ void dropout_kernel(const T* x, T* out, int64_t n, float p, A scale, uint64_t seed, uint64_t offset) {
+  // The generator hands out offsets in whole Philox blocks, so elements 4g..4g+3 share block g:
+  // one Philox evaluation serves four elements, with exactly random_uniform's arithmetic.
+  const int64_t groups = (n + 3) / 4;
+  for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups; g += int64_t(gridDim.x) * blockDim.x) {
+    Philox4 r = philox(seed, (offset >> 2) + uint64_t(g));
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      int64_t i = g * 4 + k;
+      if (i >= n) break;
+      float u =
+          (offset & 3) == 0 ? float(r.v[k] >> 8) * (1.0f / 16777216.0f) : random_uniform(seed, offset, uint64_t(i));
+      out[i] = dstore<T>(u >= p ? dload(x[i]) * scale : A(0));
+    }
+  }
+}
+
+}  // namespace
+
+void copy(const Tensor& src, const Tensor& dst) {
+  if (src.dtype() == dst.dtype() && src.is_contiguous() && dst.is_contiguous() && src.shape() == dst.shape()) {
+    if (dst.nbytes() == 0) return;
+    cudaStream_t s = stream_for(dst);
+    cudaError_t e = cudaMemcpyAsync(dptr<char>(dst), dptr<char>(src), dst.nbytes(), cudaMemcpyDeviceToDevice, s);
+    MG_CHECK(e == cudaSuccess, DeviceError, "copy: cudaMemcpyAsync failed: ", cudaGetErrorString(e));
+    return;
+  }
+  dispatch(dst.dtype(), [&](auto d) {
+    using D = typename decltype(d)::type;
+    dispatch(src.dtype(), [&](auto t) {
+      using S = typename decltype(t)::type;
+      map<D, S>("copy", dst, Identity{}, src);
+    });
+  });
+}
+
+void fill(const Tensor& dst, double value) {
+  dispatch(dst.dtype(), [&](auto d) {
+    using T = typename decltype(d)::type;
+    map<T>("fill", dst, Constant<opmath_t<T>>{opmath_t<T>(value)});
+  });
+}
+
+void fill_range(const Tensor& dst, double start, double step) { fill_indexed("fill_range", dst, RangeFn{start, step}); }
+
+void uniform(const Tensor& dst, uint64_t seed, uint64_t offset, double lo, double hi) {
+  fill_indexed("uniform", dst, UniformFn{seed, offset, lo, hi});
+}
+
+void normal(const Tensor& dst, uint64_t seed, uint64_t offset, double mean, double std) {
+  fill_indexed("normal", dst, NormalFn{seed, offset, mean, std});
+}
+
+void randint(const Tensor& dst, uint64_t seed, uint64_t offset, int64_t lo, int64_t hi) {
+  fill_indexed("randint", dst, RandintFn{seed, offset, uint64_t(hi - lo), lo});
+}
+
+void unary(UnaryOp op, const Tensor& x, const Tensor& out, UnaryParams p) {
+  dispatch(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = arith_t<T>;
+    map<T, T>("unary", out, As<A, UnaryFn<A>>{{op, A(p.a), A(p.b), p.a}}, x);
+  });
+}
+
+void unary_backward(UnaryOp op, const Tensor& grad, const Tensor& saved, const Tensor& grad_in, UnaryParams p) {
+  dispatch_floating(grad.dtype(), "unary_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = opmath_t<T>;
+    map<T, T, T>("unary_backward", grad_in, UnaryGradFn<A>{op, A(p.a), A(p.b), p.a}, grad, saved);
+  });
+}
+
+void binary(BinaryOp op, const Tensor& x, const Tensor& y, const Tensor& out, double alpha) {
+  const bool compare = op >= BinaryOp::Eq;
+  dispatch(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = arith_t<T>;
+    if (compare)
+      map<bool, T, T>("binary", out, As<A, CompareFn<A>>{{op}}, x, y);
+    else
+      map<T, T, T>("binary", out, As<A, BinaryFn<A>>{{op, A(alpha)}}, x, y);
+  });
+}
+
+void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
+  dispatch(out.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    map<T, bool, T, T>("where", out, Select{}, cond, a, b);
+  });
+}
+
+void dropout(const Tensor& x, const Tensor& out, double p, uint64_t seed, uint64_t offset) {
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  cudaStream_t s = stream_for(out);
+  dispatch_floating(x.dtype(), "dropout", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = opmath_t<T>;
+    dropout_kernel<<<grid_for((n + 3) / 4), 256, 0, s>>>(dptr<T>(x), dptr<T>(out), n, float(p), A(1.0 / (1.0 - p)),
+                                                         seed, offset);
+  });
+  check_launch("dropout");
+}
+
+}  // namespace mg::cuda

@@ -1,0 +1,128 @@
+// Batched GEMM through cuBLAS (float32, TF32 when allowed, float16/bfloat16 with float32
+// accumulation, float64); integer and bool products use a plain kernel. Operands whose matrix
+// strides cuBLAS can express (either stride 1) are used in place; others are copied contiguous.
+#include <cublas_v2.h>
+
+#include <climits>
+#include <mutex>
+#include <vector>
+
+#include <memgrad/kernels/cuda/cuda_kernels.h>
+#include <memgrad/kernels/cuda/common.cuh>
+
+namespace mg::cuda {
+
+namespace {
+
+const char* status_name(cublasStatus_t s) {
+  switch (s) {
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+      return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED:
+      return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+      return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+      return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return "CUBLAS_STATUS_NOT_SUPPORTED";
+    default:
+      return "cuBLAS error";
+  }
+}
+void check(cublasStatus_t s, const char* what) {
+  MG_CHECK(s == CUBLAS_STATUS_SUCCESS, DeviceError, "matmul: ", what, " failed: ", status_name(s));
+}
+
+// One handle per device, created on first use and kept for the process (its memory shows in
+// device_memory().outside_memgrad).
+cublasHandle_t handle(int device) {
+  static std::mutex mu;
+  static std::vector<cublasHandle_t> handles;
+  std::lock_guard<std::mutex> g(mu);
+  if (handles.size() <= size_t(device)) handles.resize(size_t(device) + 1, nullptr);
+  if (!handles[size_t(device)]) check(cublasCreate(&handles[size_t(device)]), "cublasCreate");
+  return handles[size_t(device)];
+}
+
+// A row-major R x C matrix (per batch) as cuBLAS sees it: column-major data, transposed or not,
+// with leading dimension and batch stride.
+struct Operand {
+  Tensor t;  // keeps a contiguous copy alive
+  cublasOperation_t op = CUBLAS_OP_N;
+  int64_t ld = 1, batch_stride = 0;
+};
+Operand operand(const Tensor& t, int64_t R, int64_t C) {
+  Operand o{t};
+  const int64_t s1 = t.stride(1), s2 = t.stride(2);
+  if ((C == 1 || s2 == 1) && (R == 1 || s1 >= std::max<int64_t>(C, 1))) {
+    o.ld = R == 1 ? std::max<int64_t>(C, 1) : s1;  // row-major: column-major C x R, used as is
+  } else if ((R == 1 || s1 == 1) && (C == 1 || s2 >= std::max<int64_t>(R, 1))) {
+    o.op = CUBLAS_OP_T;  // column-major R x C: transposed
+    o.ld = C == 1 ? std::max<int64_t>(R, 1) : s2;
+  } else {
+    o.t = t.contiguous();
+    o.ld = std::max<int64_t>(C, 1);
+  }
+  o.batch_stride = t.size(0) == 1 ? 0 : o.t.stride(0);
+  return o;
+}
+
+template <class T>
+__global__ void int_gemm_kernel(const T* a, const T* b, T* out, int64_t B, int64_t M, int64_t K, int64_t N, int64_t as0,
+                                int64_t as1, int64_t as2, int64_t bs0, int64_t bs1, int64_t bs2) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < B * M * N;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t bb = i / (M * N), m = (i / N) % M, n = i % N, acc = 0;
+    for (int64_t k = 0; k < K; ++k)
+      acc += int64_t(a[bb * as0 + m * as1 + k * as2]) * int64_t(b[bb * bs0 + k * bs1 + n * bs2]);
+    out[i] = dstore<T>(acc);
+  }
+}
+
+}  // namespace
+
+void matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
+  const int64_t B = out.size(0), M = out.size(1), N = out.size(2), K = a.size(2);
+  if (out.numel() == 0) return;
+  if (K == 0) return fill(out, 0.0);
+  cudaStream_t s = stream_for(out);
+  const DType t = out.dtype();
+  if (!is_floating(t)) {
+    dispatch(t, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (std::is_integral_v<T>)
+        int_gemm_kernel<<<grid_for(B * M * N), 256, 0, s>>>(dptr<T>(a), dptr<T>(b), dptr<T>(out), B, M, K, N,
+                                                            a.stride(0), a.stride(1), a.stride(2), b.stride(0),
+                                                            b.stride(1), b.stride(2));
+    });
+    return check_launch("matmul");
+  }
+  for (int64_t v : {B, M, N, K})
+    MG_CHECK(v < INT_MAX, NotImplementedError, "matmul: cuBLAS takes 32-bit sizes, got [", B, ", ", M, ", ", K, "] @ [",
+             B, ", ", K, ", ", N, "]");
+  Operand x = operand(a, M, K), y = operand(b, K, N);
+  cublasHandle_t h = handle(out.device().index);
+  check(cublasSetStream(h, s), "cublasSetStream");
+  cudaDataType_t type = t == kFloat16    ? CUDA_R_16F
+                        : t == kBFloat16 ? CUDA_R_16BF
+                        : t == kFloat64  ? CUDA_R_64F
+                                         : CUDA_R_32F;
+  cublasComputeType_t compute = t == kFloat64                   ? CUBLAS_COMPUTE_64F
+                                : t == kFloat32 && allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                                : CUBLAS_COMPUTE_32F;
+  const float one_f = 1, zero_f = 0;
+  const double one_d = 1, zero_d = 0;
+  const void* alpha = t == kFloat64 ? static_cast<const void*>(&one_d) : &one_f;
+  const void* beta = t == kFloat64 ? static_cast<const void*>(&zero_d) : &zero_f;
+  // out^T (N x M, column-major) = op(b)^T (N x K) * op(a)^T (K x M)
+  check(cublasGemmStridedBatchedEx(h, y.op, x.op, int(N), int(M), int(K), alpha, dptr<char>(y.t), type, int(y.ld),
+                                   y.batch_stride, dptr<char>(x.t), type, int(x.ld), x.batch_stride, beta,
+                                   dptr<char>(out), type, int(std::max<int64_t>(N, 1)), M * N, int(B), compute,
+                                   CUBLAS_GEMM_DEFAULT),
+        "cublasGemmStridedBatchedEx");
+}
+
+}  // namespace mg::cuda

@@ -1,0 +1,294 @@
+// Every CUDA kernel against the CPU backend on random inputs: odd and large sizes, views that
+// are not contiguous, float32 and the 16-bit types; forward and backward through the ops.
+#include "gpu_util.h"
+
+using namespace gpu_test;
+
+namespace {
+const DType kFloats[] = {kFloat32, kFloat16, kBFloat16};
+}
+
+TEST_CASE("cuda: copies and casts between every pair of dtypes, strided and broadcast") {
+  manual_seed(1);
+  Tensor base = (randn({37, 61}) * 40.0);
+  for (DType from : {kFloat32, kFloat16, kBFloat16, kFloat64, kInt32, kInt64, kBool}) {
+    Tensor src = base.to(from);
+    Tensor on_gpu = src.to(kGPU);
+    expect_equal(on_gpu, src, "round trip");
+    for (DType to : {kFloat32, kFloat16, kBFloat16, kFloat64, kInt32, kInt64, kBool}) {
+      std::string what = std::string(dtype_name(from)) + " -> " + dtype_name(to);
+      expect_equal(on_gpu.to(to), src.to(to), what);
+      expect_equal(on_gpu.t().to(to).contiguous(), src.t().to(to).contiguous(), what + " transposed");
+    }
+  }
+  Tensor row = randn({1, 61});
+  Tensor dst = zeros({37, 61}, kGPU);
+  dst.copy_(row.to(kGPU));
+  expect_equal(dst, row.expand({37, 61}).contiguous(), "copy_ broadcast");
+  expect_equal(base.to(kGPU).slice(1, 3, 60, 4).contiguous(), base.slice(1, 3, 60, 4).contiguous(), "step slice");
+}
+
+TEST_CASE("cuda: fills, ranges and the counter-based generator match the cpu") {
+  for (DType t : {kFloat32, kFloat16, kInt64, kBool}) {
+    expect_equal(full({5, 7}, 3.0, TensorOptions(t).device(kGPU)), full({5, 7}, 3.0, t), "full");
+  }
+  expect_equal(arange(3, 1000, 7, TensorOptions(kInt64).device(kGPU)), arange(3, 1000, 7, kInt64), "arange");
+  expect_equal(linspace(-2, 5, 1001, TensorOptions().device(kGPU)), linspace(-2, 5, 1001), "linspace");
+  expect_equal(eye(9, TensorOptions().device(kGPU)), eye(9), "eye");
+  for (int64_t n : {1, 5, 4099}) {
+    manual_seed(42);
+    Tensor uc = rand({n});
+    manual_seed(42);
+    Tensor ug = rand({n}, TensorOptions().device(kGPU));
+    expect_equal(ug, uc, "rand is bit-identical");
+    manual_seed(3);
+    Tensor ic = randint(-5, 17, {n});
+    manual_seed(3);
+    Tensor ig = randint(-5, 17, {n}, TensorOptions(kInt64).device(kGPU));
+    expect_equal(ig, ic, "randint is identical");
+    manual_seed(9);
+    Tensor nc = randn({n});
+    manual_seed(9);
+    Tensor ng = randn({n}, TensorOptions().device(kGPU));
+    expect_close(ng, nc, {1e-5, 1e-6}, "randn (device logf/cosf differ in the last bits)");
+  }
+}
+
+TEST_CASE("cuda: unary ops forward and backward, contiguous and strided") {
+  manual_seed(2);
+  struct U {
+    const char* name;
+    std::function<Tensor(const Tensor&)> f;
+    bool positive;
+  };
+  std::vector<U> ops = {
+      {"neg", [](const Tensor& x) { return -x; }, false},
+      {"exp", [](const Tensor& x) { return exp(x); }, false},
+      {"log", [](const Tensor& x) { return log(x); }, true},
+      {"sqrt", [](const Tensor& x) { return sqrt(x); }, true},
+      {"rsqrt", [](const Tensor& x) { return rsqrt(x); }, true},
+      {"abs", [](const Tensor& x) { return abs(x); }, false},
+      {"tanh", [](const Tensor& x) { return tanh(x); }, false},
+      {"sigmoid", [](const Tensor& x) { return sigmoid(x); }, false},
+      {"relu", [](const Tensor& x) { return relu(x); }, false},
+      {"gelu", [](const Tensor& x) { return gelu(x); }, false},
+      {"gelu_tanh", [](const Tensor& x) { return gelu(x, GeluApprox::Tanh); }, false},
+      {"silu", [](const Tensor& x) { return silu(x); }, false},
+      {"pow 2.5", [](const Tensor& x) { return pow(x, 2.5); }, true},
+      {"clamp", [](const Tensor& x) { return clamp(x, -0.5, 0.7); }, false},
+      {"add scalar", [](const Tensor& x) { return x + 1.25; }, false},
+      {"mul scalar", [](const Tensor& x) { return x * -3.0; }, false},
+      {"rsub scalar", [](const Tensor& x) { return 2.0 - x; }, false},
+  };
+  for (DType t : kFloats)
+    for (auto& op : ops) {
+      Tensor x = randn({67, 45});
+      if (op.positive) x = abs(x) + 0.1;
+      x = x.to(t);
+      std::string name = std::string(op.name) + " " + dtype_name(t);
+      parity(name, {x}, [&](const std::vector<Tensor>& in) { return op.f(in[0]); });
+      parity(name + " transposed", {x}, [&](const std::vector<Tensor>& in) { return op.f(in[0].t()); });
+    }
+  Tensor big = randn({1 << 20}).to(kFloat16);  // vectorised path with a grid-stride loop
+  parity(
+      "gelu large half", {big}, [](const std::vector<Tensor>& in) { return gelu(in[0]); }, false);
+}
+
+TEST_CASE("cuda: binary ops with broadcasting, comparisons, where and masked_fill") {
+  manual_seed(4);
+  for (DType t : kFloats) {
+    Tensor a = randn({31, 1, 17}).to(t), b = (randn({1, 9, 17}).abs() + 0.5).to(t);
+    std::string s = dtype_name(t);
+    parity("add alpha " + s, {a, b}, [](const std::vector<Tensor>& in) { return add(in[0], in[1], 0.5); });
+    parity("sub " + s, {a, b}, [](const std::vector<Tensor>& in) { return in[0] - in[1]; });
+    parity("mul " + s, {a, b}, [](const std::vector<Tensor>& in) { return in[0] * in[1]; });
+    parity("div " + s, {a, b}, [](const std::vector<Tensor>& in) { return in[0] / in[1]; });
+    parity("pow " + s, {b, a}, [](const std::vector<Tensor>& in) { return pow(in[0], in[1]); });
+    parity("maximum " + s, {a, b}, [](const std::vector<Tensor>& in) { return maximum(in[0], in[1]); });
+    parity("minimum " + s, {a, b}, [](const std::vector<Tensor>& in) { return minimum(in[0], in[1]); });
+    parity(
+        "lt " + s, {a, b}, [](const std::vector<Tensor>& in) { return lt(in[0], in[1]); }, false);
+    parity(
+        "ge " + s, {a, b}, [](const std::vector<Tensor>& in) { return ge(in[0], in[1]); }, false);
+    parity(
+        "eq " + s, {a, a}, [](const std::vector<Tensor>& in) { return eq(in[0], in[1].t().t()); }, false);
+    parity("where " + s, {a, b}, [](const std::vector<Tensor>& in) { return where(in[0] > 0.0, in[0], in[1]); });
+    parity("masked_fill " + s, {a}, [](const std::vector<Tensor>& in) { return masked_fill(in[0], in[0] < 0.0, 7.0); });
+  }
+  Tensor i = randint(-50, 50, {101, 3}), j = randint(1, 9, {3});
+  parity(
+      "int64 mul", {i, j}, [](const std::vector<Tensor>& in) { return in[0] * in[1]; }, false);
+  parity(
+      "int64 ne", {i, j}, [](const std::vector<Tensor>& in) { return ne(in[0], in[1]); }, false);
+}
+
+TEST_CASE("cuda: reductions, arg reductions and the softmax family") {
+  manual_seed(5);
+  for (DType t : kFloats) {
+    Tensor x = randn({13, 257, 9}).to(t);
+    std::string s = dtype_name(t);
+    Tol loose = {tol_for(t).rtol * 8, tol_for(t).atol * 8};  // long sums round differently
+    for (std::vector<int64_t> dims : std::vector<std::vector<int64_t>>{{}, {0}, {1}, {2}, {0, 2}, {1, 2}}) {
+      std::string d = s + " dims " + std::to_string(dims.size()) + (dims.empty() ? "" : std::to_string(dims[0]));
+      parity(
+          "sum " + d, {x}, [&](const std::vector<Tensor>& in) { return sum(in[0], dims); }, true, loose);
+      parity(
+          "mean " + d, {x}, [&](const std::vector<Tensor>& in) { return mean(in[0], dims, true); }, true, loose);
+      parity("amax " + d, {x}, [&](const std::vector<Tensor>& in) { return amax(in[0], dims); });
+      parity("amin " + d, {x}, [&](const std::vector<Tensor>& in) { return amin(in[0], dims); });
+    }
+    for (int64_t dim : {0, 1, 2}) {
+      parity("max dim " + s, {x}, [&](const std::vector<Tensor>& in) { return max(in[0], dim).values; });
+      parity(
+          "argmin dim " + s, {x}, [&](const std::vector<Tensor>& in) { return argmin(in[0], dim); }, false);
+      parity("softmax " + s, {x}, [&](const std::vector<Tensor>& in) { return softmax(in[0], dim); });
+      parity("log_softmax " + s, {x}, [&](const std::vector<Tensor>& in) { return log_softmax(in[0], dim); });
+    }
+  }
+  Tensor scores = randn({2, 3, 77, 77}), r = arange(0, 77, 1, kInt64);
+  Tensor causal = gt(r.unsqueeze(0), r.unsqueeze(1));  // rows that start with many -inf
+  parity("softmax causal -inf", {scores, causal},
+         [](const std::vector<Tensor>& in) { return softmax(masked_fill(in[0], in[1], -INFINITY), -1); });
+  parity("softmax causal -inf, columns", {scores, causal},
+         [](const std::vector<Tensor>& in) { return softmax(masked_fill(in[0], in[1].t(), -INFINITY), -2); });
+  Tensor wide = randn({3, 50257});  // a GPT-2 vocabulary row
+  parity("log_softmax wide", {wide}, [](const std::vector<Tensor>& in) { return log_softmax(in[0], -1); });
+  parity("sum wide", {wide}, [](const std::vector<Tensor>& in) { return sum(in[0], {1}); }, true, {1e-4, 1e-4});
+  Tensor ints = randint(-9, 9, {33, 65});
+  parity(
+      "int sum", {ints}, [](const std::vector<Tensor>& in) { return sum(in[0], {0}); }, false);
+  parity(
+      "bool sum", {ints}, [](const std::vector<Tensor>& in) { return sum(in[0] > 0, {1}); }, false);
+  Tensor ties = tensor(std::vector<float>{1, 3, 3, 2, NAN, 5, 0, 0}, {2, 4});
+  parity(
+      "argmax ties and NaN", {ties}, [](const std::vector<Tensor>& in) { return argmax(in[0], 1); }, false);
+}
+
+TEST_CASE("cuda: matmul and linear through cuBLAS, every layout and dtype") {
+  manual_seed(6);
+  for (DType t : {kFloat32, kFloat16, kBFloat16, kFloat64}) {
+    std::string s = dtype_name(t);
+    Tol tol = t == kFloat32 ? Tol{1e-4, 1e-4} : t == kFloat64 ? Tol{1e-10, 1e-10} : Tol{2e-2, 2e-2};
+    Tensor a = randn_as({5, 37, 29}, t, 0.3), b = randn_as({5, 29, 43}, t, 0.3), w = randn_as({29, 43}, t, 0.3);
+    parity(
+        "bmm " + s, {a, b}, [](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); }, true, tol);
+    parity(
+        "bmm transposed " + s, {a, b},
+        [](const std::vector<Tensor>& in) { return matmul(in[1].transpose(1, 2), in[0].transpose(1, 2)); }, true, tol);
+    parity(
+        "broadcast rhs " + s, {a, w}, [](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); }, true, tol);
+    parity(
+        "vector " + s, {w}, [](const std::vector<Tensor>& in) { return matmul(in[0].select(1, 3), in[0]); }, true, tol);
+    parity(
+        "strided rows " + s, {a, w},
+        [](const std::vector<Tensor>& in) { return matmul(in[0].slice(2, 0, 29, 2), in[1].slice(0, 0, 29, 2)); }, true,
+        tol);
+    Tensor lw = randn_as({19, 29}, t, 0.3), lb = randn_as({19}, t);
+    parity(
+        "linear " + s, {a, lw, lb}, [](const std::vector<Tensor>& in) { return linear(in[0], in[1], in[2]); }, true,
+        tol);
+  }
+  Tensor ia = randint(-4, 4, {3, 7, 5}), ib = randint(-4, 4, {3, 5, 6});
+  parity(
+      "int64 bmm", {ia, ib}, [](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); }, false);
+  Tensor e0a = zeros({4, 0}), e0b = zeros({0, 3});
+  parity(
+      "K = 0", {e0a, e0b}, [](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); }, false);
+  cuda::set_allow_tf32(true);
+  Tensor big_a = randn({256, 512}), big_b = randn({512, 128});
+  parity("tf32", {big_a, big_b}, [](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); }, false,
+         {1e-2, 5e-2});
+  cuda::set_allow_tf32(false);
+}
+
+TEST_CASE("cuda: indexing - index_select, embedding, gather, cat, tril") {
+  manual_seed(7);
+  for (DType t : kFloats) {
+    std::string s = dtype_name(t);
+    Tensor x = randn({23, 11, 6}).to(t);
+    Tensor idx = tensor(std::vector<int64_t>{3, 0, 22, 3, 3, 17, 9});
+    parity("index_select " + s, {x, idx}, [](const std::vector<Tensor>& in) { return index_select(in[0], 0, in[1]); });
+    Tensor idx2 = tensor(std::vector<int64_t>{5, 5, 1, 0});
+    parity("index_select dim 2 " + s, {x, idx2},
+           [](const std::vector<Tensor>& in) { return index_select(in[0], 2, in[1]); });
+    Tensor wte = randn({50, 16}).to(t), tokens = randint(0, 50, {4, 33});
+    parity("embedding " + s, {wte, tokens}, [](const std::vector<Tensor>& in) { return embedding(in[0], in[1]); });
+    Tensor gidx = randint(0, 11, {23, 5, 6});
+    parity("gather " + s, {x, gidx}, [](const std::vector<Tensor>& in) { return gather(in[0], 1, in[1]); });
+    parity("cat " + s, {x, x}, [](const std::vector<Tensor>& in) { return cat({in[0], in[1].narrow(1, 2, 5)}, 1); });
+    parity("tril " + s, {x}, [](const std::vector<Tensor>& in) { return tril(in[0].select(2, 1), 1); });
+  }
+}
+
+TEST_CASE("cuda: layer_norm forward and fused backward, every variant") {
+  manual_seed(8);
+  for (const std::string& variant : cuda::kernel_variants("layer_norm")) {
+    cuda::set_kernel_variant("layer_norm", variant);
+    for (DType t : kFloats)
+      for (int64_t n : {1, 33, 768, 1025}) {
+        Tensor x = randn({3, 41, n}).to(t) * 2.0 + 1.0, w = randn({n}).to(t), b = randn({n}).to(t);
+        std::string s = variant + " " + dtype_name(t) + " n=" + std::to_string(n);
+        Tol tol = {tol_for(t).rtol * 4, tol_for(t).atol * 4};
+        parity(
+            "layer_norm " + s, {x, w, b},
+            [n](const std::vector<Tensor>& in) { return layer_norm(in[0], {n}, in[1], in[2]); }, true, tol);
+        parity(
+            "layer_norm no affine " + s, {x}, [n](const std::vector<Tensor>& in) { return layer_norm(in[0], {n}); },
+            true, tol);
+      }
+  }
+  cuda::set_kernel_variant("layer_norm", cuda::kernel_variants("layer_norm").front());
+}
+
+TEST_CASE("cuda: dropout draws the same mask as the cpu, bit for bit") {
+  for (DType t : kFloats)
+    for (int64_t n : {1, 7, 4096 + 3}) {
+      Tensor x = randn({n}).to(t);
+      manual_seed(11);
+      Tensor xc = x.clone().requires_grad_();
+      Tensor yc = dropout(xc, 0.37);
+      manual_seed(11);
+      Tensor xg = x.to(kGPU).requires_grad_();
+      Tensor yg = dropout(xg, 0.37);
+      expect_equal(yg, yc, std::string("dropout ") + dtype_name(t));
+      Tensor up = randn({n}).to(t);
+      yc.backward(up);
+      yg.backward(up.to(kGPU));
+      expect_equal(xg.grad(), xc.grad(), "dropout backward");
+    }
+}
+
+TEST_CASE("cuda: cross_entropy fused with softmax, ignore_index and label smoothing") {
+  manual_seed(12);
+  for (DType t : kFloats) {
+    Tensor logits = randn({37, 1000}).to(t) * 3.0;
+    std::vector<int64_t> tv = randint(0, 1000, {37}).to_vector<int64_t>();
+    tv[4] = -100, tv[20] = -100;
+    Tensor target = tensor(tv);
+    Tol tol = {tol_for(t).rtol * 4, tol_for(t).atol * 4};
+    for (double smoothing : {0.0, 0.1})
+      for (Reduction r : {Reduction::Mean, Reduction::None, Reduction::Sum})
+        parity(
+            std::string("cross_entropy ") + dtype_name(t), {logits, target},
+            [=](const std::vector<Tensor>& in) { return cross_entropy(in[0], in[1], -100, smoothing, r); }, true, tol);
+  }
+  Tensor bad = tensor(std::vector<int64_t>{1, 5, 3});
+  CHECK_THROWS_AS(cross_entropy(randn({3, 5}).to(kGPU), bad.to(kGPU)), IndexError);
+  CHECK_THROWS_AS(index_select(randn({4, 2}).to(kGPU), 0, tensor(std::vector<int64_t>{0, 4}).to(kGPU)), IndexError);
+}
+
+TEST_CASE("cuda: conv2d through im2col/col2im, and pooling, forward and backward") {
+  manual_seed(13);
+  for (DType t : {kFloat32, kFloat16}) {
+    Tol tol = t == kFloat32 ? Tol{1e-4, 1e-4} : Tol{2e-2, 2e-2};
+    Tensor x = randn({2, 6, 13, 11}).to(t), w = (randn({8, 3, 3, 2}) * 0.2).to(t), b = randn({8}).to(t);
+    parity(
+        std::string("conv2d ") + dtype_name(t), {x, w, b},
+        [](const std::vector<Tensor>& in) {
+          return conv2d(in[0], in[1], in[2], {2, 1}, {1, 1}, {1, 2}, 2);
+        },
+        true, tol);
+    parity("max_pool2d", {x}, [](const std::vector<Tensor>& in) { return max_pool2d(in[0], {3, 2}, {2, 1}, {1, 1}); });
+    parity("avg_pool2d", {x}, [](const std::vector<Tensor>& in) { return avg_pool2d(in[0], {3, 3}, {2, 2}, {1, 0}); });
+  }
+}

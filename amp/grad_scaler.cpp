@@ -1,0 +1,117 @@
+#include <memgrad/amp/grad_scaler.h>
+
+#include <cmath>
+
+#include <memgrad/autograd/grad_mode.h>
+#include <memgrad/core/ops.h>
+
+namespace mg::amp {
+
+GradScaler::GradScaler(const GradScalerOptions& o) : o_(o), scale_(o.init_scale_) {
+  MG_CHECK(o.init_scale_ > 0, ValueError, "GradScaler: expected a positive init_scale, got ", o.init_scale_);
+  MG_CHECK(o.growth_factor_ > 1, ValueError, "GradScaler: expected growth_factor > 1, got ", o.growth_factor_);
+  MG_CHECK(o.backoff_factor_ > 0 && o.backoff_factor_ < 1, ValueError,
+           "GradScaler: expected backoff_factor in (0, 1), got ", o.backoff_factor_);
+  MG_CHECK(o.growth_interval_ > 0, ValueError, "GradScaler: expected a positive growth_interval, got ",
+           o.growth_interval_);
+}
+
+Tensor GradScaler::scale(const Tensor& loss) const { return o_.enabled_ ? loss * scale_ : loss; }
+
+bool any_non_finite(const std::vector<Tensor>& tensors) {
+  NoGradGuard ng;
+  for (auto& t : tensors) {
+    if (!t.defined() || !is_floating(t.dtype()) || t.is_meta()) continue;
+    // x * 0 is 0 for finite x and NaN for inf/NaN; one reduction finds either.
+    if (std::isnan(sum((t * 0.0).to(kFloat32)).item<double>())) return true;
+  }
+  return false;
+}
+
+namespace {
+std::vector<Tensor> grads_of(optim::Optimizer& opt) {
+  std::vector<Tensor> g;
+  for (auto& group : opt.param_groups())
+    for (auto& p : group.params)
+      if (p.grad().defined()) g.push_back(p.grad());
+  return g;
+}
+}  // namespace
+
+void GradScaler::unscale_(optim::Optimizer& opt) {
+  if (!o_.enabled_) return;
+  MG_CHECK(!unscaled_, ValueError, "GradScaler.unscale_: expected one call per step, got a second before update()");
+  unscaled_ = true;
+  auto grads = grads_of(opt);
+  found_inf_ = any_non_finite(grads);
+  NoGradGuard ng;
+  for (auto& g : grads) g.mul_(1.0 / scale_);
+}
+
+void GradScaler::unscale_(optim::Optimizer& opt, MasterWeights& masters) {
+  if (!o_.enabled_) return masters.grads_to_masters(1.0);
+  MG_CHECK(!unscaled_, ValueError, "GradScaler.unscale_: expected one call per step, got a second before update()");
+  unscaled_ = true;
+  std::vector<Tensor> half_grads;
+  for (auto& p : masters.model_parameters()) half_grads.push_back(p.grad());
+  found_inf_ = any_non_finite(half_grads);
+  masters.grads_to_masters(1.0 / scale_);  // widen first: dividing in half precision could underflow
+  (void)opt;
+}
+
+bool GradScaler::step(optim::Optimizer& opt) {
+  if (!o_.enabled_) return opt.step(), true;
+  if (!unscaled_) unscale_(opt);
+  if (found_inf_) return ++skipped_, false;
+  opt.step();
+  return true;
+}
+
+bool GradScaler::step(optim::Optimizer& opt, MasterWeights& masters) {
+  if (!unscaled_) unscale_(opt, masters);
+  if (o_.enabled_ && found_inf_) {
+    ++skipped_;
+    for (auto& m : masters.parameters()) m.set_grad(Tensor());
+    return false;
+  }
+  opt.step();
+  masters.masters_to_params();
+  return true;
+}
+
+void GradScaler::update() {
+  if (!o_.enabled_) return;
+  if (o_.dynamic_) {
+    if (found_inf_) {
+      scale_ *= o_.backoff_factor_;
+      growth_tracker_ = 0;
+    } else if (++growth_tracker_ == o_.growth_interval_) {
+      scale_ *= o_.growth_factor_;
+      growth_tracker_ = 0;
+    }
+  }
+  unscaled_ = false;
+  found_inf_ = false;
+}
+
+std::map<std::string, double> GradScaler::state_dict() const {
+  return {{"scale", scale_},
+          {"growth_factor", o_.growth_factor_},
+          {"backoff_factor", o_.backoff_factor_},
+          {"growth_interval", double(o_.growth_interval_)},
+          {"_growth_tracker", double(growth_tracker_)}};
+}
+
+void GradScaler::load_state_dict(const std::map<std::string, double>& s) {
+  for (const char* k : {"scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"})
+    MG_CHECK(s.count(k), ValueError, "GradScaler.load_state_dict: expected key '", k, "', got a dict without it");
+  GradScalerOptions o = o_;
+  o.growth_factor(s.at("growth_factor")).backoff_factor(s.at("backoff_factor"));
+  o.growth_interval(int64_t(s.at("growth_interval")));
+  GradScaler check(o.init_scale(s.at("scale")));  // validates the values before changing anything
+  o_ = o;
+  scale_ = s.at("scale");
+  growth_tracker_ = int64_t(s.at("_growth_tracker"));
+}
+
+}  // namespace mg::amp

@@ -1,0 +1,61 @@
+#include <memgrad/amp/master_weights.h>
+
+#include <memgrad/autograd/grad_mode.h>
+#include <memgrad/core/memory.h>
+#include <memgrad/core/ops.h>
+
+namespace mg::amp {
+
+MasterWeights::MasterWeights(const std::vector<std::pair<std::string, Tensor>>& named) {
+  NoGradGuard ng;
+  for (auto& [name, p] : named) {
+    MG_CHECK(is_floating(p.dtype()), DTypeError, "MasterWeights: expected floating parameters, got ", p.dtype(),
+             " for ", name);
+    MemoryScope scope(Category::OptimizerState, name + ".master");
+    Tensor m = p.to(kFloat32);
+    if (m.is_same(p)) m = p.clone();
+    m.storage()->set_category(Category::OptimizerState);
+    params_.push_back(p);
+    masters_.push_back(m.requires_grad_(true));
+    names_.push_back(name);
+  }
+}
+
+namespace {
+std::vector<std::pair<std::string, Tensor>> anonymous(const std::vector<Tensor>& ps) {
+  std::vector<std::pair<std::string, Tensor>> r;
+  for (size_t i = 0; i < ps.size(); ++i) r.emplace_back("param" + std::to_string(i), ps[i]);
+  return r;
+}
+}  // namespace
+
+MasterWeights::MasterWeights(const std::vector<Tensor>& params) : MasterWeights(anonymous(params)) {}
+
+std::vector<std::pair<std::string, Tensor>> MasterWeights::named_parameters() const {
+  std::vector<std::pair<std::string, Tensor>> r;
+  for (size_t i = 0; i < masters_.size(); ++i) r.emplace_back(names_[i], masters_[i]);
+  return r;
+}
+
+void MasterWeights::grads_to_masters(double scale) {
+  NoGradGuard ng;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor g = params_[i].grad();
+    if (!g.defined()) continue;
+    MemoryScope scope(Category::Gradient, names_[i] + ".master");
+    Tensor m = g.to(kFloat32);
+    m = scale == 1.0 ? (m.is_same(g) ? m.clone() : m) : m * scale;
+    m.storage()->set_category(Category::Gradient);
+    masters_[i].set_grad(m);
+  }
+}
+
+void MasterWeights::masters_to_params() {
+  NoGradGuard ng;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    params_[i].copy_(masters_[i]);
+    masters_[i].set_grad(Tensor());
+  }
+}
+
+}  // namespace mg::amp

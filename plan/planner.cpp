@@ -1,0 +1,487 @@
+#include <memgrad/plan/planner.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <tuple>
+
+#include <memgrad/amp/autocast.h>
+#include <memgrad/autograd/checkpoint.h>
+#include <memgrad/core/error.h>
+#include <memgrad/core/flops.h>
+#include <memgrad/nn/loss.h>
+#include <memgrad/optim/adam.h>
+#include <memgrad/optim/sgd.h>
+
+namespace mg::plan {
+
+Policy Policy::none() { return {}; }
+Policy Policy::every_block(int64_t n) {
+  Policy p{"every block", {}, false};
+  for (int64_t i = 0; i < n; ++i) p.segments.push_back({i, i + 1});
+  return p;
+}
+Policy Policy::uniform(int64_t n, int64_t k) {
+  MG_CHECK(k >= 1 && k <= std::max<int64_t>(n, 1), ValueError, "plan::Policy::uniform: expected 1 <= k <= ", n,
+           " segments, got ", k);
+  Policy p{std::to_string(k) + " segments", {}, false};
+  for (int64_t j = 0; j < k && n > 0; ++j) p.segments.push_back({j * n / k, (j + 1) * n / k});
+  return p;
+}
+Policy Policy::sqrt_n(int64_t n) {
+  Policy p = uniform(n, std::max<int64_t>(1, std::llround(std::sqrt(double(n)))));
+  p.name = "sqrt(n)";
+  return p;
+}
+Policy Policy::selective_only() { return {"selective", {}, true}; }
+int64_t Policy::recomputed_blocks() const {
+  int64_t r = 0;
+  for (auto& s : segments) r += s.end - s.begin;
+  return r;
+}
+std::string Policy::str() const {
+  if (segments.empty()) return selective ? "selective" : "-";
+  std::ostringstream os;
+  for (size_t i = 0; i < segments.size(); ++i)
+    os << (i ? " " : "") << "[" << segments[i].begin << "," << segments[i].end << ")";
+  return os.str();
+}
+
+ModelSpec ModelSpec::mlp(int64_t layers, int64_t width) {
+  ModelSpec m;
+  m.kind = Kind::MLP, m.mlp_layers = layers, m.mlp_width = width;
+  return m;
+}
+ModelSpec ModelSpec::gpt_model(const nn::GPTConfig& config) {
+  ModelSpec m;
+  m.kind = Kind::GPT, m.gpt = config;
+  return m;
+}
+
+namespace {
+
+// Each layer: relu(layers[i](x)).
+class MLPChain : public nn::Module {
+ public:
+  MLPChain(int64_t n, int64_t width, const TensorOptions& o) : nn::Module("MLPChain") {
+    layers = register_module<nn::ModuleList<nn::Linear>>("layers");
+    for (int64_t i = 0; i < n; ++i) layers->emplace_back(width, width, true, o);
+  }
+  std::shared_ptr<nn::ModuleList<nn::Linear>> layers;
+};
+
+// The model on one device with a policy-aware forward that returns the loss.
+struct Chain {
+  ModelSpec spec;
+  std::shared_ptr<MLPChain> mlp;
+  std::shared_ptr<nn::GPT> gpt;
+  std::shared_ptr<nn::Module> module;
+
+  Chain(const ModelSpec& s, const Device& device) : spec(s) {
+    TensorOptions o(device);
+    if (s.kind == ModelSpec::Kind::MLP) {
+      module = mlp = std::make_shared<MLPChain>(s.mlp_layers, s.mlp_width, o);
+    } else {
+      nn::GPTConfig c = s.gpt;
+      c.options = c.options.device(device);
+      module = gpt = std::make_shared<nn::GPT>(c);
+    }
+  }
+
+  static Tensor mlp_block(const std::shared_ptr<MLPChain>& m, int64_t i, const Tensor& x) {
+    MemoryScope scope("layers." + std::to_string(i));
+    return relu((*m->layers)[size_t(i)].forward(x));
+  }
+  static Tensor gpt_block(const std::shared_ptr<nn::GPT>& g, int64_t i, const Tensor& x, bool selective) {
+    MemoryScope scope("h." + std::to_string(i));
+    nn::Block& b = (*g->h)[size_t(i)];
+    if (!selective) return b.forward(x);
+    Tensor y = x + selective_attention(b.attn, b.ln_1->forward(x));
+    return y + b.mlp->forward(b.ln_2->forward(y));
+  }
+  // CausalSelfAttention::forward with its core (q k^T -> mask -> softmax -> dropout -> @ v) checkpointed.
+  static Tensor selective_attention(const std::shared_ptr<nn::CausalSelfAttention>& a, const Tensor& x) {
+    const int64_t B = x.size(0), T = x.size(1), C = a->n_embd, hs = C / a->n_head;
+    auto qkv = split(a->c_attn->forward(x), C, 2);
+    auto heads = [&](const Tensor& t) { return t.view({B, T, a->n_head, hs}).transpose(1, 2); };
+    Tensor mask = a->mask.slice(0, 0, T).slice(1, 0, T);
+    auto core = [a, mask, hs](const std::vector<Tensor>& in) -> std::vector<Tensor> {
+      Tensor att = masked_fill(matmul(in[0], in[1].transpose(-2, -1)) * (1.0 / std::sqrt(double(hs))), mask, -INFINITY);
+      return {matmul(a->attn_dropout->forward(softmax(att, -1)), in[2])};
+    };
+    Tensor y = checkpoint(core, {heads(qkv[0]), heads(qkv[1]), heads(qkv[2])})[0];
+    return a->resid_dropout->forward(a->c_proj->forward(y.transpose(1, 2).reshape({B, T, C})));
+  }
+
+  // One block outside any segment.
+  Tensor block(int64_t i, const Tensor& x, bool selective) const {
+    if (gpt) return gpt_block(gpt, i, x, selective);
+    if (!selective) return mlp_block(mlp, i, x);
+    auto m = mlp;
+    return checkpoint([m, i](const Tensor& in) { return mlp_block(m, i, in); }, x, CheckpointPolicy::keep_matmuls());
+  }
+  Tensor segment(int64_t begin, int64_t end, const Tensor& x) const {
+    auto m = mlp;
+    auto g = gpt;
+    return checkpoint(
+        [m, g, begin, end](const Tensor& in) {
+          Tensor h = in;
+          for (int64_t i = begin; i < end; ++i) h = g ? gpt_block(g, i, h, false) : mlp_block(m, i, h);
+          return h;
+        },
+        x);
+  }
+  // The head's output: the first block's input.
+  Tensor head(const Tensor& input) const {
+    if (!gpt) return input;
+    MemoryScope scope("embedding");
+    Tensor pos = arange(input.size(1), TensorOptions(kInt64).device(input.device()));
+    return gpt->drop->forward(gpt->wte->forward(input) + gpt->wpe->forward(pos));
+  }
+  Tensor tail(const Tensor& x, const Tensor& target) const {
+    MemoryScope scope("head");
+    if (!gpt) return mse_loss(x, target);
+    return nn::lm_loss(linear(gpt->ln_f->forward(x), gpt->wte->weight), target);
+  }
+  Tensor loss(const Tensor& input, const Tensor& target, const Policy& policy) const {
+    Tensor x = head(input);
+    const int64_t n = spec.num_blocks();
+    std::vector<int64_t> segment_end(size_t(n), -1);
+    for (auto& s : policy.segments) {
+      MG_CHECK(s.begin >= 0 && s.begin < s.end && s.end <= n, ValueError, "plan: expected segments inside [0, ", n,
+               "), got ", policy.str());
+      segment_end[size_t(s.begin)] = s.end;
+    }
+    for (int64_t i = 0; i < n;) {
+      if (segment_end[size_t(i)] > 0) {
+        x = segment(i, segment_end[size_t(i)], x);
+        i = segment_end[size_t(i)];
+      } else {
+        x = block(i, x, policy.selective);
+        ++i;
+      }
+    }
+    return tail(x, target);
+  }
+  std::pair<Tensor, Tensor> inputs(const InputShape& s, const Device& d) const {
+    if (!gpt) return {zeros({s.batch, spec.mlp_width}, d), zeros({s.batch, spec.mlp_width}, d)};
+    TensorOptions o = TensorOptions(kInt64).device(d);
+    return {zeros({s.batch, s.seq_len}, o), zeros({s.batch, s.seq_len}, o)};
+  }
+};
+
+std::unique_ptr<optim::Optimizer> make_optimizer(OptimizerKind kind, const nn::NamedTensors& params) {
+  switch (kind) {
+    case OptimizerKind::None:
+      return nullptr;
+    case OptimizerKind::SGD:
+      return std::make_unique<optim::SGD>(params, optim::SGDOptions(1e-3));
+    case OptimizerKind::SGDMomentum:
+      return std::make_unique<optim::SGD>(params, optim::SGDOptions(1e-3).momentum(0.9));
+    case OptimizerKind::Adam:
+      return std::make_unique<optim::Adam>(params);
+    case OptimizerKind::AdamW:
+      return std::make_unique<optim::AdamW>(params);
+  }
+  return nullptr;
+}
+
+std::optional<DType> autocast_dtype(Precision p) {
+  if (p == Precision::Float16) return kFloat16;
+  if (p == Precision::BFloat16) return kBFloat16;
+  return std::nullopt;
+}
+
+int64_t rounded(int64_t bytes) { return (bytes + 511) / 512 * 512; }
+
+}  // namespace
+
+struct StepRunner::Impl {
+  Device device;
+  StepOptions options;
+  MemoryStats before;
+  std::map<std::string, int64_t> owners_before;
+  std::optional<Chain> chain;
+  Tensor x, target;
+  std::unique_ptr<optim::Optimizer> opt;
+};
+
+StepRunner::StepRunner(const ModelSpec& model, const InputShape& input, const StepOptions& step, const Device& device)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->device = device;
+  impl_->options = step;
+  impl_->before = memory_stats(device);
+  impl_->owners_before = memory_by_owner(device);
+  impl_->chain.emplace(model, device);
+  std::tie(impl_->x, impl_->target) = impl_->chain->inputs(input, device);
+  impl_->opt = make_optimizer(step.optimizer, impl_->chain->module->named_parameters());
+}
+
+StepRunner::~StepRunner() = default;
+
+StepReport StepRunner::step(const Policy& policy) {
+  Impl& m = *impl_;
+  m.chain->module->zero_grad();
+  reset_peak(m.device);
+  FlopCounter flops;
+  {
+    Tensor loss;
+    {
+      std::optional<amp::AutocastGuard> autocast;
+      if (auto dt = autocast_dtype(m.options.precision)) autocast.emplace(*dt);
+      loss = m.chain->loss(m.x, m.target, policy);
+    }
+    loss.backward();
+    if (m.opt) m.opt->step();
+  }
+  StepReport r;
+  r.device = m.device;
+  const MemoryStats s = memory_stats(m.device);
+  r.peak = s.peak_allocated - m.before.allocated;
+  for (size_t c = 0; c < size_t(kNumCategories); ++c) {
+    r.at_peak[c] = s.at_peak_by_category[c] - m.before.by_category[c];
+    r.category_peak[c] = s.peak_by_category[c] - m.before.by_category[c];
+  }
+  for (auto& [owner, bytes] : s.at_peak_by_owner) {
+    auto it = m.owners_before.find(owner);
+    int64_t b = bytes - (it == m.owners_before.end() ? 0 : it->second);
+    if (b) r.at_peak_by_owner[owner] = b;
+  }
+  r.flops = flops.total();
+  r.recompute_flops = flops.recompute();
+  return r;
+}
+
+StepReport run_step(const ModelSpec& model, const InputShape& input, const StepOptions& step, const Policy& policy,
+                    const Device& device) {
+  return StepRunner(model, input, step, device).step(policy);
+}
+
+StepReport plan(const ModelSpec& model, const InputShape& input, const StepOptions& step, const Policy& policy) {
+  return run_step(model, input, step, policy, kMeta);
+}
+
+std::string StepReport::str() const {
+  std::ostringstream os;
+  os << "peak " << format_bytes(peak) << " (" << peak << " B) on " << device.str() << "\n";
+  for (int c = 0; c < kNumCategories; ++c)
+    if (at_peak[size_t(c)])
+      os << "  " << category_name(Category(c)) << ": " << format_bytes(at_peak[size_t(c)]) << "\n";
+  std::vector<std::pair<std::string, int64_t>> owners(at_peak_by_owner.begin(), at_peak_by_owner.end());
+  std::sort(owners.begin(), owners.end(), [](auto& a, auto& b) { return a.second > b.second; });
+  for (size_t i = 0; i < std::min<size_t>(owners.size(), 8); ++i)
+    os << "  owner " << owners[i].first << ": " << format_bytes(owners[i].second) << "\n";
+  os << "FLOPs " << flops << ", recomputed " << recompute_flops << "\n";
+  return os.str();
+}
+
+// ---- choosing segments
+
+namespace {
+// Activation bytes the cost model holds at its worst moment: the end of forward, or the
+// recompute of a segment in backward (the segments before it still keep their inputs).
+int64_t activation_model(const BlockCosts& c, const Policy& p) {
+  std::vector<int64_t> segment_end(size_t(c.n), -1);
+  for (auto& s : p.segments) segment_end[size_t(s.begin)] = s.end;
+  int64_t held = 0, worst = 0;
+  bool prev_kept = true;  // the chain's input is not an Activation of the chain
+  for (int64_t i = 0; i < c.n;) {
+    held += prev_kept ? 0 : c.input_bytes;  // a segment's output, saved by what follows it
+    if (segment_end[size_t(i)] > 0) {
+      worst = std::max(worst, held + (segment_end[size_t(i)] - i) * c.held_bytes);
+      i = segment_end[size_t(i)];
+      prev_kept = false;
+    } else {
+      held += c.held_bytes;
+      ++i;
+      prev_kept = true;
+    }
+  }
+  return std::max(worst, held + (prev_kept ? 0 : c.input_bytes));
+}
+}  // namespace
+
+BlockCosts measure_block_costs(const ModelSpec& model, const InputShape& input, const StepOptions& step) {
+  BlockCosts c;
+  c.n = model.num_blocks();
+  MG_CHECK(c.n >= 1, ValueError, "plan::measure_block_costs: expected a model with blocks, got ", c.n);
+  {
+    Chain chain(model, kMeta);
+    auto [x, target] = chain.inputs(input, kMeta);
+    std::optional<amp::AutocastGuard> autocast;
+    if (auto dt = autocast_dtype(step.precision)) autocast.emplace(*dt);
+    Tensor h = chain.head(x);
+    // An op output like every block input in the chain (a saved user tensor would stay Input).
+    Tensor in = h.requires_grad() ? h : h.detach().requires_grad_() * 1.0;
+    c.input_bytes = rounded(in.numel() * int64_t(dtype_size(in.dtype())));
+    const int64_t act = memory_stats(kMeta).category(Category::Activation);
+    FlopCounter flops;
+    Tensor out = chain.block(0, in, false);
+    c.held_bytes = memory_stats(kMeta).category(Category::Activation) - act - c.input_bytes;
+    c.forward_flops = flops.total();
+  }
+  c.overhead = plan(model, input, step, Policy::none()).peak - activation_model(c, Policy::none());
+  return c;
+}
+
+int64_t predicted_peak(const BlockCosts& c, const Policy& p) { return c.overhead + activation_model(c, p); }
+double recompute_flops(const BlockCosts& c, const Policy& p) { return double(p.recomputed_blocks()) * c.forward_flops; }
+
+Policy choose_sqrt_n(const BlockCosts& c) { return Policy::sqrt_n(c.n); }
+
+Policy choose_chen_greedy(const BlockCosts& c, int64_t budget) {
+  std::optional<Policy> best;
+  auto better = [&](const Policy& p) {
+    if (!best) return true;
+    bool fits = predicted_peak(c, p) <= budget, best_fits = predicted_peak(c, *best) <= budget;
+    if (fits != best_fits) return fits;
+    if (!fits) return predicted_peak(c, p) < predicted_peak(c, *best);
+    return recompute_flops(c, p) < recompute_flops(c, *best) ||
+           (recompute_flops(c, p) == recompute_flops(c, *best) && predicted_peak(c, p) < predicted_peak(c, *best));
+  };
+  for (int64_t k = 1; k <= c.n; ++k) {  // b = k blocks' held bytes
+    const int64_t b = k * c.held_bytes;
+    Policy p{"Chen greedy", {}, false};
+    int64_t temp = 0, begin = 0;
+    for (int64_t i = 0; i < c.n; ++i) {
+      temp += c.held_bytes;
+      if (temp >= b || i + 1 == c.n) {
+        p.segments.push_back({begin, i + 1});
+        begin = i + 1, temp = 0;
+      }
+    }
+    if (p.segments.size() > 1) p.segments.pop_back();  // the last segment's backward follows its forward at once
+    if (better(p)) best = p;
+  }
+  return *best;
+}
+
+Policy choose_dp(const BlockCosts& c, int64_t budget) {
+  const int64_t limit = budget - c.overhead;  // Activation bytes the plan may hold
+  // State after blocks [0, i): activation held and whether block i-1 was kept. Value: fewest
+  // recomputed blocks, and the step that reached it.
+  struct Entry {
+    int64_t recomputed;
+    int64_t from_held;
+    bool from_kept;
+    int64_t segment_begin;  // -1: block i-1 kept
+  };
+  using Key = std::pair<int64_t, bool>;
+  std::vector<std::map<Key, Entry>> dp(size_t(c.n + 1));
+  dp[0][{0, true}] = {0, 0, true, -1};
+  auto relax = [&](size_t i, Key key, Entry e) {
+    auto it = dp[i].find(key);
+    if (it == dp[i].end() || e.recomputed < it->second.recomputed) dp[i][key] = e;
+  };
+  for (int64_t i = 0; i < c.n; ++i) {
+    // Drop dominated states (more held and no fewer recomputed blocks) to keep the table small.
+    for (bool kept : {false, true}) {
+      int64_t best = INT64_MAX;
+      for (auto it = dp[size_t(i)].begin(); it != dp[size_t(i)].end();) {
+        if (it->first.second != kept) {
+          ++it;
+        } else if (it->second.recomputed >= best) {
+          it = dp[size_t(i)].erase(it);
+        } else {
+          best = it->second.recomputed;
+          ++it;
+        }
+      }
+    }
+    for (auto& [key, e] : dp[size_t(i)]) {
+      auto [held, kept] = key;
+      const int64_t with_input = held + (kept ? 0 : c.input_bytes);
+      if (with_input + c.held_bytes <= limit)
+        relax(size_t(i + 1), {with_input + c.held_bytes, true}, {e.recomputed, held, kept, -1});
+      for (int64_t j = i + 1; j <= c.n && with_input + (j - i) * c.held_bytes <= limit; ++j)
+        relax(size_t(j), {with_input, false}, {e.recomputed + (j - i), held, kept, i});
+    }
+  }
+  std::optional<Key> end;
+  for (auto& [key, e] : dp[size_t(c.n)]) {
+    if (key.first + (key.second ? 0 : c.input_bytes) > limit) continue;
+    if (!end || e.recomputed < dp[size_t(c.n)][*end].recomputed) end = key;
+  }
+  if (!end) {
+    Policy p = Policy::every_block(c.n);
+    p.name = "DP (nothing fits: every block)";
+    return p;
+  }
+  Policy p{"DP", {}, false};
+  Key key = *end;
+  for (int64_t i = c.n; i > 0;) {
+    const Entry& e = dp[size_t(i)].at(key);
+    if (e.segment_begin >= 0) {
+      p.segments.insert(p.segments.begin(), Segment{e.segment_begin, i});
+      i = e.segment_begin;
+    } else {
+      --i;
+    }
+    key = {e.from_held, e.from_kept};
+  }
+  return p;
+}
+
+std::vector<ChoiceRow> choose_segments(const ModelSpec& model, const InputShape& input, const StepOptions& step,
+                                       int64_t budget) {
+  const BlockCosts c = measure_block_costs(model, input, step);
+  using Chooser = std::function<Policy(const BlockCosts&, int64_t)>;
+  const std::vector<std::pair<std::string, Chooser>> methods = {
+      {"sqrt(n)", [](const BlockCosts& costs, int64_t) { return choose_sqrt_n(costs); }},
+      {"Chen greedy", choose_chen_greedy},
+      {"DP", choose_dp}};
+  std::vector<ChoiceRow> rows;
+  for (const auto& [method, choose] : methods) {
+    int64_t target = budget;
+    Policy policy = choose(c, target);
+    StepReport r = plan(model, input, step, policy);
+    for (int64_t tries = 0; r.peak > budget && tries < c.n && method != "sqrt(n)"; ++tries) {
+      target -= r.peak - budget;  // the meta run overshot: ask the cost model for that much less
+      Policy tighter = choose(c, target);
+      if (tighter.str() == policy.str()) continue;
+      policy = tighter;
+      r = plan(model, input, step, policy);
+    }
+    rows.push_back({method, policy, predicted_peak(c, policy), r.peak, r.recompute_flops, r.peak <= budget});
+  }
+  return rows;
+}
+
+std::string choice_table(const std::vector<ChoiceRow>& rows, int64_t budget) {
+  std::ostringstream os;
+  char line[256];
+  os << "budget " << format_bytes(budget) << " (" << budget << " B)\n";
+  std::snprintf(line, sizeof line, "%-12s %14s %14s %16s %5s  %s\n", "method", "predicted B", "measured B",
+                "recompute FLOPs", "fits", "segments");
+  os << line;
+  for (auto& r : rows) {
+    std::snprintf(line, sizeof line, "%-12s %14lld %14lld %16.0f %5s  %s\n", r.method.c_str(),
+                  static_cast<long long>(r.predicted), static_cast<long long>(r.measured), r.recompute_flops,
+                  r.fits ? "yes" : "no", r.policy.str().c_str());
+    os << line;
+  }
+  return os.str();
+}
+
+int64_t largest_batch(const ModelSpec& model, const InputShape& input, const StepOptions& step, const Policy& policy,
+                      int64_t budget, int64_t max_batch) {
+  auto fits = [&](int64_t b) {
+    InputShape s = input;
+    s.batch = b;
+    return plan(model, s, step, policy).peak <= budget;
+  };
+  if (!fits(1)) return 0;
+  int64_t lo = 1, hi = 2;  // lo fits; hi does not, or is past max_batch
+  while (hi <= max_batch && fits(hi)) lo = hi, hi *= 2;
+  hi = std::min(hi, max_batch + 1);
+  while (hi - lo > 1) {
+    int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+}  // namespace mg::plan

@@ -1,0 +1,145 @@
+// The memory planner: runs one training step (forward, backward, optimizer step) on the meta
+// device, where the ledger fills exactly as a real run would but no bytes exist, and reports the
+// peak, its breakdown and the FLOPs spent recomputing checkpoint segments. On top of it: three
+// ways to choose checkpoint segments for a memory budget (sqrt(n) segments, Chen et al. 2016's
+// greedy, and an exact dynamic programme), and the largest batch that fits a budget.
+//
+// A model is a chain of n identical-interface blocks between a head and a tail: an MLP of n
+// Linear+ReLU layers (mse loss against zeros), or a GPT (embeddings, n Blocks, ln_f + tied head).
+// The planned step is the FIRST step: optimizer state is created lazily during it, so its bytes
+// appear at the step's end (later steps hold them from the start and may peak higher).
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <memgrad/core/memory.h>
+#include <memgrad/nn/gpt.h>
+
+namespace mg::plan {
+
+struct Segment {
+  int64_t begin = 0, end = 0;  // blocks [begin, end) run as one recompute-on-backward segment
+};
+
+// Which blocks run as checkpoint segments; blocks in no segment keep their activations.
+// `selective` (blocks in no segment): GPT checkpoints only the attention core (softmax(mask(q
+// k^T / sqrt(d))) -> dropout -> @ v, as Korthikanti et al. 2022); an MLP block runs as a segment
+// with CheckpointPolicy::keep_matmuls.
+struct Policy {
+  std::string name = "none";
+  std::vector<Segment> segments;
+  bool selective = false;
+
+  static Policy none();
+  static Policy every_block(int64_t n);
+  static Policy uniform(int64_t n, int64_t k);  // k segments of near-equal length, all checkpointed
+  static Policy sqrt_n(int64_t n);              // uniform(n, round(sqrt(n)))
+  static Policy selective_only();
+  int64_t recomputed_blocks() const;
+  std::string str() const;  // "[0,4) [4,8)" or "-"
+};
+
+struct ModelSpec {
+  enum class Kind { MLP, GPT } kind = Kind::MLP;
+  int64_t mlp_layers = 0, mlp_width = 0;
+  nn::GPTConfig gpt;
+  static ModelSpec mlp(int64_t layers, int64_t width);
+  static ModelSpec gpt_model(const nn::GPTConfig& config);  // config.options' device is ignored
+  int64_t num_blocks() const { return kind == Kind::MLP ? mlp_layers : gpt.n_layer; }
+};
+
+// MLP: x [batch, width]; GPT: token ids [batch, seq_len].
+struct InputShape {
+  int64_t batch = 1, seq_len = 1;
+};
+
+enum class OptimizerKind { None, SGD, SGDMomentum, Adam, AdamW };
+enum class Precision { Float32, Float16, BFloat16 };  // half precisions run under amp::AutocastGuard
+
+struct StepOptions {
+  OptimizerKind optimizer = OptimizerKind::AdamW;
+  Precision precision = Precision::Float32;
+};
+
+// What one step allocated. Every byte figure counts from what was live on the device before the
+// model was built, so a run on kCPU and one on kMeta compare directly.
+struct StepReport {
+  Device device;
+  int64_t peak = 0;               // allocated bytes at the step's peak (model + step)
+  CategoryBytes at_peak{};        // by category at that moment
+  CategoryBytes category_peak{};  // each category's own peak
+  std::map<std::string, int64_t> at_peak_by_owner;
+  double flops = 0, recompute_flops = 0;
+  int64_t category(Category c) const { return at_peak[size_t(c)]; }
+  int64_t peak_of(Category c) const { return category_peak[size_t(c)]; }
+  std::string str() const;  // peak, categories at the peak, top owners, FLOPs
+};
+
+// A model, its inputs and optimizer built once on a device, for running several steps (benchmarks).
+class StepRunner {
+ public:
+  StepRunner(const ModelSpec& model, const InputShape& input, const StepOptions& step, const Device& device);
+  ~StepRunner();
+  // One step (forward, backward, optimizer step; grads cleared first). Byte figures count from what
+  // was live before the runner was built; peaks from a reset_peak at the step's start.
+  StepReport step(const Policy& policy);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Builds the model on `device` and runs one step of it under `policy`.
+StepReport run_step(const ModelSpec& model, const InputShape& input, const StepOptions& step, const Policy& policy,
+                    const Device& device);
+// run_step on kMeta: no real memory is touched.
+StepReport plan(const ModelSpec& model, const InputShape& input, const StepOptions& step = {},
+                const Policy& policy = Policy::none());
+
+// ---- choosing segments
+
+// Per-block costs measured on meta (one block run on its own), and the rest of the step's peak.
+struct BlockCosts {
+  int64_t n = 0;
+  int64_t input_bytes = 0;  // a block's input, which a segment boundary keeps
+  int64_t held_bytes = 0;   // Activation bytes a block holds beyond its input
+  double forward_flops = 0;
+  int64_t overhead = 0;  // peak of Policy::none() minus the model's activation estimate for it
+};
+BlockCosts measure_block_costs(const ModelSpec& model, const InputShape& input, const StepOptions& step = {});
+// The cost model the choosers use: overhead + the largest Activation held at the end of forward
+// or while a segment is recomputed in backward. The step's peak moment may differ from the
+// Activation peak's, so choose_segments verifies each choice with a meta run.
+int64_t predicted_peak(const BlockCosts& costs, const Policy& policy);
+double recompute_flops(const BlockCosts& costs, const Policy& policy);
+
+Policy choose_sqrt_n(const BlockCosts& costs);
+// Chen et al. 2016, Alg. 3: greedily closes a segment once its held bytes exceed b; tries every b
+// and keeps the one that fits `budget` with the fewest recomputed FLOPs (else the lowest peak).
+// As in checkpoint_sequential, the last segment is not recomputed.
+Policy choose_chen_greedy(const BlockCosts& costs, int64_t budget);
+// Fewest recomputed FLOPs with predicted_peak <= budget, by dynamic programming over the chain
+// (each block kept or in a segment). If nothing fits the model, every block as a segment.
+Policy choose_dp(const BlockCosts& costs, int64_t budget);
+
+struct ChoiceRow {
+  std::string method;
+  Policy policy;
+  int64_t predicted = 0;  // cost model
+  int64_t measured = 0;   // meta run of the chosen plan (Chen and DP re-choose for a smaller model
+                          // budget, by the overshoot, until the meta run fits or nothing smaller helps)
+  double recompute_flops = 0;
+  bool fits = false;  // measured <= budget
+};
+std::vector<ChoiceRow> choose_segments(const ModelSpec& model, const InputShape& input, const StepOptions& step,
+                                       int64_t budget);
+std::string choice_table(const std::vector<ChoiceRow>& rows, int64_t budget);
+
+// The largest batch whose planned peak fits `budget` (doubling, then bisection on meta runs);
+// 0 if batch 1 does not fit. `input.batch` is ignored.
+int64_t largest_batch(const ModelSpec& model, const InputShape& input, const StepOptions& step, const Policy& policy,
+                      int64_t budget, int64_t max_batch = int64_t(1) << 20);
+
+}  // namespace mg::plan

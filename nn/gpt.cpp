@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include <memgrad/autograd/checkpoint.h>
 #include <memgrad/autograd/grad_mode.h>
 #include <memgrad/nn/init.h>
 #include <memgrad/nn/loss.h>
@@ -32,11 +33,20 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   auto qkv = split(c_attn->forward(x), n_embd, 2);
   auto heads = [&](const Tensor& t) { return t.view({B, T, n_head, hs}).transpose(1, 2); };  // [B, nh, T, hs]
   Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
-  Tensor att = matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(hs)));
+  auto core = [this](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{attention_core(in[0], in[1], in[2])};
+  };
+  Tensor y = (selective_recompute ? checkpoint(core, {q, k, v}) : core({q, k, v}))[0];
+  y = y.transpose(1, 2).reshape({B, T, n_embd});
+  return resid_dropout->forward(c_proj->forward(y));
+}
+
+Tensor CausalSelfAttention::attention_core(const Tensor& q, const Tensor& k, const Tensor& v) {
+  const int64_t T = q.size(2);
+  Tensor att = matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(q.size(3))));
   att = masked_fill(att, mask.slice(0, 0, T).slice(1, 0, T), -INFINITY);
   att = attn_dropout->forward(softmax(att, -1));
-  Tensor y = matmul(att, v).transpose(1, 2).reshape({B, T, n_embd});
-  return resid_dropout->forward(c_proj->forward(y));
+  return matmul(att, v);
 }
 
 Block::Block(const GPTConfig& c) : UnaryModule("Block") {
@@ -44,6 +54,7 @@ Block::Block(const GPTConfig& c) : UnaryModule("Block") {
   attn = register_module<CausalSelfAttention>("attn", c.n_embd, c.n_head, c.block_size, c.dropout, c.options);
   ln_2 = register_module<LayerNorm>("ln_2", Shape{c.n_embd}, 1e-5, true, c.options);
   mlp = register_module<MLP>("mlp", c.n_embd, 4 * c.n_embd, c.dropout, GeluApprox::Tanh, c.options);
+  attn->selective_recompute = c.selective_recompute;
 }
 
 Tensor Block::forward(const Tensor& x) {
@@ -73,7 +84,22 @@ Tensor GPT::forward(const Tensor& idx) {
   MG_CHECK(T <= config.block_size, ShapeError, "GPT: sequence length ", T, " exceeds block size ", config.block_size);
   Tensor pos = arange(T, TensorOptions(kInt64).device(idx.device()));
   Tensor x = drop->forward(wte->forward(idx) + wpe->forward(pos));
-  for (auto& block : *h) x = block->forward(x);
+  const int64_t n = int64_t(h->size()), k = config.checkpoint_every;
+  for (int64_t i = 0; i < n; i += std::max<int64_t>(k, 1)) {
+    if (k <= 0) {
+      x = (*h)[size_t(i)].forward(x);
+      continue;
+    }
+    std::vector<Block*> segment;  // blocks [i, i + k) recompute during backward
+    for (int64_t j = i; j < std::min(n, i + k); ++j) segment.push_back(&(*h)[size_t(j)]);
+    x = checkpoint(
+        [segment](const Tensor& in) {
+          Tensor y = in;
+          for (Block* b : segment) y = b->forward(y);
+          return y;
+        },
+        x);
+  }
   return linear(ln_f->forward(x), wte->weight);  // the lm head shares the token embedding
 }
 

@@ -18,7 +18,13 @@ struct GPTConfig {
   int64_t n_head = 12;
   int64_t n_embd = 768;
   double dropout = 0.0;
-  TensorOptions options;                  // device and dtype of the parameters
+  TensorOptions options;  // device and dtype of the parameters
+  // Recompute-on-backward: every `checkpoint_every` consecutive blocks run as one checkpoint
+  // segment (0: none; 1: every block; ceil(sqrt(n_layer)): the sqrt(n) schedule).
+  int64_t checkpoint_every = 0;
+  // Selective recompute (Korthikanti et al. 2022): each block keeps its matmul inputs and
+  // recomputes only the attention core (q k^T, mask, softmax, dropout, @ v) during backward.
+  bool selective_recompute = false;
   static GPTConfig gpt2() { return {}; }  // 124,439,808 parameters
 };
 
@@ -31,7 +37,10 @@ class CausalSelfAttention : public UnaryModule {
   int64_t n_embd, n_head;
   std::shared_ptr<Linear> c_attn, c_proj;
   std::shared_ptr<Dropout> attn_dropout, resid_dropout;
-  Tensor mask;  // bool [block_size, block_size], true above the diagonal (the future)
+  Tensor mask;                       // bool [block_size, block_size], true above the diagonal (the future)
+  bool selective_recompute = false;  // run the attention core as a checkpoint segment
+  // softmax(mask(q k^T / sqrt(hs))) -> dropout -> @ v, on heads [B, nh, T, hs].
+  Tensor attention_core(const Tensor& q, const Tensor& k, const Tensor& v);
 };
 
 class Block : public UnaryModule {

@@ -17,8 +17,11 @@ Tensor full(const Shape& shape, const Scalar& value, const TensorOptions& o = {}
 Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);
 Tensor full_like(const Tensor& t, const Scalar& value);
-Tensor arange(const Scalar& end, const TensorOptions& o = kInt64);
-Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step = 1, const TensorOptions& o = kInt64);
+// Without options the dtype follows torch.arange: int64 when every argument is an integer, else float32.
+Tensor arange(const Scalar& end);
+Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step = 1);
+Tensor arange(const Scalar& end, const TensorOptions& o);
+Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, const TensorOptions& o);
 Tensor linspace(double start, double end, int64_t steps, const TensorOptions& o = {});
 Tensor eye(int64_t n, const TensorOptions& o = {});
 Tensor rand(const Shape& shape, const TensorOptions& o = {});   // U[0, 1)

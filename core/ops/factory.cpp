@@ -37,7 +37,13 @@ Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.options()); }
 Tensor full_like(const Tensor& t, const Scalar& v) { return full(t.shape(), v, t.options()); }
 Tensor scalar_tensor(const Scalar& v, const TensorOptions& o) { return full({}, v, o); }
 
+Tensor arange(const Scalar& end) { return arange(0, end, 1); }
 Tensor arange(const Scalar& end, const TensorOptions& o) { return arange(0, end, 1, o); }
+Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step) {
+  bool integral = start.kind != Scalar::Kind::Floating && end.kind != Scalar::Kind::Floating &&
+                  step.kind != Scalar::Kind::Floating;
+  return arange(start, end, step, integral ? kInt64 : kFloat32);
+}
 
 Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, const TensorOptions& o) {
   MG_CHECK(step.value != 0, ValueError, "arange: expected a non-zero step, got 0");

@@ -338,3 +338,12 @@ TEST_CASE("printing") {
   auto y = w * w;
   CHECK(printed(y).find("grad_fn=mul") != std::string::npos);
 }
+
+TEST_CASE("arange infers its dtype from its arguments, as torch.arange") {
+  CHECK(mg::arange(4).dtype() == mg::kInt64);
+  CHECK(mg::arange(0, 4, 2).dtype() == mg::kInt64);
+  auto f = mg::arange(0.0, 1.0, 0.25);  // was int64 zeros before the dtype was inferred
+  CHECK(f.dtype() == mg::kFloat32);
+  CHECK(f.to_vector<float>() == std::vector<float>{0.0f, 0.25f, 0.5f, 0.75f});
+  CHECK(mg::arange(2.5).to_vector<float>() == std::vector<float>{0.0f, 1.0f, 2.0f});
+}

@@ -108,6 +108,8 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
       owned = sole ? g : g.to(leaf->dtype).clone();
     }
     owned.storage()->set_category(Category::Gradient);
+    if (auto* param_block = leaf->storage->block())  // the ledger names the buffer after its parameter
+      owned.storage()->set_owner(param_block->owner.empty() ? "grad" : param_block->owner + ".grad");
     self.set_grad(owned);
   } else {
     cur.add_(g);

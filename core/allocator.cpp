@@ -478,6 +478,15 @@ void set_category(Block* b, Category c) {
   record(s, MemoryEventKind::Relabel, int64_t(b->size), reinterpret_cast<uintptr_t>(b->ptr), b, before);
 }
 
+void set_owner(Block* b, const std::string& owner) {
+  if (!b || b->owner == owner) return;
+  DeviceState& s = state(b->device);
+  std::lock_guard<std::mutex> g(s.mu);
+  add_owner(s, b->owner, -int64_t(b->size));
+  b->owner = owner;
+  add_owner(s, owner, int64_t(b->size));
+}
+
 }  // namespace memory
 
 MemoryStats memory_stats(const Device& d) {

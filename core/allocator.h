@@ -52,6 +52,8 @@ Block* allocate(const Device& d, size_t nbytes, Category fallback);
 void release(Block* b);
 // Moves a live block to another category (e.g. Temporary -> Activation when autograd saves it).
 void set_category(Block* b, Category c);
+// Moves a live block to another owner label (e.g. a gradient buffer becomes "<param>.grad").
+void set_owner(Block* b, const std::string& owner);
 // The op whose allocations follow (for owner labels of op outputs); see OpScope.
 const char* current_op();
 // The limit for a device of `type` that an MG_MEMORY_LIMIT value `spec` asks for (0: none); see

@@ -34,6 +34,10 @@ void Storage::set_category(Category c) {
   if (block_) memory::set_category(block_, saved_refs_ > 0 && c == Category::Temporary ? Category::Activation : c);
 }
 
+void Storage::set_owner(const std::string& owner) {
+  if (block_) memory::set_owner(block_, owner);
+}
+
 Category Storage::category() const { return block_ ? block_->category : Category::Other; }
 
 }  // namespace mg

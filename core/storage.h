@@ -33,6 +33,8 @@ class Storage {
   // Re-labels the bytes (e.g. a gradient stored into .grad becomes Gradient).
   void set_category(Category c);
   Category category() const;
+  // Re-labels the owner of the bytes in the ledger (no-op for wrapped memory).
+  void set_owner(const std::string& owner);
 
  private:
   void* data_ = nullptr;

@@ -127,3 +127,16 @@ TEST_CASE("meta device: a training step fills the ledger exactly as on cpu") {
   CHECK(cpu_end.num_allocs - cpu.start.num_allocs == meta_end.num_allocs - meta.start.num_allocs);
   CHECK(cpu_end.peak_allocated > cpu.after_forward.allocated);  // the peak is in backward or the update
 }
+
+TEST_CASE("ledger: a .grad buffer is owned by '<parameter>.grad'") {
+  Tensor w;
+  {
+    MemoryScope scope(Category::Parameter, "probe.weight");
+    w = ones({128, 8}).requires_grad_();  // 4096 bytes
+  }
+  (w * 3.0).sum().backward();
+  auto owners = memory_by_owner();
+  REQUIRE(owners.count("probe.weight.grad"));
+  CHECK(owners.at("probe.weight.grad") == 4096);
+  CHECK(w.grad().storage()->category() == Category::Gradient);
+}

@@ -31,3 +31,4 @@
 #include <memgrad/optim/optimizer.h>
 #include <memgrad/optim/scheduler.h>
 #include <memgrad/optim/sgd.h>
+#include <memgrad/plan/planner.h>

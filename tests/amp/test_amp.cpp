@@ -242,3 +242,37 @@ TEST_CASE("a tiny GPT trained in fp16 with dynamic scaling ends within 2% of flo
   CHECK(f32 < std::log(32.0) * 0.8);  // it learned something
   CHECK(std::abs(f16 - f32) <= 0.02 * f32);
 }
+
+TEST_CASE("bytes per parameter of each mode, from the ledger (see docs/precision.md)") {
+  const int64_t n = 65536;  // a 256 x 256 weight: every buffer is a multiple of 512 bytes
+  auto step = [&](DType storage, bool masters_on, bool autocast) {
+    manual_seed(9);
+    nn::Linear fc(256, 256, false);
+    fc.to(storage);
+    Tensor x = randn({8, 256});
+    std::unique_ptr<amp::MasterWeights> masters;
+    std::unique_ptr<optim::Adam> opt;
+    if (masters_on) {
+      masters = std::make_unique<amp::MasterWeights>(fc.named_parameters());
+      opt = std::make_unique<optim::Adam>(masters->named_parameters());
+    } else {
+      opt = std::make_unique<optim::Adam>(fc.named_parameters());
+    }
+    {
+      amp::AutocastGuard guard(kFloat16, autocast);
+      fc(x.to(storage)).to(kFloat32).pow(2.0).mean().backward();
+    }
+    if (masters_on) masters->grads_to_masters();
+    opt->step();
+    if (masters_on) masters->masters_to_params();
+    int64_t param = int64_t(fc.weight.storage()->block()->size), grad = int64_t(fc.weight.grad().storage()->block()->size);
+    int64_t master = masters_on ? int64_t(masters->parameters()[0].storage()->block()->size) : 0;
+    return std::array<int64_t, 4>{param / n, grad / n, (master + opt->state_bytes()) / n,
+                                  (param + grad + master + opt->state_bytes()) / n};
+  };
+  using Row = std::array<int64_t, 4>;  // parameter, gradient, optimizer state (+ masters), total
+  CHECK(step(kFloat32, false, false) == Row{4, 4, 8, 16});  // float32 Adam
+  CHECK(step(kFloat32, false, true) == Row{4, 4, 8, 16});   // autocast: float32 parameters, half compute
+  CHECK(step(kFloat16, true, false) == Row{2, 2, 12, 16});  // half storage + float32 masters = ZeRO's 2+2+12
+  CHECK(step(kBFloat16, true, false) == Row{2, 2, 12, 16});
+}

@@ -8,6 +8,7 @@
 #include <memgrad/autograd/grad_mode.h>
 #include <memgrad/core/memory.h>
 #include <memgrad/core/tensor.h>
+#include <memgrad/kernels/host_device.h>
 
 namespace mg::kernels {
 
@@ -31,6 +32,23 @@ struct Conv2dGeometry {
   int64_t kh, kw, oh, ow;       // kernel and output size
   int64_t sh, sw, ph, pw, dh, dw;
 };
+
+// PyTorch's avg_pool2d divisor with count_include_pad: the window clipped to the padded image.
+MG_HD int64_t avg_pool_area(const Conv2dGeometry& g, int64_t oy, int64_t ox) {
+  int64_t y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
+  int64_t y1 = y0 + g.kh < g.h + g.ph ? y0 + g.kh : g.h + g.ph, x1 = x0 + g.kw < g.w + g.pw ? x0 + g.kw : g.w + g.pw;
+  return (y1 - y0) * (x1 - x0);
+}
+
+// A contiguous shape seen as [outer, size along dim, inner] (the layout of the index kernels).
+struct DimSplit {
+  int64_t outer = 1, size = 1, inner = 1;
+};
+inline DimSplit split_at(const Shape& s, int64_t dim) {
+  DimSplit r;
+  for (int64_t d = 0; d < int64_t(s.size()); ++d) (d < dim ? r.outer : d == dim ? r.size : r.inner) *= s[d];
+  return r;
+}
 
 struct Backend {
   // dst[i] = convert(src[i]); src is expanded to dst's shape.

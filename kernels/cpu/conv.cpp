@@ -109,18 +109,12 @@ void max_pool2d_backward(const Tensor& grad, const Tensor& indices, const Tensor
 }
 
 namespace {
-// PyTorch's avg_pool2d divisor with count_include_pad: the window clipped to the padded image.
-int64_t pool_area(const Conv2dGeometry& g, int64_t oy, int64_t ox) {
-  int64_t y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
-  int64_t y1 = std::min(y0 + g.kh, g.h + g.ph), x1 = std::min(x0 + g.kw, g.w + g.pw);
-  return (y1 - y0) * (x1 - x0);
-}
 // Calls f(input offset in plane, output offset in plane, 1 / area) for every window tap.
 template <class F>
 void for_each_avg_tap(const Conv2dGeometry& g, F f) {
   for (int64_t oy = 0; oy < g.oh; ++oy)
     for (int64_t ox = 0; ox < g.ow; ++ox) {
-      double inv = 1.0 / double(pool_area(g, oy, ox));
+      double inv = 1.0 / double(avg_pool_area(g, oy, ox));
       for (int64_t iy = std::max<int64_t>(oy * g.sh - g.ph, 0); iy < std::min(oy * g.sh - g.ph + g.kh, g.h); ++iy)
         for (int64_t ix = std::max<int64_t>(ox * g.sw - g.pw, 0); ix < std::min(ox * g.sw - g.pw + g.kw, g.w); ++ix)
           f(iy * g.w + ix, oy * g.ow + ox, inv);

@@ -7,14 +7,6 @@
 namespace mg::cpu {
 
 namespace {
-struct Split {
-  int64_t outer = 1, size = 1, inner = 1;
-};
-Split split_at(const Shape& s, int64_t dim) {
-  Split r;
-  for (int64_t d = 0; d < int64_t(s.size()); ++d) (d < dim ? r.outer : d == dim ? r.size : r.inner) *= s[d];
-  return r;
-}
 void check_indices(const char* op, const int64_t* idx, int64_t n, int64_t size) {
   for (int64_t k = 0; k < n; ++k)
     MG_CHECK(idx[k] >= 0 && idx[k] < size, IndexError, op, ": expected indices in [0, ", size, "), got ", idx[k],
@@ -23,7 +15,7 @@ void check_indices(const char* op, const int64_t* idx, int64_t n, int64_t size) 
 }  // namespace
 
 void index_select(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) {
-  Split s = split_at(x.shape(), dim);
+  DimSplit s = split_at(x.shape(), dim);
   const int64_t n = index.numel(), es = int64_t(x.element_size());
   const int64_t* idx = ptr<int64_t>(index);
   check_indices("index_select", idx, n, s.size);
@@ -37,7 +29,7 @@ void index_select(const Tensor& x, int64_t dim, const Tensor& index, const Tenso
 }
 
 void index_add(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src) {
-  Split s = split_at(dst.shape(), dim);
+  DimSplit s = split_at(dst.shape(), dim);
   const int64_t n = index.numel();
   const int64_t* idx = ptr<int64_t>(index);
   check_indices("index_add", idx, n, s.size);

@@ -69,11 +69,8 @@ __global__ void max_pool_backward_kernel(const T* grad, const int64_t* indices, 
   MG_GRID_LOOP(e, total) atomic_add(gx + (e / L) * plane + indices[e], dload(grad[e]));
 }
 
-// PyTorch's avg_pool2d divisor with count_include_pad: the window clipped to the padded image.
 __device__ __forceinline__ double pool_inv_area(const Conv2dGeometry& g, int64_t oy, int64_t ox) {
-  int64_t y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
-  int64_t y1 = min(y0 + g.kh, g.h + g.ph), x1 = min(x0 + g.kw, g.w + g.pw);
-  return 1.0 / double((y1 - y0) * (x1 - x0));
+  return 1.0 / double(avg_pool_area(g, oy, ox));
 }
 
 template <class T, bool kBackward>

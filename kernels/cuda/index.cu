@@ -8,14 +8,6 @@ namespace mg::cuda {
 
 namespace {
 
-struct Split {
-  int64_t outer = 1, size = 1, inner = 1;
-};
-Split split_at(const Shape& s, int64_t dim) {
-  Split r;
-  for (int64_t d = 0; d < int64_t(s.size()); ++d) (d < dim ? r.outer : d == dim ? r.size : r.inner) *= s[d];
-  return r;
-}
 
 // Calls f(Tag<U>) with an unsigned type as wide as one element: moving bytes needs no dtype.
 template <class F>
@@ -33,7 +25,7 @@ void dispatch_bytes(size_t element_size, F&& f) {
 }
 
 template <class U>
-__global__ void index_select_kernel(const U* x, const int64_t* idx, U* out, Split s, int64_t n) {
+__global__ void index_select_kernel(const U* x, const int64_t* idx, U* out, DimSplit s, int64_t n) {
   const int64_t total = s.outer * n * s.inner;
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
     int64_t o = e / (n * s.inner), k = (e / s.inner) % n, i = e % s.inner;
@@ -42,7 +34,7 @@ __global__ void index_select_kernel(const U* x, const int64_t* idx, U* out, Spli
 }
 
 template <class T>
-__global__ void index_add_kernel(T* dst, const int64_t* idx, const T* src, Split s, int64_t n) {
+__global__ void index_add_kernel(T* dst, const int64_t* idx, const T* src, DimSplit s, int64_t n) {
   const int64_t total = s.outer * n * s.inner;
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
     int64_t o = e / (n * s.inner), k = (e / s.inner) % n, i = e % s.inner;
@@ -89,7 +81,7 @@ __global__ void scatter_add_kernel(T* dst, const int64_t* idx, const T* src, Gat
 }  // namespace
 
 void index_select(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) {
-  Split s = split_at(x.shape(), dim);
+  DimSplit s = split_at(x.shape(), dim);
   const int64_t n = index.numel();
   check_indices("index_select", index, s.size);
   if (out.numel() == 0) return;
@@ -102,7 +94,7 @@ void index_select(const Tensor& x, int64_t dim, const Tensor& index, const Tenso
 }
 
 void index_add(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src) {
-  Split s = split_at(dst.shape(), dim);
+  DimSplit s = split_at(dst.shape(), dim);
   const int64_t n = index.numel();
   check_indices("index_add", index, s.size);
   if (src.numel() == 0) return;

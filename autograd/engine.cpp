@@ -17,8 +17,10 @@ struct NewestFirst {
 
 void accumulate(Tensor& slot, Tensor&& g) {
   if (!g.defined()) return;
-  if (!slot.defined()) slot = std::move(g);
-  else slot = add(slot, g);
+  if (!slot.defined())
+    slot = std::move(g);
+  else
+    slot = add(slot, g);
 }
 
 }  // namespace
@@ -34,7 +36,8 @@ void run_backward(const TensorList& roots, const TensorList& grads, bool retain_
   std::vector<Edge> root_edges;
   for (auto& r : roots) {
     Edge e = gradient_edge(r);
-    MG_CHECK(e.valid(), AutogradError, "backward: expected a tensor that requires grad, got one that does not"
+    MG_CHECK(e.valid(), AutogradError,
+             "backward: expected a tensor that requires grad, got one that does not"
              " (did you forget requires_grad_(), or run under NoGradGuard?)");
     root_edges.push_back(e);
     keep_alive.push_back(e.node);

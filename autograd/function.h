@@ -32,7 +32,8 @@ class FunctionCtx {
   std::map<std::string, std::any> data;  // any other values backward needs
 
  private:
-  friend TensorList apply_function(const std::string&, const std::function<TensorList(FunctionCtx&, const TensorList&)>&,
+  friend TensorList apply_function(const std::string&,
+                                   const std::function<TensorList(FunctionCtx&, const TensorList&)>&,
                                    std::function<TensorList(FunctionCtx&, const TensorList&)>, const TensorList&);
   std::vector<SavedTensor> saved_;
   std::vector<bool> needs_;

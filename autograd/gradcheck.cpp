@@ -21,16 +21,18 @@ double* element(const Tensor& t, int64_t i) {
 }
 }  // namespace
 
-GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& fn, const std::vector<Tensor>& inputs,
-                          const GradcheckOptions& o) {
+GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
+                          const std::vector<Tensor>& inputs, const GradcheckOptions& o) {
   GradcheckResult r;
   std::vector<size_t> checked;
   for (size_t k = 0; k < inputs.size(); ++k) {
     if (!inputs[k].defined() || !inputs[k].requires_grad()) continue;
     MG_CHECK(inputs[k].dtype() == kFloat64, DTypeError, "gradcheck: expected float64 inputs, got ", inputs[k].dtype(),
              " for input ", k);
-    MG_CHECK(inputs[k].is_leaf(), ValueError, "gradcheck: expected leaf inputs (gradients accumulate only in "
-             "leaves), got input ", k, " computed by ", inputs[k].grad_fn()->name());
+    MG_CHECK(inputs[k].is_leaf(), ValueError,
+             "gradcheck: expected leaf inputs (gradients accumulate only in "
+             "leaves), got input ",
+             k, " computed by ", inputs[k].grad_fn()->name());
     checked.push_back(k);
   }
   MG_CHECK(!checked.empty(), ValueError, "gradcheck: expected at least one input that requires grad, got none");

@@ -22,7 +22,7 @@ struct GradcheckResult {
 
 // `fn` maps the inputs to one output of any shape. Every float64 input that requires grad is
 // checked, element by element (inputs may be non-contiguous views).
-GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& fn, const std::vector<Tensor>& inputs,
-                          const GradcheckOptions& options = {});
+GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
+                          const std::vector<Tensor>& inputs, const GradcheckOptions& options = {});
 
 }  // namespace mg

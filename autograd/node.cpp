@@ -61,11 +61,10 @@ Tensor SavedTensor::get() const {
   MG_CHECK(state_, AutogradError, "backward: a saved tensor was used after it was released");
   // Under hooks the original may be gone (then nobody can modify it any more).
   std::shared_ptr<Storage> s = state_->unpack ? state_->watched.lock() : state_->storage;
-  MG_CHECK(!s || s->version() == state_->version, AutogradError,
-           "backward: a tensor of shape ", shape_str(state_->shape), " (", state_->dtype,
+  MG_CHECK(!s || s->version() == state_->version, AutogradError, "backward: a tensor of shape ",
+           shape_str(state_->shape), " (", state_->dtype,
            ") that was saved for backward has been modified by an in-place operation: expected version ",
-           state_->version, ", got version ", s->version(),
-           ". Use an out-of-place op, or clone() before modifying it");
+           state_->version, ", got version ", s->version(), ". Use an out-of-place op, or clone() before modifying it");
   if (state_->unpack) return state_->unpack(state_->packed);
   return state_->tensor;
 }
@@ -84,8 +83,7 @@ TensorList FunctionNode::apply(TensorList&& grad_outputs) {
   return fn_(grad_outputs, *this);
 }
 
-AccumulateGrad::AccumulateGrad(std::shared_ptr<TensorImpl> leaf)
-    : Node("AccumulateGrad"), leaf_(leaf) {}
+AccumulateGrad::AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : Node("AccumulateGrad"), leaf_(leaf) {}
 
 TensorList AccumulateGrad::apply(TensorList&& grads) {
   auto leaf = leaf_.lock();
@@ -138,8 +136,7 @@ Edge gradient_edge(const Tensor& t) {
   return {acc, 0};
 }
 
-std::shared_ptr<Node> record(const char* name, const TensorList& inputs, const TensorList& outputs,
-                             BackwardFn fn) {
+std::shared_ptr<Node> record(const char* name, const TensorList& inputs, const TensorList& outputs, BackwardFn fn) {
   if (!any_requires_grad(inputs)) return nullptr;
   auto node = std::make_shared<FunctionNode>(name, std::move(fn));
   for (auto& t : inputs) node->next_edges().push_back(gradient_edge(t));

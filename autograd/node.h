@@ -115,8 +115,7 @@ bool any_requires_grad(const TensorList& inputs);
 Edge gradient_edge(const Tensor& t);
 // Records `fn` as the backward of an op mapping `inputs` to `outputs` when any input requires
 // grad (and grad mode is on); outputs then require grad and point at the new node.
-std::shared_ptr<Node> record(const char* name, const TensorList& inputs, const TensorList& outputs,
-                             BackwardFn fn);
+std::shared_ptr<Node> record(const char* name, const TensorList& inputs, const TensorList& outputs, BackwardFn fn);
 // Runs the backward pass from `roots` seeded with `grads` (see Tensor::backward).
 void run_backward(const TensorList& roots, const TensorList& grads, bool retain_graph);
 

@@ -10,10 +10,14 @@ namespace mg {
 Device::Device(const std::string& spec) {
   auto colon = spec.find(':');
   std::string kind = spec.substr(0, colon);
-  if (kind == "cpu") type = DeviceType::CPU;
-  else if (kind == "cuda") type = DeviceType::CUDA;
-  else if (kind == "meta") type = DeviceType::Meta;
-  else throw ValueError(detail::str("Device: expected 'cpu', 'cuda[:N]' or 'meta', got '", spec, "'"));
+  if (kind == "cpu")
+    type = DeviceType::CPU;
+  else if (kind == "cuda")
+    type = DeviceType::CUDA;
+  else if (kind == "meta")
+    type = DeviceType::Meta;
+  else
+    throw ValueError(detail::str("Device: expected 'cpu', 'cuda[:N]' or 'meta', got '", spec, "'"));
   if (colon != std::string::npos) {
     MG_CHECK(type == DeviceType::CUDA, ValueError, "Device: only cuda takes an index, got '", spec, "'");
     try {
@@ -28,9 +32,12 @@ Device::Device(const std::string& spec) {
 
 std::string Device::str() const {
   switch (type) {
-    case DeviceType::CPU: return "cpu";
-    case DeviceType::Meta: return "meta";
-    case DeviceType::CUDA: return "cuda:" + std::to_string(index);
+    case DeviceType::CPU:
+      return "cpu";
+    case DeviceType::Meta:
+      return "meta";
+    case DeviceType::CUDA:
+      return "cuda:" + std::to_string(index);
   }
   return "?";
 }

@@ -31,9 +31,9 @@ inline Device cuda_device(int index = 0) { return Device(DeviceType::CUDA, index
 std::ostream& operator<<(std::ostream& os, const Device& d);
 
 // CUDA availability. Any failing device query counts as "no GPU".
-bool cuda_built();          // compiled with MG_CUDA
-int cuda_device_count();    // 0 when not built or no device
-bool cuda_available();      // cuda_device_count() > 0
+bool cuda_built();        // compiled with MG_CUDA
+int cuda_device_count();  // 0 when not built or no device
+bool cuda_available();    // cuda_device_count() > 0
 // Throws DeviceError saying why `d` cannot be used (not built / no device / bad index).
 void check_device_usable(const Device& d);
 

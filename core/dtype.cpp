@@ -8,26 +8,37 @@ namespace mg {
 
 size_t dtype_size(DType t) {
   switch (t) {
-    case kBool: return 1;
+    case kBool:
+      return 1;
     case kFloat16:
-    case kBFloat16: return 2;
+    case kBFloat16:
+      return 2;
     case kInt32:
-    case kFloat32: return 4;
+    case kFloat32:
+      return 4;
     case kInt64:
-    case kFloat64: return 8;
+    case kFloat64:
+      return 8;
   }
   return 0;
 }
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case kBool: return "bool";
-    case kInt32: return "int32";
-    case kInt64: return "int64";
-    case kFloat16: return "float16";
-    case kBFloat16: return "bfloat16";
-    case kFloat32: return "float32";
-    case kFloat64: return "float64";
+    case kBool:
+      return "bool";
+    case kInt32:
+      return "int32";
+    case kInt64:
+      return "int64";
+    case kFloat16:
+      return "float16";
+    case kBFloat16:
+      return "bfloat16";
+    case kFloat32:
+      return "float32";
+    case kFloat64:
+      return "float64";
   }
   return "?";
 }

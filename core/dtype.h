@@ -51,7 +51,7 @@ inline float half_to_float(uint16_t h) {
 }
 inline uint16_t float_to_half(float f) {
   uint32_t x = float_to_bits(f), sign = (x >> 16) & 0x8000, ax = x & 0x7fffffff;
-  if (ax > 0x7f800000) return uint16_t(sign | 0x7e00);  // NaN
+  if (ax > 0x7f800000) return uint16_t(sign | 0x7e00);   // NaN
   if (ax >= 0x47800000) return uint16_t(sign | 0x7c00);  // overflows to infinity
   if (ax < 0x38800000)  // half subnormal: adding 0.5 lets the float adder round to nearest even
     return uint16_t(sign | (float_to_bits(bits_to_float(ax) + 0.5f) - 0x3f000000u));
@@ -68,12 +68,33 @@ inline uint16_t float_to_bfloat16(float f) {
 // C++ type for each dtype (Half/BFloat16 for the 16-bit types).
 template <class T>
 struct dtype_of;
-template <> struct dtype_of<bool> { static constexpr DType value = kBool; };
-template <> struct dtype_of<int32_t> { static constexpr DType value = kInt32; };
-template <> struct dtype_of<int64_t> { static constexpr DType value = kInt64; };
-template <> struct dtype_of<Half> { static constexpr DType value = kFloat16; };
-template <> struct dtype_of<BFloat16> { static constexpr DType value = kBFloat16; };
-template <> struct dtype_of<float> { static constexpr DType value = kFloat32; };
-template <> struct dtype_of<double> { static constexpr DType value = kFloat64; };
+template <>
+struct dtype_of<bool> {
+  static constexpr DType value = kBool;
+};
+template <>
+struct dtype_of<int32_t> {
+  static constexpr DType value = kInt32;
+};
+template <>
+struct dtype_of<int64_t> {
+  static constexpr DType value = kInt64;
+};
+template <>
+struct dtype_of<Half> {
+  static constexpr DType value = kFloat16;
+};
+template <>
+struct dtype_of<BFloat16> {
+  static constexpr DType value = kBFloat16;
+};
+template <>
+struct dtype_of<float> {
+  static constexpr DType value = kFloat32;
+};
+template <>
+struct dtype_of<double> {
+  static constexpr DType value = kFloat64;
+};
 
 }  // namespace mg

@@ -11,16 +11,36 @@ class Error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
-class ShapeError : public Error { using Error::Error; };          // incompatible shapes
-class DTypeError : public Error { using Error::Error; };          // wrong or unsupported dtype
-class DeviceError : public Error { using Error::Error; };         // device mismatch or unavailable
-class IndexError : public Error { using Error::Error; };          // dim or index out of range
-class ValueError : public Error { using Error::Error; };          // bad argument value
-class AutogradError : public Error { using Error::Error; };       // graph misuse
-class MetaTensorError : public Error { using Error::Error; };     // reading a meta tensor's values
-class NotImplementedError : public Error { using Error::Error; };  // op missing on a device
-class IOError : public Error { using Error::Error; };             // files
-class OutOfMemoryError : public Error { using Error::Error; };    // allocation past the limit
+class ShapeError : public Error {
+  using Error::Error;
+};  // incompatible shapes
+class DTypeError : public Error {
+  using Error::Error;
+};  // wrong or unsupported dtype
+class DeviceError : public Error {
+  using Error::Error;
+};  // device mismatch or unavailable
+class IndexError : public Error {
+  using Error::Error;
+};  // dim or index out of range
+class ValueError : public Error {
+  using Error::Error;
+};  // bad argument value
+class AutogradError : public Error {
+  using Error::Error;
+};  // graph misuse
+class MetaTensorError : public Error {
+  using Error::Error;
+};  // reading a meta tensor's values
+class NotImplementedError : public Error {
+  using Error::Error;
+};  // op missing on a device
+class IOError : public Error {
+  using Error::Error;
+};  // files
+class OutOfMemoryError : public Error {
+  using Error::Error;
+};  // allocation past the limit
 
 namespace detail {
 template <class... Args>
@@ -33,7 +53,7 @@ std::string str(const Args&... args) {
 }  // namespace mg
 
 // MG_CHECK(cond, ErrorType, message parts...): throws ErrorType(concatenated parts).
-#define MG_CHECK(cond, Err, ...)                          \
-  do {                                                    \
+#define MG_CHECK(cond, Err, ...)                            \
+  do {                                                      \
     if (!(cond)) throw Err(::mg::detail::str(__VA_ARGS__)); \
   } while (0)

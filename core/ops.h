@@ -32,8 +32,7 @@ template <class T>
 Tensor tensor(const std::vector<T>& data, const Shape& shape = {}, const TensorOptions& o = dtype_of<T>::value);
 Tensor scalar_tensor(const Scalar& v, const TensorOptions& o = {});
 // Wraps memory the caller owns, without copying; `deleter` runs when the last view dies.
-Tensor from_blob(void* data, const Shape& shape, const TensorOptions& o = {},
-                 std::function<void(void*)> deleter = {});
+Tensor from_blob(void* data, const Shape& shape, const TensorOptions& o = {}, std::function<void(void*)> deleter = {});
 
 // ---- elementwise, with broadcasting and PyTorch's type promotion
 Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha = 1);  // a + alpha * b

@@ -17,7 +17,7 @@ struct Scalar {
   template <class T, std::enable_if_t<std::is_arithmetic_v<T>, int> = 0>
   Scalar(T v)
       : value(double(v)),
-        kind(std::is_same_v<T, bool>     ? Kind::Bool
+        kind(std::is_same_v<T, bool> ? Kind::Bool
              : std::is_integral_v<T> ? Kind::Integral
                                      : Kind::Floating) {}
 

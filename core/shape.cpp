@@ -40,8 +40,8 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
   for (size_t i = 0; i < n; ++i) {
     int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
     int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
-    MG_CHECK(da == db || da == 1 || db == 1, ShapeError, op, ": shapes ", shape_str(a), " and ",
-             shape_str(b), " cannot be broadcast (dim ", i, ": ", da, " vs ", db, ")");
+    MG_CHECK(da == db || da == 1 || db == 1, ShapeError, op, ": shapes ", shape_str(a), " and ", shape_str(b),
+             " cannot be broadcast (dim ", i, ": ", da, " vs ", db, ")");
     r[i] = da == 1 ? db : da;
   }
   return r;
@@ -64,8 +64,10 @@ Shape reduced_shape(const Shape& s, const std::vector<int64_t>& dims, bool keepd
   Shape r;
   for (int64_t i = 0; i < int64_t(s.size()); ++i) {
     bool red = std::find(dims.begin(), dims.end(), i) != dims.end();
-    if (!red) r.push_back(s[i]);
-    else if (keepdim) r.push_back(1);
+    if (!red)
+      r.push_back(s[i]);
+    else if (keepdim)
+      r.push_back(1);
   }
   return r;
 }
@@ -82,12 +84,11 @@ Shape infer_shape(Shape t, int64_t numel, const char* op) {
     }
   }
   if (infer >= 0) {
-    MG_CHECK(known > 0 && numel % known == 0, ShapeError, op, ": shape ", shape_str(t),
-             " is invalid for ", numel, " elements");
+    MG_CHECK(known > 0 && numel % known == 0, ShapeError, op, ": shape ", shape_str(t), " is invalid for ", numel,
+             " elements");
     t[infer] = numel / known;
   }
-  MG_CHECK(numel_of(t) == numel, ShapeError, op, ": shape ", shape_str(t), " is invalid for ", numel,
-           " elements");
+  MG_CHECK(numel_of(t) == numel, ShapeError, op, ": shape ", shape_str(t), " is invalid for ", numel, " elements");
   return t;
 }
 

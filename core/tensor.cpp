@@ -51,9 +51,8 @@ bool Tensor::is_contiguous() const {
 void* Tensor::raw_data() const {
   auto* i = checked();
   const Device& d = i->storage->device();
-  MG_CHECK(!d.is_meta(), MetaTensorError,
-           "data: a meta tensor has a shape ", shape_str(i->shape), " and dtype ", i->dtype,
-           " but no values; run on cpu or cuda to read values");
+  MG_CHECK(!d.is_meta(), MetaTensorError, "data: a meta tensor has a shape ", shape_str(i->shape), " and dtype ",
+           i->dtype, " but no values; run on cpu or cuda to read values");
   MG_CHECK(!d.is_cuda(), DeviceError, "data: expected a cpu tensor, got one on ", d,
            "; copy it with .to(mg::kCPU) first");
   return static_cast<char*>(i->storage->data()) + i->offset * int64_t(dtype_size(i->dtype));
@@ -110,8 +109,8 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
     NoGradGuard ng;
     g = ones(shape(), options());
   }
-  MG_CHECK(g.shape() == shape(), ShapeError, "backward: expected a gradient of shape ", shape_str(shape()),
-           ", got ", shape_str(g.shape()));
+  MG_CHECK(g.shape() == shape(), ShapeError, "backward: expected a gradient of shape ", shape_str(shape()), ", got ",
+           shape_str(g.shape()));
   MG_CHECK(g.device() == device(), DeviceError, "backward: expected a gradient on ", device(), ", got one on ",
            g.device());
   if (g.dtype() != dtype()) {  // as in PyTorch, the seed takes the output's dtype (kernels assume one dtype)
@@ -155,21 +154,22 @@ void Tensor::register_hook(GradHook hook) {
   auto* i = checked();
   MG_CHECK(i->requires_grad, AutogradError,
            "register_hook: expected a tensor that requires grad, got one that does not");
-  if (i->grad_fn) i->grad_fn->pre_hooks()[i->output_nr].push_back(std::move(hook));
-  else i->leaf_hooks.push_back(std::move(hook));
+  if (i->grad_fn)
+    i->grad_fn->pre_hooks()[i->output_nr].push_back(std::move(hook));
+  else
+    i->leaf_hooks.push_back(std::move(hook));
 }
 
 // ---- printing
 
 namespace {
-void print_values(std::ostream& os, const Tensor& t, const std::vector<double>& v, size_t& k, int64_t d,
-                  int indent) {
+void print_values(std::ostream& os, const Tensor& t, const std::vector<double>& v, size_t& k, int64_t d, int indent) {
   if (t.dim() == 0) {
     os << v[k++];
     return;
   }
   int64_t n = t.size(d);
-  const int64_t edge = 3;  // long dims show their first and last three entries
+  const int64_t edge = 3;                           // long dims show their first and last three entries
   bool cut = t.numel() > 1000 && n > 2 * edge + 1;  // PyTorch's summary threshold
   int64_t inner = 1;
   for (int64_t e = d + 1; e < t.dim(); ++e) inner *= t.size(e);
@@ -179,8 +179,10 @@ void print_values(std::ostream& os, const Tensor& t, const std::vector<double>& 
       os << "...";
       k += size_t((n - 2 * edge) * inner);
       i = n - edge - 1;
-      if (d + 1 < t.dim()) os << ",\n" << std::string(size_t(indent + 1), ' ');
-      else os << ", ";
+      if (d + 1 < t.dim())
+        os << ",\n" << std::string(size_t(indent + 1), ' ');
+      else
+        os << ", ";
       continue;
     }
     if (d + 1 == t.dim()) {
@@ -211,8 +213,10 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   }
   os << "shape=" << shape_str(t.shape()) << ", dtype=" << t.dtype();
   if (!t.device().is_cpu()) os << ", device='" << t.device() << "'";
-  if (t.grad_fn()) os << ", grad_fn=" << t.grad_fn()->name();
-  else if (t.requires_grad()) os << ", requires_grad=true";
+  if (t.grad_fn())
+    os << ", grad_fn=" << t.grad_fn()->name();
+  else if (t.requires_grad())
+    os << ", requires_grad=true";
   return os << ")";
 }
 

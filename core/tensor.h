@@ -50,7 +50,7 @@ struct TensorImpl {
   std::shared_ptr<autograd::Node> grad_fn;
   uint32_t output_nr = 0;
   std::weak_ptr<autograd::Node> grad_accumulator;  // for leaves
-  std::vector<GradHook> leaf_hooks;                 // run before accumulation into .grad
+  std::vector<GradHook> leaf_hooks;                // run before accumulation into .grad
 };
 
 class Tensor {
@@ -96,7 +96,7 @@ class Tensor {
   Tensor& requires_grad_(bool r = true);
   bool is_leaf() const { return !checked()->grad_fn; }
   const std::shared_ptr<autograd::Node>& grad_fn() const { return checked()->grad_fn; }
-  Tensor grad() const;  // undefined until a backward pass reaches this leaf
+  Tensor grad() const;                   // undefined until a backward pass reaches this leaf
   void set_grad(const Tensor& g) const;  // set or clear (undefined) the .grad
   // Computes gradients of this tensor w.r.t. the leaves; `gradient` defaults to 1 for scalars.
   void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
@@ -175,8 +175,7 @@ class Tensor {
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
 // Creates a tensor header over `storage` (used by ops and factories).
-Tensor make_tensor(std::shared_ptr<Storage> storage, Shape shape, Strides strides, int64_t offset,
-                   DType dtype);
+Tensor make_tensor(std::shared_ptr<Storage> storage, Shape shape, Strides strides, int64_t offset, DType dtype);
 // A fresh contiguous tensor allocated under the scope's category, else `fallback`.
 Tensor empty_with(const Shape& shape, DType dtype, const Device& device, Category fallback);
 
@@ -200,8 +199,7 @@ T* Tensor::data_ptr() const {
 
 template <class T>
 T Tensor::item() const {
-  MG_CHECK(numel() == 1, ShapeError, "item: expected a tensor with one element, got shape ",
-           shape_str(shape()));
+  MG_CHECK(numel() == 1, ShapeError, "item: expected a tensor with one element, got shape ", shape_str(shape()));
   if (device().is_cuda()) return detach().to(kCPU).item<T>();  // one small device-to-host copy
   return detail::load_as<T>(raw_data(), dtype());
 }

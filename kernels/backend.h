@@ -13,12 +13,23 @@
 namespace mg::kernels {
 
 enum class UnaryOp : uint8_t {
-  Neg, Exp, Log, Sqrt, Rsqrt, Abs, Tanh, Sigmoid, Relu, GeluErf, GeluTanh, Silu,
-  PowScalar,  // x ^ a
-  Clamp,      // clamp(x, a, b)
-  AddScalar,  // x + a
-  MulScalar,  // x * a
-  RsubScalar, // a - x
+  Neg,
+  Exp,
+  Log,
+  Sqrt,
+  Rsqrt,
+  Abs,
+  Tanh,
+  Sigmoid,
+  Relu,
+  GeluErf,
+  GeluTanh,
+  Silu,
+  PowScalar,   // x ^ a
+  Clamp,       // clamp(x, a, b)
+  AddScalar,   // x + a
+  MulScalar,   // x * a
+  RsubScalar,  // a - x
 };
 // Scalar parameters of a unary op (exponent, clamp bounds, ...).
 struct UnaryParams {
@@ -28,8 +39,8 @@ enum class BinaryOp : uint8_t { Add, Sub, Mul, Div, Pow, Max, Min, Eq, Ne, Lt, L
 enum class ReduceOp : uint8_t { Sum, Max, Min };
 
 struct Conv2dGeometry {
-  int64_t n, c, h, w;           // input
-  int64_t kh, kw, oh, ow;       // kernel and output size
+  int64_t n, c, h, w;      // input
+  int64_t kh, kw, oh, ow;  // kernel and output size
   int64_t sh, sw, ph, pw, dh, dw;
 };
 
@@ -91,8 +102,8 @@ struct Backend {
   void (*scatter_add)(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src) = nullptr;
 
   // Rows of the contiguous x [rows, n]; mean and rstd are float32 [rows]; weight/bias may be undefined.
-  void (*layer_norm)(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
-                     const Tensor& mean, const Tensor& rstd, double eps) = nullptr;
+  void (*layer_norm)(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out, const Tensor& mean,
+                     const Tensor& rstd, double eps) = nullptr;
   void (*layer_norm_backward)(const Tensor& grad, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                               const Tensor& weight, const Tensor& grad_x, const Tensor& grad_weight,
                               const Tensor& grad_bias) = nullptr;
@@ -123,8 +134,8 @@ const Backend& cuda_backend();  // entries stay null until the CUDA backend prov
 template <class Fn, class... Args>
 void run(const char* op, const Device& device, Fn Backend::*fn, Args&&... args) {
   if (device.is_meta()) return;
-  NoGradGuard no_grad;                           // kernels never record history
-  MemoryScope scratch(Category::Workspace);      // anything a kernel allocates is scratch
+  NoGradGuard no_grad;                       // kernels never record history
+  MemoryScope scratch(Category::Workspace);  // anything a kernel allocates is scratch
   const Backend& b = device.is_cuda() ? cuda_backend() : cpu_backend();
   auto f = b.*fn;
   MG_CHECK(f != nullptr, NotImplementedError, op, ": no kernel for device ", device, " yet");

@@ -16,8 +16,8 @@ void dropout(const Tensor& x, const Tensor& out, double p, uint64_t seed, uint64
 
 // reductions, softmax, cross-entropy, layer norm
 void reduce(ReduceOp op, const Tensor& x, const Tensor& out, int64_t outer, int64_t r, int64_t inner);
-void arg_reduce(ReduceOp op, const Tensor& x, const Tensor& values, const Tensor& indices, int64_t outer,
-                int64_t r, int64_t inner);
+void arg_reduce(ReduceOp op, const Tensor& x, const Tensor& values, const Tensor& indices, int64_t outer, int64_t r,
+                int64_t inner);
 void softmax(const Tensor& x, const Tensor& out, int64_t outer, int64_t r, int64_t inner, bool log);
 void softmax_backward(const Tensor& grad, const Tensor& out, const Tensor& grad_in, int64_t outer, int64_t r,
                       int64_t inner, bool log);

@@ -48,7 +48,8 @@ Tensor& unary_inplace(const char* name, UnaryOp op, Tensor& self, Keep keep, Una
     SavedTensor saved = keep == Keep::Output ? SavedTensor(self) : before;
     autograd::record(name, {self}, {self}, [op, p, saved, name](const TensorList& g, const Node&) {
       Tensor gi = new_like(g[0]);
-      kernels::run(name, g[0].device(), &Backend::unary_backward, op, g[0], saved.defined() ? saved.get() : g[0], gi, p);
+      kernels::run(name, g[0].device(), &Backend::unary_backward, op, g[0], saved.defined() ? saved.get() : g[0], gi,
+                   p);
       return TensorList{gi};
     });
   }
@@ -58,8 +59,8 @@ Tensor& unary_inplace(const char* name, UnaryOp op, Tensor& self, Keep keep, Una
 bool is_comparison(BinaryOp op) { return op >= BinaryOp::Eq; }
 
 // Backward of a binary op: gradients w.r.t. a and b (each reduced to its own shape).
-TensorList binary_grads(BinaryOp op, const Tensor& g, const Tensor& a, const Tensor& b, const Tensor& out,
-                        double alpha, const Node& n) {
+TensorList binary_grads(BinaryOp op, const Tensor& g, const Tensor& a, const Tensor& b, const Tensor& out, double alpha,
+                        const Node& n) {
   Tensor ga, gb;
   bool need_a = n.needs_input_grad(0), need_b = n.needs_input_grad(1);
   switch (op) {
@@ -88,7 +89,8 @@ TensorList binary_grads(BinaryOp op, const Tensor& g, const Tensor& a, const Ten
       if (need_b) gb = where(tie, half, where(pick_a, zeros_like(g), g));
       break;
     }
-    default: break;
+    default:
+      break;
   }
   return {ga, gb};
 }
@@ -147,12 +149,14 @@ Tensor& binary_inplace(const char* name, BinaryOp op, Tensor& self, const Tensor
   MG_CHECK(!(is_floating(rt) && !is_floating(self.dtype())), DTypeError, name, ": the result type ", rt,
            " cannot be stored in a tensor of dtype ", self.dtype());
   MG_CHECK(broadcast_shapes(self.shape(), other.shape(), name) == self.shape(), ShapeError, name,
-           ": expected the other operand to broadcast to ", shape_str(self.shape()), ", got ", shape_str(other.shape()));
+           ": expected the other operand to broadcast to ", shape_str(self.shape()), ", got ",
+           shape_str(other.shape()));
   OpScope scope(name);
   bool record = autograd::any_requires_grad({self, other});
   bool keep = record && backward_needs_operands(op);
   SavedTensor sa(keep ? self.clone() : Tensor()), sb(keep ? prepare(other, self.dtype(), other.shape()) : Tensor());
-  kernels::run(name, self.device(), &Backend::binary, op, self, prepare(other, self.dtype(), self.shape()), self, alpha);
+  kernels::run(name, self.device(), &Backend::binary, op, self, prepare(other, self.dtype(), self.shape()), self,
+               alpha);
   self.storage()->bump_version();
   if (record) {
     Shape as = self.shape(), bs = other.shape();
@@ -206,8 +210,12 @@ Tensor div(const Tensor& a, const Scalar& b) {
 }
 
 // ---- binary
-Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha) { return binary_op("add", BinaryOp::Add, a, b, alpha.value); }
-Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha) { return binary_op("sub", BinaryOp::Sub, a, b, alpha.value); }
+Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha) {
+  return binary_op("add", BinaryOp::Add, a, b, alpha.value);
+}
+Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha) {
+  return binary_op("sub", BinaryOp::Sub, a, b, alpha.value);
+}
 Tensor mul(const Tensor& a, const Tensor& b) { return binary_op("mul", BinaryOp::Mul, a, b); }
 Tensor div(const Tensor& a, const Tensor& b) { return binary_op("div", BinaryOp::Div, a, b); }
 Tensor pow(const Tensor& a, const Tensor& b) { return binary_op("pow", BinaryOp::Pow, a, b); }
@@ -235,7 +243,8 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   DType ct = result_type(a, b);
   Shape s = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
   Tensor out = new_output(s, ct, a.device());
-  kernels::run("where", a.device(), &Backend::where, prepare(cond, kBool, s), prepare(a, ct, s), prepare(b, ct, s), out);
+  kernels::run("where", a.device(), &Backend::where, prepare(cond, kBool, s), prepare(a, ct, s), prepare(b, ct, s),
+               out);
   if (autograd::any_requires_grad({a, b})) {
     SavedTensor sc(cond);
     Shape as = a.shape(), bs = b.shape();
@@ -263,14 +272,21 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value) {
 }
 
 // ---- in-place
-Tensor& Tensor::add_(const Tensor& o, const Scalar& alpha) { return binary_inplace("add_", BinaryOp::Add, *this, o, alpha.value); }
+Tensor& Tensor::add_(const Tensor& o, const Scalar& alpha) {
+  return binary_inplace("add_", BinaryOp::Add, *this, o, alpha.value);
+}
 Tensor& Tensor::sub_(const Tensor& o) { return binary_inplace("sub_", BinaryOp::Sub, *this, o); }
 Tensor& Tensor::mul_(const Tensor& o) { return binary_inplace("mul_", BinaryOp::Mul, *this, o); }
 Tensor& Tensor::div_(const Tensor& o) { return binary_inplace("div_", BinaryOp::Div, *this, o); }
-Tensor& Tensor::add_(const Scalar& s) { return unary_inplace("add_", UnaryOp::AddScalar, *this, Keep::Nothing, {s.value, 0}); }
-Tensor& Tensor::mul_(const Scalar& s) { return unary_inplace("mul_", UnaryOp::MulScalar, *this, Keep::Nothing, {s.value, 0}); }
+Tensor& Tensor::add_(const Scalar& s) {
+  return unary_inplace("add_", UnaryOp::AddScalar, *this, Keep::Nothing, {s.value, 0});
+}
+Tensor& Tensor::mul_(const Scalar& s) {
+  return unary_inplace("mul_", UnaryOp::MulScalar, *this, Keep::Nothing, {s.value, 0});
+}
 Tensor& Tensor::div_(const Scalar& s) {
-  MG_CHECK(is_floating(dtype()), DTypeError, "div_: the result type float32 cannot be stored in a tensor of dtype ", dtype());
+  MG_CHECK(is_floating(dtype()), DTypeError, "div_: the result type float32 cannot be stored in a tensor of dtype ",
+           dtype());
   return unary_inplace("div_", UnaryOp::MulScalar, *this, Keep::Nothing, {1.0 / s.value, 0});
 }
 Tensor& Tensor::relu_() { return unary_inplace("relu_", UnaryOp::Relu, *this, Keep::Output); }

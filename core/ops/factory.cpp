@@ -40,8 +40,8 @@ Tensor scalar_tensor(const Scalar& v, const TensorOptions& o) { return full({}, 
 Tensor arange(const Scalar& end) { return arange(0, end, 1); }
 Tensor arange(const Scalar& end, const TensorOptions& o) { return arange(0, end, 1, o); }
 Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step) {
-  bool integral = start.kind != Scalar::Kind::Floating && end.kind != Scalar::Kind::Floating &&
-                  step.kind != Scalar::Kind::Floating;
+  bool integral =
+      start.kind != Scalar::Kind::Floating && end.kind != Scalar::Kind::Floating && step.kind != Scalar::Kind::Floating;
   return arange(start, end, step, integral ? kInt64 : kFloat32);
 }
 
@@ -121,7 +121,8 @@ template Tensor tensor<bool>(const std::vector<bool>&, const Shape&, const Tenso
 Tensor from_blob(void* data, const Shape& shape, const TensorOptions& o, std::function<void(void*)> deleter) {
   MG_CHECK(data != nullptr || numel_of(shape) == 0, ValueError, "from_blob: expected a data pointer, got null");
   MG_CHECK(!o.device_.is_meta(), DeviceError, "from_blob: meta tensors have no memory to wrap");
-  auto st = std::make_shared<Storage>(data, size_t(numel_of(shape)) * dtype_size(o.dtype_), o.device_, std::move(deleter));
+  auto st =
+      std::make_shared<Storage>(data, size_t(numel_of(shape)) * dtype_size(o.dtype_), o.device_, std::move(deleter));
   return finish(make_tensor(std::move(st), shape, contiguous_strides(shape), 0, o.dtype_), o);
 }
 

@@ -124,7 +124,8 @@ Tensor index_select(const Tensor& x, int64_t dim_, const Tensor& index) {
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& indices) {
-  MG_CHECK(weight.dim() == 2, ShapeError, "embedding: expected a 2-d weight [num, dim], got ", shape_str(weight.shape()));
+  MG_CHECK(weight.dim() == 2, ShapeError, "embedding: expected a 2-d weight [num, dim], got ",
+           shape_str(weight.shape()));
   check_index("embedding", weight, indices);
   Shape s = indices.shape();
   s.push_back(weight.size(1));

@@ -16,8 +16,7 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
   OpScope scope("layer_norm");
   check_floating("layer_norm", x);
   size_t k = normalized_shape.size();
-  MG_CHECK(k >= 1 && size_t(x.dim()) >= k &&
-               Shape(x.shape().end() - int64_t(k), x.shape().end()) == normalized_shape,
+  MG_CHECK(k >= 1 && size_t(x.dim()) >= k && Shape(x.shape().end() - int64_t(k), x.shape().end()) == normalized_shape,
            ShapeError, "layer_norm: expected an input ending in ", shape_str(normalized_shape), ", got ",
            shape_str(x.shape()));
   for (const Tensor* p : {&weight, &bias})
@@ -87,8 +86,8 @@ Tensor cross_entropy_rows(const Tensor& logits, const Tensor& target, int64_t ig
     SavedTensor sl(logits), st(target);
     autograd::record("cross_entropy", {logits}, {out}, [=](const TensorList& g, const Node&) {
       Tensor l = sl.get(), gi = new_like(l);
-      kernels::run("cross_entropy_backward", l.device(), &Backend::cross_entropy_backward, g[0].contiguous(), l, st.get(),
-                   gi, ignore_index, smoothing);
+      kernels::run("cross_entropy_backward", l.device(), &Backend::cross_entropy_backward, g[0].contiguous(), l,
+                   st.get(), gi, ignore_index, smoothing);
       return TensorList{gi};
     });
   }
@@ -128,7 +127,8 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, int64_t igno
     NoGradGuard ng;
     flat_target = target.contiguous().reshape({-1});
   }
-  Tensor losses = cross_entropy_rows(rows.reshape({-1, logits.size(1)}).contiguous(), flat_target, ignore_index, smoothing);
+  Tensor losses =
+      cross_entropy_rows(rows.reshape({-1, logits.size(1)}).contiguous(), flat_target, ignore_index, smoothing);
   if (reduction == Reduction::None) return losses.view(target.shape());
   if (reduction == Reduction::Sum) return losses.sum();
   Tensor count;
@@ -160,8 +160,8 @@ std::vector<int64_t> pair_arg(const char* op, const char* what, std::vector<int6
 Conv2dGeometry geometry(const char* op, const Tensor& x, int64_t kh, int64_t kw, const std::vector<int64_t>& st,
                         const std::vector<int64_t>& pad, const std::vector<int64_t>& dil) {
   MG_CHECK(x.dim() == 4, ShapeError, op, ": expected input [N, C, H, W], got ", shape_str(x.shape()));
-  Conv2dGeometry g{x.size(0), x.size(1), x.size(2), x.size(3), kh, kw, 0, 0,
-                   st[0],     st[1],     pad[0],    pad[1],    dil[0], dil[1]};
+  Conv2dGeometry g{x.size(0), x.size(1), x.size(2), x.size(3), kh,     kw,     0,
+                   0,         st[0],     st[1],     pad[0],    pad[1], dil[0], dil[1]};
   g.oh = (g.h + 2 * g.ph - g.dh * (kh - 1) - 1) / g.sh + 1;
   g.ow = (g.w + 2 * g.pw - g.dw * (kw - 1) - 1) / g.sw + 1;
   MG_CHECK(g.oh > 0 && g.ow > 0, ShapeError, op, ": input ", shape_str(x.shape()), " is too small for a ", kh, "x", kw,
@@ -179,7 +179,8 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
   check_same_device("conv2d", input, weight);
   MG_CHECK(input.dtype() == weight.dtype(), DTypeError, "conv2d: expected input and weight of one dtype, got ",
            input.dtype(), " and ", weight.dtype());
-  MG_CHECK(weight.dim() == 4, ShapeError, "conv2d: expected weight [O, C/groups, kH, kW], got ", shape_str(weight.shape()));
+  MG_CHECK(weight.dim() == 4, ShapeError, "conv2d: expected weight [O, C/groups, kH, kW], got ",
+           shape_str(weight.shape()));
   MG_CHECK(groups >= 1, ValueError, "conv2d: expected groups >= 1, got ", groups);
   stride = pair_arg("conv2d", "stride", stride, 1);
   padding = pair_arg("conv2d", "padding", padding, 0);
@@ -188,10 +189,11 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
   const int64_t O = weight.size(0), G = groups;
   MG_CHECK(g.c % G == 0 && O % G == 0, ValueError, "conv2d: expected channels ", g.c, " and outputs ", O,
            " divisible by groups ", G);
-  MG_CHECK(weight.size(1) * G == g.c, ShapeError, "conv2d: expected weight with ", g.c / G, " input channels per group for input ",
-           shape_str(input.shape()), ", got ", shape_str(weight.shape()));
+  MG_CHECK(weight.size(1) * G == g.c, ShapeError, "conv2d: expected weight with ", g.c / G,
+           " input channels per group for input ", shape_str(input.shape()), ", got ", shape_str(weight.shape()));
   if (bias.defined())
-    MG_CHECK(bias.shape() == Shape{O}, ShapeError, "conv2d: expected a bias of shape [", O, "], got ", shape_str(bias.shape()));
+    MG_CHECK(bias.shape() == Shape{O}, ShapeError, "conv2d: expected a bias of shape [", O, "], got ",
+             shape_str(bias.shape()));
   const int64_t K = g.c / G * g.kh * g.kw, L = g.oh * g.ow;
   Tensor out = new_output({g.n, O, g.oh, g.ow}, input.dtype(), input.device());
   // Lower to GEMM: out[n, grp] = W[grp] @ im2col(x)[n, grp]; the columns are scratch.
@@ -206,7 +208,8 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
     Tensor col = columns(input);
     Tensor w = weight.contiguous().view({G, O / G, K});
     for (int64_t n = 0; n < g.n; ++n)
-      kernels::run("conv2d", input.device(), &Backend::matmul, w, col.select(0, n), out.select(0, n).view({G, O / G, L}));
+      kernels::run("conv2d", input.device(), &Backend::matmul, w, col.select(0, n),
+                   out.select(0, n).view({G, O / G, L}));
     if (bias.defined()) {
       Tensor o3 = out.view({g.n, O, L});
       kernels::run("conv2d", input.device(), &Backend::binary, kernels::BinaryOp::Add, o3,
@@ -254,14 +257,18 @@ Tensor pool2d(const char* op, bool is_max, const Tensor& input, std::vector<int6
   }
   Tensor out = new_output({g.n, g.c, g.oh, g.ow}, input.dtype(), input.device());
   Tensor idx = is_max ? new_output(out.shape(), kInt64, input.device()) : Tensor();
-  if (is_max) kernels::run(op, input.device(), &Backend::max_pool2d, x, out, idx, g);
-  else kernels::run(op, input.device(), &Backend::avg_pool2d, x, out, g);
+  if (is_max)
+    kernels::run(op, input.device(), &Backend::max_pool2d, x, out, idx, g);
+  else
+    kernels::run(op, input.device(), &Backend::avg_pool2d, x, out, g);
   SavedTensor si(is_max && autograd::any_requires_grad({input}) ? idx : Tensor());
   Shape xs = input.shape();
   autograd::record(op, {input}, {out}, [=](const TensorList& grads, const Node&) {
     Tensor go = grads[0].contiguous(), gx = zeros_output(xs, go.dtype(), go.device());
-    if (is_max) kernels::run(op, go.device(), &Backend::max_pool2d_backward, go, si.get(), gx);
-    else kernels::run(op, go.device(), &Backend::avg_pool2d_backward, go, gx, g);
+    if (is_max)
+      kernels::run(op, go.device(), &Backend::max_pool2d_backward, go, si.get(), gx);
+    else
+      kernels::run(op, go.device(), &Backend::avg_pool2d_backward, go, gx, g);
     return TensorList{gx};
   });
   return out;

@@ -24,8 +24,8 @@ inline Tensor zeros_output(const Shape& shape, DType dtype, const Device& device
 }
 
 inline void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
-  MG_CHECK(a.device() == b.device(), DeviceError, op, ": expected all tensors on the same device, got ",
-           a.device(), " and ", b.device());
+  MG_CHECK(a.device() == b.device(), DeviceError, op, ": expected all tensors on the same device, got ", a.device(),
+           " and ", b.device());
 }
 inline void check_floating(const char* op, const Tensor& t) {
   MG_CHECK(is_floating(t.dtype()), DTypeError, op, ": expected a floating tensor, got dtype ", t.dtype());

@@ -75,7 +75,8 @@ ValuesIndices arg_reduce_op(const char* name, ReduceOp op, const Tensor& x, int6
   OpScope scope(name);
   int64_t dim = wrap_dim(dim_, x.dim(), name);
   std::vector<int64_t> dims = x.dim() ? std::vector<int64_t>{dim} : std::vector<int64_t>{};
-  MG_CHECK(x.dim() == 0 || x.shape()[size_t(dim)] > 0, ValueError, name, ": expected a non-empty dim ", dim, ", got size 0");
+  MG_CHECK(x.dim() == 0 || x.shape()[size_t(dim)] > 0, ValueError, name, ": expected a non-empty dim ", dim,
+           ", got size 0");
   Shape s = reduced_shape(x.shape(), dims, keepdim);
   ValuesIndices r{want_values ? new_output(s, x.dtype(), x.device()) : Tensor(), new_output(s, kInt64, x.device())};
   Layout l;
@@ -146,8 +147,8 @@ Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) {
 
 Tensor sum_to(const Tensor& x, const Shape& shape) {
   if (x.shape() == shape) return x;
-  MG_CHECK(broadcast_shapes(shape, x.shape(), "sum_to") == x.shape(), ShapeError, "sum_to: shape ",
-           shape_str(shape), " does not broadcast to ", shape_str(x.shape()));
+  MG_CHECK(broadcast_shapes(shape, x.shape(), "sum_to") == x.shape(), ShapeError, "sum_to: shape ", shape_str(shape),
+           " does not broadcast to ", shape_str(x.shape()));
   std::vector<int64_t> dims;
   size_t lead = x.shape().size() - shape.size();
   for (size_t i = 0; i < x.shape().size(); ++i)
@@ -173,12 +174,13 @@ Tensor softmax_op(const char* name, const Tensor& x_in, int64_t dim_, bool log) 
   kernels::run(name, x.device(), &Backend::softmax, l.x, out, l.outer, l.r, l.inner, log);
   if (autograd::any_requires_grad({x})) {
     SavedTensor so(out);
-    autograd::record(name, {x}, {out}, [so, l = std::array<int64_t, 3>{l.outer, l.r, l.inner}, log, name](
-                                             const TensorList& g, const Node&) {
-      Tensor y = so.get(), gc = g[0].contiguous(), gi = new_like(y);
-      kernels::run(name, y.device(), &Backend::softmax_backward, gc, y, gi, l[0], l[1], l[2], log);
-      return TensorList{gi};
-    });
+    autograd::record(
+        name, {x}, {out},
+        [so, l = std::array<int64_t, 3>{l.outer, l.r, l.inner}, log, name](const TensorList& g, const Node&) {
+          Tensor y = so.get(), gc = g[0].contiguous(), gi = new_like(y);
+          kernels::run(name, y.device(), &Backend::softmax_backward, gc, y, gi, l[0], l[1], l[2], log);
+          return TensorList{gi};
+        });
   }
   return out;
 }

@@ -57,7 +57,8 @@ void col2im(const Tensor& col, const Tensor& x, const Conv2dGeometry& g) {
             if (iy < 0 || iy >= g.h) continue;
             for (int64_t ox = 0; ox < g.ow; ++ox) {
               int64_t ix = ox * g.sw - g.pw + kj * g.dw;
-              if (ix >= 0 && ix < g.w) img[iy * g.w + ix] = store<T>(load(img[iy * g.w + ix]) + load(r[oy * g.ow + ox]));
+              if (ix >= 0 && ix < g.w)
+                img[iy * g.w + ix] = store<T>(load(img[iy * g.w + ix]) + load(r[oy * g.ow + ox]));
             }
           }
         }
@@ -93,8 +94,20 @@ void max_pool2d(const Tensor& x, const Tensor& out, const Tensor& indices, const
 }
 
 void max_pool2d_backward(const Tensor& grad, const Tensor& indices, const Tensor& grad_x) {
-  Conv2dGeometry g{grad_x.size(0), grad_x.size(1), grad_x.size(2), grad_x.size(3), 1, 1, grad.size(2), grad.size(3),
-                   1, 1, 0, 0, 1, 1};
+  Conv2dGeometry g{grad_x.size(0),
+                   grad_x.size(1),
+                   grad_x.size(2),
+                   grad_x.size(3),
+                   1,
+                   1,
+                   grad.size(2),
+                   grad.size(3),
+                   1,
+                   1,
+                   0,
+                   0,
+                   1,
+                   1};
   dispatch(grad.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* gp = ptr<T>(grad);

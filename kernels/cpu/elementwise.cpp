@@ -17,7 +17,8 @@ void copy(const Tensor& src, const Tensor& dst) {
     using D = typename decltype(d)::type;
     dispatch(src.dtype(), [&](auto s) {
       using S = typename decltype(s)::type;
-      map<D, S>(dst, [](auto v) { return v; }, src);
+      map<D, S>(
+          dst, [](auto v) { return v; }, src);
     });
   });
 }
@@ -65,26 +66,46 @@ void unary(UnaryOp op, const Tensor& x, const Tensor& out, UnaryParams p) {
   dispatch(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = std::conditional_t<std::is_same_v<T, bool>, int64_t, opmath_t<T>>;
-    auto go = [&](auto f) { map<T, T>(out, [f](auto v) { return f(A(v)); }, x); };
+    auto go = [&](auto f) {
+      map<T, T>(
+          out, [f](auto v) { return f(A(v)); }, x);
+    };
     const A a = A(p.a), b = A(p.b);
     switch (op) {
-      case UnaryOp::Neg: return go([](A v) { return -v; });
-      case UnaryOp::Exp: return go([](A v) { return std::exp(v); });
-      case UnaryOp::Log: return go([](A v) { return std::log(v); });
-      case UnaryOp::Sqrt: return go([](A v) { return std::sqrt(v); });
-      case UnaryOp::Rsqrt: return go([](A v) { return A(1) / std::sqrt(v); });
-      case UnaryOp::Abs: return go([](A v) { return v < A(0) ? -v : v; });
-      case UnaryOp::Tanh: return go([](A v) { return std::tanh(v); });
-      case UnaryOp::Sigmoid: return go([](A v) { return kernels::sigmoid_f(v); });
-      case UnaryOp::Relu: return go([](A v) { return v > A(0) ? v : A(0); });
-      case UnaryOp::GeluErf: return go([](A v) { return kernels::gelu_erf_f(v); });
-      case UnaryOp::GeluTanh: return go([](A v) { return kernels::gelu_tanh_f(v); });
-      case UnaryOp::Silu: return go([](A v) { return kernels::silu_f(v); });
-      case UnaryOp::PowScalar: return go([e = p.a](A v) { return A(std::pow(v, e)); });
-      case UnaryOp::Clamp: return go([a, b](A v) { return v < a ? a : (v > b ? b : v); });
-      case UnaryOp::AddScalar: return go([a](A v) { return v + a; });
-      case UnaryOp::MulScalar: return go([a](A v) { return v * a; });
-      case UnaryOp::RsubScalar: return go([a](A v) { return a - v; });
+      case UnaryOp::Neg:
+        return go([](A v) { return -v; });
+      case UnaryOp::Exp:
+        return go([](A v) { return std::exp(v); });
+      case UnaryOp::Log:
+        return go([](A v) { return std::log(v); });
+      case UnaryOp::Sqrt:
+        return go([](A v) { return std::sqrt(v); });
+      case UnaryOp::Rsqrt:
+        return go([](A v) { return A(1) / std::sqrt(v); });
+      case UnaryOp::Abs:
+        return go([](A v) { return v < A(0) ? -v : v; });
+      case UnaryOp::Tanh:
+        return go([](A v) { return std::tanh(v); });
+      case UnaryOp::Sigmoid:
+        return go([](A v) { return kernels::sigmoid_f(v); });
+      case UnaryOp::Relu:
+        return go([](A v) { return v > A(0) ? v : A(0); });
+      case UnaryOp::GeluErf:
+        return go([](A v) { return kernels::gelu_erf_f(v); });
+      case UnaryOp::GeluTanh:
+        return go([](A v) { return kernels::gelu_tanh_f(v); });
+      case UnaryOp::Silu:
+        return go([](A v) { return kernels::silu_f(v); });
+      case UnaryOp::PowScalar:
+        return go([e = p.a](A v) { return A(std::pow(v, e)); });
+      case UnaryOp::Clamp:
+        return go([a, b](A v) { return v < a ? a : (v > b ? b : v); });
+      case UnaryOp::AddScalar:
+        return go([a](A v) { return v + a; });
+      case UnaryOp::MulScalar:
+        return go([a](A v) { return v * a; });
+      case UnaryOp::RsubScalar:
+        return go([a](A v) { return a - v; });
     }
   });
 }
@@ -96,24 +117,40 @@ void unary_backward(UnaryOp op, const Tensor& grad, const Tensor& saved, const T
     auto go = [&](auto df) { map<T, T, T>(grad_in, df, grad, saved); };
     const A a = A(p.a), b = A(p.b);
     switch (op) {  // `s` is the input x, or the output y where noted
-      case UnaryOp::Neg: return go([](A g, A) { return -g; });
-      case UnaryOp::Exp: return go([](A g, A y) { return g * y; });
-      case UnaryOp::Log: return go([](A g, A x) { return g / x; });
-      case UnaryOp::Sqrt: return go([](A g, A y) { return g / (A(2) * y); });
-      case UnaryOp::Rsqrt: return go([](A g, A y) { return A(-0.5) * g * y * y * y; });
-      case UnaryOp::Abs: return go([](A g, A x) { return x > A(0) ? g : (x < A(0) ? -g : A(0)); });
-      case UnaryOp::Tanh: return go([](A g, A y) { return g * (A(1) - y * y); });
-      case UnaryOp::Sigmoid: return go([](A g, A y) { return g * y * (A(1) - y); });
-      case UnaryOp::Relu: return go([](A g, A y) { return y > A(0) ? g : A(0); });
-      case UnaryOp::GeluErf: return go([](A g, A x) { return g * kernels::gelu_erf_grad(x); });
-      case UnaryOp::GeluTanh: return go([](A g, A x) { return g * kernels::gelu_tanh_grad(x); });
-      case UnaryOp::Silu: return go([](A g, A x) { return g * kernels::silu_grad(x); });
+      case UnaryOp::Neg:
+        return go([](A g, A) { return -g; });
+      case UnaryOp::Exp:
+        return go([](A g, A y) { return g * y; });
+      case UnaryOp::Log:
+        return go([](A g, A x) { return g / x; });
+      case UnaryOp::Sqrt:
+        return go([](A g, A y) { return g / (A(2) * y); });
+      case UnaryOp::Rsqrt:
+        return go([](A g, A y) { return A(-0.5) * g * y * y * y; });
+      case UnaryOp::Abs:
+        return go([](A g, A x) { return x > A(0) ? g : (x < A(0) ? -g : A(0)); });
+      case UnaryOp::Tanh:
+        return go([](A g, A y) { return g * (A(1) - y * y); });
+      case UnaryOp::Sigmoid:
+        return go([](A g, A y) { return g * y * (A(1) - y); });
+      case UnaryOp::Relu:
+        return go([](A g, A y) { return y > A(0) ? g : A(0); });
+      case UnaryOp::GeluErf:
+        return go([](A g, A x) { return g * kernels::gelu_erf_grad(x); });
+      case UnaryOp::GeluTanh:
+        return go([](A g, A x) { return g * kernels::gelu_tanh_grad(x); });
+      case UnaryOp::Silu:
+        return go([](A g, A x) { return g * kernels::silu_grad(x); });
       case UnaryOp::PowScalar:
         return go([e = p.a](A g, A x) { return e == 0 ? A(0) : A(g * e * std::pow(x, e - 1)); });
-      case UnaryOp::Clamp: return go([a, b](A g, A x) { return x >= a && x <= b ? g : A(0); });
-      case UnaryOp::AddScalar: return go([](A g, A) { return g; });
-      case UnaryOp::MulScalar: return go([a](A g, A) { return g * a; });
-      case UnaryOp::RsubScalar: return go([](A g, A) { return -g; });
+      case UnaryOp::Clamp:
+        return go([a, b](A g, A x) { return x >= a && x <= b ? g : A(0); });
+      case UnaryOp::AddScalar:
+        return go([](A g, A) { return g; });
+      case UnaryOp::MulScalar:
+        return go([a](A g, A) { return g * a; });
+      case UnaryOp::RsubScalar:
+        return go([](A g, A) { return -g; });
     }
   });
 }
@@ -122,23 +159,42 @@ void binary(BinaryOp op, const Tensor& x, const Tensor& y, const Tensor& out, do
   dispatch(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = std::conditional_t<std::is_same_v<T, bool>, int64_t, opmath_t<T>>;
-    auto go = [&](auto f) { map<T, T, T>(out, [f](auto u, auto v) { return f(A(u), A(v)); }, x, y); };
-    auto cmp = [&](auto f) { map<bool, T, T>(out, [f](auto u, auto v) { return f(A(u), A(v)); }, x, y); };
+    auto go = [&](auto f) {
+      map<T, T, T>(
+          out, [f](auto u, auto v) { return f(A(u), A(v)); }, x, y);
+    };
+    auto cmp = [&](auto f) {
+      map<bool, T, T>(
+          out, [f](auto u, auto v) { return f(A(u), A(v)); }, x, y);
+    };
     const A al = A(alpha);
     switch (op) {
-      case BinaryOp::Add: return go([al](A u, A v) { return u + al * v; });
-      case BinaryOp::Sub: return go([al](A u, A v) { return u - al * v; });
-      case BinaryOp::Mul: return go([](A u, A v) { return u * v; });
-      case BinaryOp::Div: return go([](A u, A v) { return u / v; });
-      case BinaryOp::Pow: return go([](A u, A v) { return A(std::pow(u, v)); });
-      case BinaryOp::Max: return go([](A u, A v) { return is_nan(u) ? u : (u > v ? u : v); });
-      case BinaryOp::Min: return go([](A u, A v) { return is_nan(u) ? u : (u < v ? u : v); });
-      case BinaryOp::Eq: return cmp([](A u, A v) { return u == v; });
-      case BinaryOp::Ne: return cmp([](A u, A v) { return u != v; });
-      case BinaryOp::Lt: return cmp([](A u, A v) { return u < v; });
-      case BinaryOp::Le: return cmp([](A u, A v) { return u <= v; });
-      case BinaryOp::Gt: return cmp([](A u, A v) { return u > v; });
-      case BinaryOp::Ge: return cmp([](A u, A v) { return u >= v; });
+      case BinaryOp::Add:
+        return go([al](A u, A v) { return u + al * v; });
+      case BinaryOp::Sub:
+        return go([al](A u, A v) { return u - al * v; });
+      case BinaryOp::Mul:
+        return go([](A u, A v) { return u * v; });
+      case BinaryOp::Div:
+        return go([](A u, A v) { return u / v; });
+      case BinaryOp::Pow:
+        return go([](A u, A v) { return A(std::pow(u, v)); });
+      case BinaryOp::Max:
+        return go([](A u, A v) { return is_nan(u) ? u : (u > v ? u : v); });
+      case BinaryOp::Min:
+        return go([](A u, A v) { return is_nan(u) ? u : (u < v ? u : v); });
+      case BinaryOp::Eq:
+        return cmp([](A u, A v) { return u == v; });
+      case BinaryOp::Ne:
+        return cmp([](A u, A v) { return u != v; });
+      case BinaryOp::Lt:
+        return cmp([](A u, A v) { return u < v; });
+      case BinaryOp::Le:
+        return cmp([](A u, A v) { return u <= v; });
+      case BinaryOp::Gt:
+        return cmp([](A u, A v) { return u > v; });
+      case BinaryOp::Ge:
+        return cmp([](A u, A v) { return u >= v; });
     }
   });
 }
@@ -146,7 +202,8 @@ void binary(BinaryOp op, const Tensor& x, const Tensor& y, const Tensor& out, do
 void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
   dispatch(out.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    map<T, bool, T, T>(out, [](bool c, auto u, auto v) { return c ? u : v; }, cond, a, b);
+    map<T, bool, T, T>(
+        out, [](bool c, auto u, auto v) { return c ? u : v; }, cond, a, b);
   });
 }
 

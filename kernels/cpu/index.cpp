@@ -75,7 +75,8 @@ void gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out
     using T = typename decltype(tag)::type;
     const T* xp = ptr<T>(x);
     T* op = ptr<T>(out);
-    for_each_gather(index.shape(), x.strides(), dim, ptr<int64_t>(index), [&](int64_t p, int64_t off) { op[p] = xp[off]; });
+    for_each_gather(index.shape(), x.strides(), dim, ptr<int64_t>(index),
+                    [&](int64_t p, int64_t off) { op[p] = xp[off]; });
   });
 }
 

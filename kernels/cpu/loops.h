@@ -1,9 +1,9 @@
 // Building blocks of the CPU kernels: dtype dispatch, load/store with half conversion, and
 // a strided N-operand loop that coalesces dims and runs rows in parallel with OpenMP.
 #pragma once
+#include <algorithm>
 #include <array>
 #include <cstdint>
-#include <algorithm>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -21,52 +21,83 @@ struct Tag {
 template <class F>
 void dispatch(DType t, F&& f) {
   switch (t) {
-    case kBool: return f(Tag<bool>{});
-    case kInt32: return f(Tag<int32_t>{});
-    case kInt64: return f(Tag<int64_t>{});
-    case kFloat16: return f(Tag<Half>{});
-    case kBFloat16: return f(Tag<BFloat16>{});
-    case kFloat32: return f(Tag<float>{});
-    case kFloat64: return f(Tag<double>{});
+    case kBool:
+      return f(Tag<bool>{});
+    case kInt32:
+      return f(Tag<int32_t>{});
+    case kInt64:
+      return f(Tag<int64_t>{});
+    case kFloat16:
+      return f(Tag<Half>{});
+    case kBFloat16:
+      return f(Tag<BFloat16>{});
+    case kFloat32:
+      return f(Tag<float>{});
+    case kFloat64:
+      return f(Tag<double>{});
   }
 }
 // Floating dtypes only; others raise DTypeError naming `op`.
 template <class F>
 void dispatch_floating(DType t, const char* op, F&& f) {
   switch (t) {
-    case kFloat16: return f(Tag<Half>{});
-    case kBFloat16: return f(Tag<BFloat16>{});
-    case kFloat32: return f(Tag<float>{});
-    case kFloat64: return f(Tag<double>{});
-    default: throw DTypeError(detail::str(op, ": expected a floating dtype, got ", t));
+    case kFloat16:
+      return f(Tag<Half>{});
+    case kBFloat16:
+      return f(Tag<BFloat16>{});
+    case kFloat32:
+      return f(Tag<float>{});
+    case kFloat64:
+      return f(Tag<double>{});
+    default:
+      throw DTypeError(detail::str(op, ": expected a floating dtype, got ", t));
   }
 }
 
 // Arithmetic type for storage type T: float for the 16-bit types.
-template <class T> struct OpMath { using type = T; };
-template <> struct OpMath<Half> { using type = float; };
-template <> struct OpMath<BFloat16> { using type = float; };
-template <class T> using opmath_t = typename OpMath<T>::type;
+template <class T>
+struct OpMath {
+  using type = T;
+};
+template <>
+struct OpMath<Half> {
+  using type = float;
+};
+template <>
+struct OpMath<BFloat16> {
+  using type = float;
+};
+template <class T>
+using opmath_t = typename OpMath<T>::type;
 
 template <class T>
 inline opmath_t<T> load(const T& v) {
-  if constexpr (std::is_same_v<T, Half>) return half_to_float(v.bits);
-  else if constexpr (std::is_same_v<T, BFloat16>) return bfloat16_to_float(v.bits);
-  else return v;
+  if constexpr (std::is_same_v<T, Half>)
+    return half_to_float(v.bits);
+  else if constexpr (std::is_same_v<T, BFloat16>)
+    return bfloat16_to_float(v.bits);
+  else
+    return v;
 }
 template <class T, class V>
 inline T store(V v) {
-  if constexpr (std::is_same_v<T, Half>) return Half{float_to_half(float(v))};
-  else if constexpr (std::is_same_v<T, BFloat16>) return BFloat16{float_to_bfloat16(float(v))};
-  else if constexpr (std::is_same_v<T, bool>) return v != V(0);
-  else return T(v);
+  if constexpr (std::is_same_v<T, Half>)
+    return Half{float_to_half(float(v))};
+  else if constexpr (std::is_same_v<T, BFloat16>)
+    return BFloat16{float_to_bfloat16(float(v))};
+  else if constexpr (std::is_same_v<T, bool>)
+    return v != V(0);
+  else
+    return T(v);
 }
 
 // NaN test that compiles (to false) for integer types.
 template <class A>
 inline bool is_nan(A v) {
-  if constexpr (std::is_floating_point_v<A>) return v != v;
-  else return false;
+  if constexpr (std::is_floating_point_v<A>)
+    return v != v;
+  else
+    return false;
 }
 
 template <class T>
@@ -143,10 +174,10 @@ void map(const Tensor& out, F f, const Each<In, Tensor>&... in) {
   std::array<const Strides*, N> strides{&out.strides(), &in.strides()...};
   Out* o = ptr<Out>(out);
   std::tuple<const In*...> ins{ptr<In>(in)...};
-  for_each_row<N>(out.shape(), strides, [&](const std::array<int64_t, N>& p, int64_t n,
-                                            const std::array<int64_t, N>& s) {
-    detail::map_run<Out, In...>(o, ins, p, n, s, f, std::index_sequence_for<In...>{});
-  });
+  for_each_row<N>(out.shape(), strides,
+                  [&](const std::array<int64_t, N>& p, int64_t n, const std::array<int64_t, N>& s) {
+                    detail::map_run<Out, In...>(o, ins, p, n, s, f, std::index_sequence_for<In...>{});
+                  });
 }
 
 }  // namespace mg::cpu

@@ -19,14 +19,16 @@ using MatMap = Eigen::Map<const Eigen::Matrix<A, Eigen::Dynamic, Eigen::Dynamic,
 // row-major when the column stride is 1, column-major when the row stride is 1.
 template <class A, class F>
 void with_matrix(const A* p, const Strides& s, int64_t rows, int64_t cols, F f) {
-  if (s[2] == 1 || cols == 1) f(MatMap<A, Eigen::RowMajor>(p, rows, cols, Eigen::OuterStride<>(s[1])));
-  else f(MatMap<A, Eigen::ColMajor>(p, rows, cols, Eigen::OuterStride<>(s[2])));
+  if (s[2] == 1 || cols == 1)
+    f(MatMap<A, Eigen::RowMajor>(p, rows, cols, Eigen::OuterStride<>(s[1])));
+  else
+    f(MatMap<A, Eigen::ColMajor>(p, rows, cols, Eigen::OuterStride<>(s[2])));
 }
 
 // out[b] = x[b] @ y[b] with A the arithmetic type; pointers index elements of type A.
 template <class A>
-void gemm_batched(const A* x, const Strides& xs, const A* y, const Strides& ys, A* out, int64_t B, int64_t M,
-                  int64_t K, int64_t N) {
+void gemm_batched(const A* x, const Strides& xs, const A* y, const Strides& ys, A* out, int64_t B, int64_t M, int64_t K,
+                  int64_t N) {
   auto one = [&](int64_t b) {
     Eigen::Map<RowMat<A>> o(out + b * M * N, M, N);
     with_matrix(x + b * xs[0], xs, M, K, [&](const auto& xm) {

@@ -65,8 +65,8 @@ void reduce(ReduceOp op, const Tensor& x, const Tensor& out, int64_t outer, int6
   });
 }
 
-void arg_reduce(ReduceOp op, const Tensor& x, const Tensor& values, const Tensor& indices, int64_t outer,
-                int64_t r, int64_t inner) {
+void arg_reduce(ReduceOp op, const Tensor& x, const Tensor& values, const Tensor& indices, int64_t outer, int64_t r,
+                int64_t inner) {
   dispatch(x.dtype(), [&](auto xt) {
     using T = typename decltype(xt)::type;
     const T* xp = ptr<T>(x);
@@ -135,8 +135,8 @@ void check_targets(const Tensor& target, int64_t classes, int64_t ignore_index) 
   const int64_t* t = ptr<int64_t>(target);
   for (int64_t n = 0; n < target.numel(); ++n)
     MG_CHECK(t[n] == ignore_index || (t[n] >= 0 && t[n] < classes), IndexError,
-             "cross_entropy: expected target values in [0, ", classes, ") or ignore_index ", ignore_index,
-             ", got ", t[n], " at position ", n);
+             "cross_entropy: expected target values in [0, ", classes, ") or ignore_index ", ignore_index, ", got ",
+             t[n], " at position ", n);
 }
 }  // namespace
 

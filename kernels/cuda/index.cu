@@ -8,7 +8,6 @@ namespace mg::cuda {
 
 namespace {
 
-
 // Calls f(Tag<U>) with an unsigned type as wide as one element: moving bytes needs no dtype.
 template <class F>
 void dispatch_bytes(size_t element_size, F&& f) {

@@ -4,11 +4,11 @@
 
 #include <cmath>
 
+#include <memgrad/amp/grad_scaler.h>
 #include <memgrad/memgrad.h>
 #include <memgrad/nn/gpt.h>
 #include <memgrad/optim/adam.h>
 #include <memgrad/optim/sgd.h>
-#include <memgrad/amp/grad_scaler.h>
 
 using namespace mg;
 
@@ -175,9 +175,9 @@ TEST_CASE("mixed-precision Adam holds 16 bytes per parameter between steps, as Z
   scaler.update();
   const int64_t n = 65536;
   CHECK(category(Category::Parameter) >= 2 * n);
-  CHECK(fc.weight.storage()->block()->size == size_t(2 * n));       // half parameter
+  CHECK(fc.weight.storage()->block()->size == size_t(2 * n));         // half parameter
   CHECK(fc.weight.grad().storage()->block()->size == size_t(2 * n));  // half gradient
-  CHECK(opt.state_bytes() == 8 * n);                                   // exp_avg + exp_avg_sq in float32
+  CHECK(opt.state_bytes() == 8 * n);                                  // exp_avg + exp_avg_sq in float32
   CHECK(masters.parameters()[0].storage()->block()->size == size_t(4 * n));
   CHECK_FALSE(masters.parameters()[0].grad().defined());  // master gradients live only during a step
   CHECK(masters.parameters()[0].storage()->category() == Category::OptimizerState);
@@ -265,12 +265,13 @@ TEST_CASE("bytes per parameter of each mode, from the ledger (see docs/precision
     if (masters_on) masters->grads_to_masters();
     opt->step();
     if (masters_on) masters->masters_to_params();
-    int64_t param = int64_t(fc.weight.storage()->block()->size), grad = int64_t(fc.weight.grad().storage()->block()->size);
+    int64_t param = int64_t(fc.weight.storage()->block()->size),
+            grad = int64_t(fc.weight.grad().storage()->block()->size);
     int64_t master = masters_on ? int64_t(masters->parameters()[0].storage()->block()->size) : 0;
     return std::array<int64_t, 4>{param / n, grad / n, (master + opt->state_bytes()) / n,
                                   (param + grad + master + opt->state_bytes()) / n};
   };
-  using Row = std::array<int64_t, 4>;  // parameter, gradient, optimizer state (+ masters), total
+  using Row = std::array<int64_t, 4>;                       // parameter, gradient, optimizer state (+ masters), total
   CHECK(step(kFloat32, false, false) == Row{4, 4, 8, 16});  // float32 Adam
   CHECK(step(kFloat32, false, true) == Row{4, 4, 8, 16});   // autocast: float32 parameters, half compute
   CHECK(step(kFloat16, true, false) == Row{2, 2, 12, 16});  // half storage + float32 masters = ZeRO's 2+2+12

@@ -74,11 +74,13 @@ TEST_CASE("checkpoint: only the segment's inputs and outputs stay alive after fo
   plain = Tensor();
   CHECK(activation_bytes() == before);
 
-  Tensor y = checkpoint([&](const Tensor& in) {
-    Tensor h = in;
-    for (int i = 0; i < 4; ++i) h = c.layer(i, h);
-    return h;
-  }, x);
+  Tensor y = checkpoint(
+      [&](const Tensor& in) {
+        Tensor h = in;
+        for (int i = 0; i < 4; ++i) h = c.layer(i, h);
+        return h;
+      },
+      x);
   // Only x is held (as the segment's input): 64 x 24 float32 = 6144 bytes, a multiple of 512.
   // (The plain run above saved x too; x itself is alive either way.)
   CHECK(activation_bytes() - before == 64 * 24 * 4);

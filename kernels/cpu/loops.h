@@ -37,21 +37,13 @@ void dispatch(DType t, F&& f) {
       return f(Tag<double>{});
   }
 }
-// Floating dtypes only; others raise DTypeError naming `op`.
+// Floating dtypes only; others raise DTypeError naming `op` (and f is never instantiated for them).
 template <class F>
 void dispatch_floating(DType t, const char* op, F&& f) {
-  switch (t) {
-    case kFloat16:
-      return f(Tag<Half>{});
-    case kBFloat16:
-      return f(Tag<BFloat16>{});
-    case kFloat32:
-      return f(Tag<float>{});
-    case kFloat64:
-      return f(Tag<double>{});
-    default:
-      throw DTypeError(detail::str(op, ": expected a floating dtype, got ", t));
-  }
+  MG_CHECK(is_floating(t), DTypeError, op, ": expected a floating dtype, got ", t);
+  dispatch(t, [&](auto tag) {
+    if constexpr (!std::is_integral_v<typename decltype(tag)::type>) f(tag);
+  });
 }
 
 // Arithmetic type for storage type T: float for the 16-bit types.

@@ -20,12 +20,13 @@ Tensor GradScaler::scale(const Tensor& loss) const { return o_.enabled_ ? loss *
 
 bool any_non_finite(const std::vector<Tensor>& tensors) {
   NoGradGuard ng;
+  Tensor total;  // x * 0 is 0 for finite x and NaN for inf/NaN: one sum per tensor, one read at the end
   for (auto& t : tensors) {
     if (!t.defined() || !is_floating(t.dtype()) || t.is_meta()) continue;
-    // x * 0 is 0 for finite x and NaN for inf/NaN; one reduction finds either.
-    if (std::isnan(sum((t * 0.0).to(kFloat32)).item<double>())) return true;
+    Tensor s = sum((t * 0.0).to(kFloat32));
+    total = total.defined() ? total + s : s;
   }
-  return false;
+  return total.defined() && std::isnan(total.item<double>());
 }
 
 namespace {

@@ -277,3 +277,13 @@ TEST_CASE("bytes per parameter of each mode, from the ledger (see docs/precision
   CHECK(step(kFloat16, true, false) == Row{2, 2, 12, 16});  // half storage + float32 masters = ZeRO's 2+2+12
   CHECK(step(kBFloat16, true, false) == Row{2, 2, 12, 16});
 }
+
+TEST_CASE("any_non_finite finds inf or NaN in any of several tensors") {
+  Tensor a = ones({3}), b = zeros({2, 2}), bad = ones({4});
+  CHECK_FALSE(amp::any_non_finite({a, b, Tensor()}));
+  bad.data_ptr<float>()[3] = std::numeric_limits<float>::infinity();
+  CHECK(amp::any_non_finite({a, b, bad}));
+  bad.data_ptr<float>()[3] = std::nanf("");
+  CHECK(amp::any_non_finite({bad.to(kFloat16), a}));
+  CHECK_FALSE(amp::any_non_finite({}));
+}

@@ -63,116 +63,6 @@ ModelSpec ModelSpec::gpt_model(const nn::GPTConfig& config) {
 
 namespace {
 
-// Each layer: relu(layers[i](x)).
-class MLPChain : public nn::Module {
- public:
-  MLPChain(int64_t n, int64_t width, const TensorOptions& o) : nn::Module("MLPChain") {
-    layers = register_module<nn::ModuleList<nn::Linear>>("layers");
-    for (int64_t i = 0; i < n; ++i) layers->emplace_back(width, width, true, o);
-  }
-  std::shared_ptr<nn::ModuleList<nn::Linear>> layers;
-};
-
-// The model on one device with a policy-aware forward that returns the loss.
-struct Chain {
-  ModelSpec spec;
-  std::shared_ptr<MLPChain> mlp;
-  std::shared_ptr<nn::GPT> gpt;
-  std::shared_ptr<nn::Module> module;
-
-  Chain(const ModelSpec& s, const Device& device) : spec(s) {
-    TensorOptions o(device);
-    if (s.kind == ModelSpec::Kind::MLP) {
-      module = mlp = std::make_shared<MLPChain>(s.mlp_layers, s.mlp_width, o);
-    } else {
-      nn::GPTConfig c = s.gpt;
-      c.options = c.options.device(device);
-      module = gpt = std::make_shared<nn::GPT>(c);
-    }
-  }
-
-  static Tensor mlp_block(const std::shared_ptr<MLPChain>& m, int64_t i, const Tensor& x) {
-    MemoryScope scope("layers." + std::to_string(i));
-    return relu((*m->layers)[size_t(i)].forward(x));
-  }
-  static Tensor gpt_block(const std::shared_ptr<nn::GPT>& g, int64_t i, const Tensor& x, bool selective) {
-    MemoryScope scope("h." + std::to_string(i));
-    nn::Block& b = (*g->h)[size_t(i)];
-    if (!selective) return b.forward(x);
-    Tensor y = x + selective_attention(b.attn, b.ln_1->forward(x));
-    return y + b.mlp->forward(b.ln_2->forward(y));
-  }
-  // CausalSelfAttention::forward with its core (q k^T -> mask -> softmax -> dropout -> @ v) checkpointed.
-  static Tensor selective_attention(const std::shared_ptr<nn::CausalSelfAttention>& a, const Tensor& x) {
-    const int64_t B = x.size(0), T = x.size(1), C = a->n_embd, hs = C / a->n_head;
-    auto qkv = split(a->c_attn->forward(x), C, 2);
-    auto heads = [&](const Tensor& t) { return t.view({B, T, a->n_head, hs}).transpose(1, 2); };
-    Tensor mask = a->mask.slice(0, 0, T).slice(1, 0, T);
-    auto core = [a, mask, hs](const std::vector<Tensor>& in) -> std::vector<Tensor> {
-      Tensor att = masked_fill(matmul(in[0], in[1].transpose(-2, -1)) * (1.0 / std::sqrt(double(hs))), mask, -INFINITY);
-      return {matmul(a->attn_dropout->forward(softmax(att, -1)), in[2])};
-    };
-    Tensor y = checkpoint(core, {heads(qkv[0]), heads(qkv[1]), heads(qkv[2])})[0];
-    return a->resid_dropout->forward(a->c_proj->forward(y.transpose(1, 2).reshape({B, T, C})));
-  }
-
-  // One block outside any segment.
-  Tensor block(int64_t i, const Tensor& x, bool selective) const {
-    if (gpt) return gpt_block(gpt, i, x, selective);
-    if (!selective) return mlp_block(mlp, i, x);
-    auto m = mlp;
-    return checkpoint([m, i](const Tensor& in) { return mlp_block(m, i, in); }, x, CheckpointPolicy::keep_matmuls());
-  }
-  Tensor segment(int64_t begin, int64_t end, const Tensor& x) const {
-    auto m = mlp;
-    auto g = gpt;
-    return checkpoint(
-        [m, g, begin, end](const Tensor& in) {
-          Tensor h = in;
-          for (int64_t i = begin; i < end; ++i) h = g ? gpt_block(g, i, h, false) : mlp_block(m, i, h);
-          return h;
-        },
-        x);
-  }
-  // The head's output: the first block's input.
-  Tensor head(const Tensor& input) const {
-    if (!gpt) return input;
-    MemoryScope scope("embedding");
-    Tensor pos = arange(input.size(1), TensorOptions(kInt64).device(input.device()));
-    return gpt->drop->forward(gpt->wte->forward(input) + gpt->wpe->forward(pos));
-  }
-  Tensor tail(const Tensor& x, const Tensor& target) const {
-    MemoryScope scope("head");
-    if (!gpt) return mse_loss(x, target);
-    return nn::lm_loss(linear(gpt->ln_f->forward(x), gpt->wte->weight), target);
-  }
-  Tensor loss(const Tensor& input, const Tensor& target, const Policy& policy) const {
-    Tensor x = head(input);
-    const int64_t n = spec.num_blocks();
-    std::vector<int64_t> segment_end(size_t(n), -1);
-    for (auto& s : policy.segments) {
-      MG_CHECK(s.begin >= 0 && s.begin < s.end && s.end <= n, ValueError, "plan: expected segments inside [0, ", n,
-               "), got ", policy.str());
-      segment_end[size_t(s.begin)] = s.end;
-    }
-    for (int64_t i = 0; i < n;) {
-      if (segment_end[size_t(i)] > 0) {
-        x = segment(i, segment_end[size_t(i)], x);
-        i = segment_end[size_t(i)];
-      } else {
-        x = block(i, x, policy.selective);
-        ++i;
-      }
-    }
-    return tail(x, target);
-  }
-  std::pair<Tensor, Tensor> inputs(const InputShape& s, const Device& d) const {
-    if (!gpt) return {zeros({s.batch, spec.mlp_width}, d), zeros({s.batch, spec.mlp_width}, d)};
-    TensorOptions o = TensorOptions(kInt64).device(d);
-    return {zeros({s.batch, s.seq_len}, o), zeros({s.batch, s.seq_len}, o)};
-  }
-};
-
 std::unique_ptr<optim::Optimizer> make_optimizer(OptimizerKind kind, const nn::NamedTensors& params) {
   switch (kind) {
     case OptimizerKind::None:
@@ -204,7 +94,7 @@ struct StepRunner::Impl {
   StepOptions options;
   MemoryStats before;
   std::map<std::string, int64_t> owners_before;
-  std::optional<Chain> chain;
+  std::optional<ChainModel> chain;
   Tensor x, target;
   std::unique_ptr<optim::Optimizer> opt;
 };
@@ -216,15 +106,15 @@ StepRunner::StepRunner(const ModelSpec& model, const InputShape& input, const St
   impl_->before = memory_stats(device);
   impl_->owners_before = memory_by_owner(device);
   impl_->chain.emplace(model, device);
-  std::tie(impl_->x, impl_->target) = impl_->chain->inputs(input, device);
-  impl_->opt = make_optimizer(step.optimizer, impl_->chain->module->named_parameters());
+  std::tie(impl_->x, impl_->target) = impl_->chain->zero_inputs(input);
+  impl_->opt = make_optimizer(step.optimizer, impl_->chain->module().named_parameters());
 }
 
 StepRunner::~StepRunner() = default;
 
 StepReport StepRunner::step(const Policy& policy) {
   Impl& m = *impl_;
-  m.chain->module->zero_grad();
+  m.chain->module().zero_grad();
   reset_peak(m.device);
   FlopCounter flops;
   {
@@ -309,8 +199,8 @@ BlockCosts measure_block_costs(const ModelSpec& model, const InputShape& input, 
   c.n = model.num_blocks();
   MG_CHECK(c.n >= 1, ValueError, "plan::measure_block_costs: expected a model with blocks, got ", c.n);
   {
-    Chain chain(model, kMeta);
-    auto [x, target] = chain.inputs(input, kMeta);
+    ChainModel chain(model, kMeta);
+    auto [x, target] = chain.zero_inputs(input);
     std::optional<amp::AutocastGuard> autocast;
     if (auto dt = autocast_dtype(step.precision)) autocast.emplace(*dt);
     Tensor h = chain.head(x);

@@ -55,6 +55,34 @@ struct InputShape {
   int64_t batch = 1, seq_len = 1;
 };
 
+// The model of `spec` on one device, run as a chain: a head (GPT: embeddings), n blocks, and a
+// tail that returns the loss (MLP: mse; GPT: ln_f, tied lm head, next-token cross-entropy).
+// loss() runs the blocks as `policy` says. plan() runs exactly this code on meta, so a training
+// loop built on it (the memgrad command) peaks where the planner predicts.
+class ChainModel {
+ public:
+  ChainModel(const ModelSpec& spec, const Device& device);
+  const ModelSpec& spec() const { return spec_; }
+  nn::Module& module() const { return *module_; }
+  // input and target: MLP [batch, width] float32; GPT int64 token ids [batch, seq_len].
+  Tensor loss(const Tensor& input, const Tensor& target, const Policy& policy) const;
+  // The pieces loss() chains: the first block's input, block i outside any segment (with
+  // `selective`, only its recompute-cheap part is checkpointed), and the loss.
+  Tensor head(const Tensor& input) const;
+  Tensor block(int64_t i, const Tensor& x, bool selective) const;
+  Tensor tail(const Tensor& x, const Tensor& target) const;
+  // Zero input and target of `shape`, as plan() feeds them.
+  std::pair<Tensor, Tensor> zero_inputs(const InputShape& shape) const;
+
+ private:
+  Tensor segment(int64_t begin, int64_t end, const Tensor& x) const;
+  ModelSpec spec_;
+  Device device_;
+  std::shared_ptr<nn::Module> module_;
+  std::shared_ptr<nn::ModuleList<nn::Linear>> mlp_;  // MLP: the layers
+  std::shared_ptr<nn::GPT> gpt_;
+};
+
 enum class OptimizerKind { None, SGD, SGDMomentum, Adam, AdamW };
 enum class Precision { Float32, Float16, BFloat16 };  // half precisions run under amp::AutocastGuard
 

@@ -1,0 +1,104 @@
+#include <memgrad/plan/planner.h>
+
+#include <memgrad/autograd/checkpoint.h>
+#include <memgrad/nn/loss.h>
+
+namespace mg::plan {
+
+namespace {
+// The MLP's module: n Linear(width, width) layers.
+class MLPChain : public nn::Module {
+ public:
+  MLPChain(int64_t n, int64_t width, const TensorOptions& o) : nn::Module("MLPChain") {
+    layers = register_module<nn::ModuleList<nn::Linear>>("layers");
+    for (int64_t i = 0; i < n; ++i) layers->emplace_back(width, width, true, o);
+  }
+  std::shared_ptr<nn::ModuleList<nn::Linear>> layers;
+};
+
+// An MLP block: relu(layers[i](x)).
+Tensor mlp_block(const nn::ModuleList<nn::Linear>& layers, int64_t i, const Tensor& x) {
+  MemoryScope scope("layers." + std::to_string(i));
+  return relu(layers[size_t(i)].forward(x));
+}
+Tensor gpt_block(const nn::GPT& g, int64_t i, const Tensor& x, bool selective) {
+  MemoryScope scope("h." + std::to_string(i));
+  nn::Block& b = (*g.h)[size_t(i)];
+  b.attn->selective_recompute = selective;
+  return b.forward(x);
+}
+}  // namespace
+
+ChainModel::ChainModel(const ModelSpec& s, const Device& device) : spec_(s), device_(device) {
+  if (s.kind == ModelSpec::Kind::MLP) {
+    auto m = std::make_shared<MLPChain>(s.mlp_layers, s.mlp_width, TensorOptions(device));
+    mlp_ = m->layers;
+    module_ = m;
+  } else {
+    nn::GPTConfig c = s.gpt;
+    c.options = c.options.device(device);
+    module_ = gpt_ = std::make_shared<nn::GPT>(c);
+  }
+}
+
+Tensor ChainModel::head(const Tensor& input) const {
+  if (!gpt_) return input;
+  MemoryScope scope("embedding");
+  Tensor pos = arange(input.size(1), TensorOptions(kInt64).device(input.device()));
+  return gpt_->drop->forward(gpt_->wte->forward(input) + gpt_->wpe->forward(pos));
+}
+
+Tensor ChainModel::block(int64_t i, const Tensor& x, bool selective) const {
+  if (gpt_) return gpt_block(*gpt_, i, x, selective);
+  if (!selective) return mlp_block(*mlp_, i, x);
+  auto layers = mlp_;
+  return checkpoint([layers, i](const Tensor& in) { return mlp_block(*layers, i, in); }, x,
+                    CheckpointPolicy::keep_matmuls());
+}
+
+Tensor ChainModel::segment(int64_t begin, int64_t end, const Tensor& x) const {
+  auto layers = mlp_;
+  auto g = gpt_;
+  return checkpoint(
+      [layers, g, begin, end](const Tensor& in) {
+        Tensor h = in;
+        for (int64_t i = begin; i < end; ++i) h = g ? gpt_block(*g, i, h, false) : mlp_block(*layers, i, h);
+        return h;
+      },
+      x);
+}
+
+Tensor ChainModel::tail(const Tensor& x, const Tensor& target) const {
+  MemoryScope scope("head");
+  if (!gpt_) return mse_loss(x, target);
+  return nn::lm_loss(linear(gpt_->ln_f->forward(x), gpt_->wte->weight), target);
+}
+
+Tensor ChainModel::loss(const Tensor& input, const Tensor& target, const Policy& policy) const {
+  Tensor x = head(input);
+  const int64_t n = spec_.num_blocks();
+  std::vector<int64_t> segment_end(size_t(n), -1);
+  for (auto& s : policy.segments) {
+    MG_CHECK(s.begin >= 0 && s.begin < s.end && s.end <= n, ValueError, "plan: expected segments inside [0, ", n,
+             "), got ", policy.str());
+    segment_end[size_t(s.begin)] = s.end;
+  }
+  for (int64_t i = 0; i < n;) {
+    if (segment_end[size_t(i)] > 0) {
+      x = segment(i, segment_end[size_t(i)], x);
+      i = segment_end[size_t(i)];
+    } else {
+      x = block(i, x, policy.selective);
+      ++i;
+    }
+  }
+  return tail(x, target);
+}
+
+std::pair<Tensor, Tensor> ChainModel::zero_inputs(const InputShape& s) const {
+  if (!gpt_) return {zeros({s.batch, spec_.mlp_width}, device_), zeros({s.batch, spec_.mlp_width}, device_)};
+  TensorOptions o = TensorOptions(kInt64).device(device_);
+  return {zeros({s.batch, s.seq_len}, o), zeros({s.batch, s.seq_len}, o)};
+}
+
+}  // namespace mg::plan

@@ -1,6 +1,7 @@
 #include <memgrad/core/tensor.h>
 
 #include <iomanip>
+#include <optional>
 #include <ostream>
 
 #include <memgrad/autograd/grad_mode.h>
@@ -102,6 +103,12 @@ void Tensor::set_grad(const Tensor& g) const {
 }
 
 void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
+  // What backward allocates (the seed, gradients made by factories such as zeros_like in a backward
+  // formula) is Temporary until AccumulateGrad relabels it, not Input; a category the caller set wins.
+  const bool caller_set =
+      current_category(Category::Input) != Category::Input || current_category(Category::Other) != Category::Other;
+  std::optional<MemoryScope> temporary;
+  if (!caller_set) temporary.emplace(Category::Temporary);
   Tensor g = gradient;
   if (!g.defined()) {
     MG_CHECK(numel() == 1, AutogradError, "backward: expected a scalar output when no gradient is given, got shape ",

@@ -140,3 +140,32 @@ TEST_CASE("ledger: a .grad buffer is owned by '<parameter>.grad'") {
   CHECK(owners.at("probe.weight.grad") == 4096);
   CHECK(w.grad().storage()->category() == Category::Gradient);
 }
+
+TEST_CASE("ledger: what backward allocates is Temporary, never Input") {
+  // masked_fill's backward makes its zero branch with zeros_like, and backward() makes the scalar
+  // seed with ones: factories, which outside backward fall back to Input.
+  Tensor x = randn({64, 64}).requires_grad_();
+  Tensor mask = gt(randn({64, 64}), 0.0);
+  Tensor loss = masked_fill(x * 2.0, mask, 0.0).sum();
+  record_history(true);
+  loss.backward();
+  std::vector<MemoryEvent> events = memory_history();
+  record_history(false);
+  int64_t allocs = 0;
+  for (const MemoryEvent& e : events) {
+    if (e.kind != MemoryEventKind::Alloc) continue;
+    ++allocs;
+    CHECK_MESSAGE(e.category != Category::Input, "op '", e.op, "' allocated ", e.bytes, " B as Input in backward");
+  }
+  CHECK(allocs > 0);
+  {
+    MemoryScope caller(Category::Other);  // a category the caller sets still wins
+    record_history(true);
+    (x * 2.0).sum().backward();
+    events = memory_history();
+    record_history(false);
+  }
+  bool other = false;
+  for (const MemoryEvent& e : events) other |= e.kind == MemoryEventKind::Alloc && e.category == Category::Other;
+  CHECK(other);
+}

@@ -1,9 +1,9 @@
 #include <memgrad/amp/grad_scaler.h>
 
-#include <cmath>
-
 #include <memgrad/autograd/grad_mode.h>
+#include <memgrad/core/memory.h>
 #include <memgrad/core/ops.h>
+#include <memgrad/kernels/backend.h>
 
 namespace mg::amp {
 
@@ -18,16 +18,41 @@ GradScaler::GradScaler(const GradScalerOptions& o) : o_(o), scale_(o.init_scale_
 
 Tensor GradScaler::scale(const Tensor& loss) const { return o_.enabled_ ? loss * scale_ : loss; }
 
-bool any_non_finite(const std::vector<Tensor>& tensors) {
+namespace {
+// Looks for inf/NaN in every floating tensor and, unless inv_scale == 1, multiplies them by
+// inv_scale in place (as t.mul_(inv_scale)): one fused pass per device, one read of a flag.
+bool check_and_unscale(const std::vector<Tensor>& tensors, double inv_scale) {
   NoGradGuard ng;
-  Tensor total;  // x * 0 is 0 for finite x and NaN for inf/NaN: one sum per tensor, one read at the end
-  for (auto& t : tensors) {
+  bool found = false;
+  std::vector<std::pair<Device, std::vector<Tensor>>> by_device;  // contiguous tensors per device
+  for (Tensor t : tensors) {
     if (!t.defined() || !is_floating(t.dtype()) || t.is_meta()) continue;
-    Tensor s = sum((t * 0.0).to(kFloat32));
-    total = total.defined() ? total + s : s;
+    if (!t.is_contiguous()) {  // a view: check a contiguous copy, scale through the view
+      found |= check_and_unscale({t.contiguous()}, 1.0);
+      if (inv_scale != 1.0) t.mul_(inv_scale);
+      continue;
+    }
+    auto it = by_device.begin();
+    while (it != by_device.end() && it->first != t.device()) ++it;
+    if (it == by_device.end()) it = by_device.insert(it, {t.device(), {}});
+    it->second.push_back(t);
   }
-  return total.defined() && std::isnan(total.item<double>());
+  for (auto& [device, list] : by_device) {
+    Tensor flag;
+    {
+      MemoryScope scope(Category::Temporary, "GradScaler.found_inf");
+      flag = zeros({1}, TensorOptions(kFloat32).device(device));
+    }
+    kernels::run("GradScaler.unscale_", device, &kernels::Backend::non_finite_check_and_unscale, list, flag, inv_scale);
+    found |= flag.item<float>() != 0;
+    if (inv_scale != 1.0)
+      for (auto& t : list) t.storage()->bump_version();
+  }
+  return found;
 }
+}  // namespace
+
+bool any_non_finite(const std::vector<Tensor>& tensors) { return check_and_unscale(tensors, 1.0); }
 
 namespace {
 std::vector<Tensor> grads_of(optim::Optimizer& opt) {
@@ -43,10 +68,7 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
   if (!o_.enabled_) return;
   MG_CHECK(!unscaled_, ValueError, "GradScaler.unscale_: expected one call per step, got a second before update()");
   unscaled_ = true;
-  auto grads = grads_of(opt);
-  found_inf_ = any_non_finite(grads);
-  NoGradGuard ng;
-  for (auto& g : grads) g.mul_(1.0 / scale_);
+  found_inf_ = check_and_unscale(grads_of(opt), 1.0 / scale_);
 }
 
 void GradScaler::unscale_(optim::Optimizer& opt, MasterWeights& masters) {

@@ -39,7 +39,8 @@ class GradScaler {
 
   Tensor scale(const Tensor& loss) const;  // loss * scale
   // Divides the gradients of opt's parameters by the scale, in place, and records whether any is
-  // inf/NaN. Once per step: a second call before update() raises ValueError.
+  // inf/NaN: one fused pass per device (one launch per batch of gradients on CUDA) and one read of
+  // a flag. Once per step: a second call before update() raises ValueError.
   void unscale_(optim::Optimizer& opt);
   // The same for half model gradients: unscales them into the masters (opt's parameters).
   void unscale_(optim::Optimizer& opt, MasterWeights& masters);

@@ -9,6 +9,7 @@
 #include <memgrad/core/memory.h>
 #include <memgrad/core/tensor.h>
 #include <memgrad/kernels/host_device.h>
+#include <memgrad/optim/update_rules.h>
 
 namespace mg::kernels {
 
@@ -50,6 +51,9 @@ MG_HD int64_t avg_pool_area(const Conv2dGeometry& g, int64_t oy, int64_t ox) {
   int64_t y1 = y0 + g.kh < g.h + g.ph ? y0 + g.kh : g.h + g.ph, x1 = x0 + g.kw < g.w + g.pw ? x0 + g.kw : g.w + g.pw;
   return (y1 - y0) * (x1 - x0);
 }
+
+// Operands of a multi-tensor op: lists[k][j] is operand k of tensor j.
+using TensorLists = std::vector<std::vector<Tensor>>;
 
 // A contiguous shape seen as [outer, size along dim, inner] (the layout of the index kernels).
 struct DimSplit {
@@ -124,6 +128,19 @@ struct Backend {
   void (*max_pool2d_backward)(const Tensor& grad, const Tensor& indices, const Tensor& grad_x) = nullptr;
   void (*avg_pool2d)(const Tensor& x, const Tensor& out, const Conv2dGeometry& g) = nullptr;
   void (*avg_pool2d_backward)(const Tensor& grad, const Tensor& grad_x, const Conv2dGeometry& g) = nullptr;
+
+  // Multi-tensor ops (optimizers, loss scaling): one call covers many tensors, which the CUDA
+  // backend updates in one fused launch per batch. The operands of tensor j (lists[k][j]) are
+  // contiguous and share its size and dtype; an optional operand may be undefined.
+  // One optimizer step, optim::rules::sgd with scalars[j] on every element of tensor j.
+  // lists = {params, grads, momentum buffers (optional)}.
+  void (*sgd_update)(const TensorLists& lists, const std::vector<optim::rules::SGDScalars>& scalars) = nullptr;
+  // optim::rules::adam; lists = {params, grads, exp_avg, exp_avg_sq, max_exp_avg_sq (optional)}.
+  void (*adam_update)(const TensorLists& lists, const std::vector<optim::rules::AdamScalars>& scalars) = nullptr;
+  // Sets found_inf (float32 [1]) to 1 when an element of the contiguous floating tensors is inf or
+  // NaN (never clears it); unless inv_scale == 1, then multiplies them in place as t.mul_(inv_scale).
+  void (*non_finite_check_and_unscale)(const std::vector<Tensor>& tensors, const Tensor& found_inf,
+                                       double inv_scale) = nullptr;
 };
 
 const Backend& cpu_backend();

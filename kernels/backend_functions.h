@@ -47,3 +47,8 @@ void max_pool2d(const Tensor& x, const Tensor& out, const Tensor& indices, const
 void max_pool2d_backward(const Tensor& grad, const Tensor& indices, const Tensor& grad_x);
 void avg_pool2d(const Tensor& x, const Tensor& out, const Conv2dGeometry& g);
 void avg_pool2d_backward(const Tensor& grad, const Tensor& grad_x, const Conv2dGeometry& g);
+
+// multi-tensor: optimizer updates, loss-scale unscaling
+void sgd_update(const TensorLists& lists, const std::vector<optim::rules::SGDScalars>& scalars);
+void adam_update(const TensorLists& lists, const std::vector<optim::rules::AdamScalars>& scalars);
+void non_finite_check_and_unscale(const std::vector<Tensor>& tensors, const Tensor& found_inf, double inv_scale);

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include <memgrad/optim/foreach_impl.h>
+#include <memgrad/optim/multi_tensor_impl.h>
 #include <memgrad/optim/update_rules.h>
 
 namespace mg::optim {
@@ -26,30 +26,23 @@ Adam::Adam(std::vector<ParamGroup> groups, const AdamOptions& options, bool deco
   for (auto& g : groups) add_param_group(std::move(g));
 }
 
-void Adam::update(const Hyperparameters& o, const Tensor& param, const std::string& name, ParamState& state) {
+void Adam::update(const Hyperparameters& o, const std::vector<ParamUpdate>& params) {
   const bool amsgrad = o.at("amsgrad") != 0;
-  Tensor m = state_tensor(state, param, name, "exp_avg"), v = state_tensor(state, param, name, "exp_avg_sq");
-  Tensor vmax = amsgrad ? state_tensor(state, param, name, "max_exp_avg_sq") : Tensor();
-  const double t = double(++state.step), lr = o.at("lr"), b1 = o.at("beta1"), b2 = o.at("beta2");
-  rules::AdamScalars s{lr,
-                       b1,
-                       b2,
-                       o.at("eps"),
-                       o.at("weight_decay"),
-                       lr / (1 - std::pow(b1, t)),
-                       std::sqrt(1 - std::pow(b2, t)),
-                       amsgrad,
-                       o.at("maximize") != 0,
-                       decoupled_};
-  detail::for_each_element(type().c_str(), {param, param.grad(), m, v, vmax}, [&](auto p, int64_t i) {
-    using T = std::decay_t<decltype(*p[0])>;
-    using A = cpu::opmath_t<T>;
-    A x = cpu::load(p[0][i]), mi = cpu::load(p[2][i]), vi = cpu::load(p[3][i]), wi = p[4] ? cpu::load(p[4][i]) : A(0);
-    rules::adam<A>(x, cpu::load(p[1][i]), mi, vi, wi, s);
-    p[0][i] = cpu::store<T>(x), p[2][i] = cpu::store<T>(mi), p[3][i] = cpu::store<T>(vi);
-    if (p[4]) p[4][i] = cpu::store<T>(wi);
-  });
-  param.storage()->bump_version();
+  const double lr = o.at("lr"), b1 = o.at("beta1"), b2 = o.at("beta2");
+  kernels::TensorLists lists(5);  // params, grads, exp_avg, exp_avg_sq, max_exp_avg_sq
+  std::vector<rules::AdamScalars> scalars;
+  for (const ParamUpdate& u : params) {
+    const Tensor& param = *u.param;
+    lists[0].push_back(param), lists[1].push_back(param.grad());
+    lists[2].push_back(state_tensor(*u.state, param, *u.name, "exp_avg"));
+    lists[3].push_back(state_tensor(*u.state, param, *u.name, "exp_avg_sq"));
+    lists[4].push_back(amsgrad ? state_tensor(*u.state, param, *u.name, "max_exp_avg_sq") : Tensor());
+    const double t = double(++u.state->step);
+    scalars.push_back({lr, b1, b2, o.at("eps"), o.at("weight_decay"), lr / (1 - std::pow(b1, t)),
+                       std::sqrt(1 - std::pow(b2, t)), amsgrad, o.at("maximize") != 0, decoupled_});
+  }
+  detail::run_update(type().c_str(), &kernels::Backend::adam_update, lists, scalars);
+  for (const ParamUpdate& u : params) u.param->storage()->bump_version();
 }
 
 }  // namespace mg::optim

@@ -37,7 +37,7 @@ class Adam : public Optimizer {
 
  protected:
   Adam(std::vector<ParamGroup> groups, const AdamOptions& options, bool decoupled);
-  void update(const Hyperparameters& o, const Tensor& param, const std::string& name, ParamState& state) override;
+  void update(const Hyperparameters& o, const std::vector<ParamUpdate>& params) override;
 
  private:
   bool decoupled_;

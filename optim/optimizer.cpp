@@ -68,7 +68,8 @@ void Optimizer::set_lr(double lr) {
 
 void Optimizer::step() {
   NoGradGuard ng;
-  for (auto& g : groups_)
+  for (auto& g : groups_) {
+    std::vector<ParamUpdate> params;
     for (size_t i = 0; i < g.params.size(); ++i) {
       const Tensor& p = g.params[i];
       Tensor grad = p.grad();
@@ -77,8 +78,10 @@ void Optimizer::step() {
                " but its gradient is on ", grad.device());
       MG_CHECK(grad.dtype() == p.dtype(), DTypeError, type_, ": '", g.names[i], "' is ", p.dtype(),
                " but its gradient is ", grad.dtype());
-      update(g.options, p, g.names[i], state_[p.impl()]);
+      params.push_back({&p, &g.names[i], &state_[p.impl()]});
     }
+    if (!params.empty()) update(g.options, params);
+  }
 }
 
 void Optimizer::zero_grad(bool set_to_none) {

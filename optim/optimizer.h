@@ -78,9 +78,15 @@ class Optimizer {
     int64_t step = 0;
     std::vector<std::pair<std::string, Tensor>> tensors;  // in creation order
   };
-  // Applies one update to `param` (its .grad is defined) with its group's options.
-  virtual void update(const Hyperparameters& options, const Tensor& param, const std::string& name,
-                      ParamState& state) = 0;
+  // A parameter that has a gradient, its name and its state.
+  struct ParamUpdate {
+    const Tensor* param;
+    const std::string* name;
+    ParamState* state;
+  };
+  // Applies one update to every parameter of a group that has a gradient, with the group's
+  // options: all of them in one multi-tensor kernel call per device.
+  virtual void update(const Hyperparameters& options, const std::vector<ParamUpdate>& params) = 0;
   // The state tensor `key` of `param`, created zeroed (same shape, dtype, device) on first use.
   Tensor& state_tensor(ParamState& state, const Tensor& param, const std::string& name, const std::string& key);
 

@@ -1,6 +1,6 @@
 #include <memgrad/optim/sgd.h>
 
-#include <memgrad/optim/foreach_impl.h>
+#include <memgrad/optim/multi_tensor_impl.h>
 #include <memgrad/optim/update_rules.h>
 
 namespace mg::optim {
@@ -22,21 +22,20 @@ SGD::SGD(std::vector<ParamGroup> groups, const SGDOptions& options) : Optimizer(
   for (auto& g : groups) add_param_group(std::move(g));
 }
 
-void SGD::update(const Hyperparameters& o, const Tensor& param, const std::string& name, ParamState& state) {
-  rules::SGDScalars s{o.at("lr"),           o.at("momentum"),      o.at("dampening"),
-                      o.at("weight_decay"), o.at("nesterov") != 0, o.at("maximize") != 0,
-                      state.step == 0};
-  Tensor buf = s.momentum != 0 ? state_tensor(state, param, name, "momentum_buffer") : Tensor();
-  ++state.step;
-  detail::for_each_element("SGD", {param, param.grad(), buf}, [&](auto p, int64_t i) {
-    using T = std::decay_t<decltype(*p[0])>;
-    using A = cpu::opmath_t<T>;
-    A x = cpu::load(p[0][i]), b = p[2] ? cpu::load(p[2][i]) : A(0);
-    rules::sgd<A>(x, cpu::load(p[1][i]), b, s);
-    p[0][i] = cpu::store<T>(x);
-    if (p[2]) p[2][i] = cpu::store<T>(b);
-  });
-  param.storage()->bump_version();
+void SGD::update(const Hyperparameters& o, const std::vector<ParamUpdate>& params) {
+  kernels::TensorLists lists(3);  // params, grads, momentum buffers
+  std::vector<rules::SGDScalars> scalars;
+  for (const ParamUpdate& u : params) {
+    rules::SGDScalars s{o.at("lr"),           o.at("momentum"),      o.at("dampening"),
+                        o.at("weight_decay"), o.at("nesterov") != 0, o.at("maximize") != 0,
+                        u.state->step == 0};
+    lists[2].push_back(s.momentum != 0 ? state_tensor(*u.state, *u.param, *u.name, "momentum_buffer") : Tensor());
+    ++u.state->step;
+    lists[0].push_back(*u.param), lists[1].push_back(u.param->grad());
+    scalars.push_back(s);
+  }
+  detail::run_update("SGD", &kernels::Backend::sgd_update, lists, scalars);
+  for (const ParamUpdate& u : params) u.param->storage()->bump_version();
 }
 
 }  // namespace mg::optim

@@ -26,7 +26,7 @@ class SGD : public Optimizer {
       : SGD(as_groups(named), options) {}
 
  protected:
-  void update(const Hyperparameters& o, const Tensor& param, const std::string& name, ParamState& state) override;
+  void update(const Hyperparameters& o, const std::vector<ParamUpdate>& params) override;
 };
 
 }  // namespace mg::optim

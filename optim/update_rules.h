@@ -1,4 +1,5 @@
-// Optimizer update rules for one element, shared by the CPU loop and a future fused CUDA kernel.
+// Optimizer update rules for one element, shared by the CPU loop (kernels/cpu/multi_tensor.cpp)
+// and the fused multi-tensor CUDA kernel (kernels/cuda/multi_tensor.cu).
 // They follow torch.optim's single-tensor formulas operation by operation (PyTorch 1.13), so
 // results match it to rounding. `T` is the arithmetic type (float for half parameters).
 #pragma once
@@ -6,8 +7,8 @@
 
 namespace mg::optim::rules {
 
-MG_HD float sqrt_of(float x) { return sqrtf(x); }
-MG_HD double sqrt_of(double x) { return sqrt(x); }
+MG_HD float sqrt_of(float x) { return ::sqrtf(x); }  // global: mg::sqrt (a tensor op) would hide it
+MG_HD double sqrt_of(double x) { return ::sqrt(x); }
 
 struct SGDScalars {
   double lr, momentum, dampening, weight_decay;

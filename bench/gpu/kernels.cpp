@@ -1,6 +1,7 @@
 // Times every CUDA kernel variant against the device's measured peaks: device-to-device copy
 // bandwidth for memory-bound kernels, GEMM rate for matmul; then a GPT-2-124M-shaped training
-// step (forward, backward, SGD update) with time, tokens/s and peak memory.
+// step (forward, backward, SGD update) with time, tokens/s and peak memory. The optimizer rows
+// time the fused multi-tensor AdamW and SGD steps and the loss scaler's inf/NaN check.
 //   bench_gpu_kernels [--quick] [--json FILE]
 // Exits 77 when no CUDA device is present.
 #include <algorithm>
@@ -114,6 +115,29 @@ int main(int argc, char** argv) {
   {
     Tensor idx = randint(0, V, {R}, TensorOptions(kInt64).device(kGPU)), wte = randn({V, C}, kGPU);
     mem_row("index_select", "embedding", "8192 of 50257x768", e * 8, [&] { embedding(wte, idx); });
+  }
+  {
+    // Multi-tensor optimizer steps over GPT-2-124M's parameter shapes (2 layers with --quick):
+    // AdamW reads param, grad and both moments and writes three of them (28 B per float32 element).
+    std::vector<Shape> shapes = {{V, C}, {1024, C}, {C}, {C}};
+    for (int l = 0; l < (quick ? 2 : 12); ++l)
+      for (Shape s : std::vector<Shape>{
+               {C}, {C}, {C, 3 * C}, {3 * C}, {C, C}, {C}, {C}, {C}, {C, 4 * C}, {4 * C}, {4 * C, C}, {C}})
+        shapes.push_back(s);
+    std::vector<Tensor> params, grads;
+    double elems = 0;
+    for (auto& s : shapes) {
+      params.push_back(randn(s, kGPU).requires_grad_());
+      grads.push_back(randn(s, kGPU) * 1e-3);
+      params.back().set_grad(grads.back());
+      elems += double(numel_of(s));
+    }
+    std::string shape = std::to_string(shapes.size()) + " tensors, " + std::to_string(int64_t(elems / 1e6)) + "M";
+    optim::AdamW adamw(params);
+    mem_row("optimizer", "adamw fused", shape, elems * 28, [&] { adamw.step(); });
+    optim::SGD sgd(params, optim::SGDOptions(1e-3).momentum(0.9));
+    mem_row("optimizer", "sgd momentum fused", shape, elems * 20, [&] { sgd.step(); });
+    mem_row("grad_scaler", "inf/NaN check", shape, elems * 4, [&] { amp::any_non_finite(grads); });
   }
   // ---- GEMMs
   for (DType t : {kFloat32, kBFloat16, kFloat16}) {

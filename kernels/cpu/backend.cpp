@@ -35,6 +35,9 @@ const Backend& cpu_backend() {
     k.max_pool2d_backward = cpu::max_pool2d_backward;
     k.avg_pool2d = cpu::avg_pool2d;
     k.avg_pool2d_backward = cpu::avg_pool2d_backward;
+    k.sgd_update = cpu::sgd_update;
+    k.adam_update = cpu::adam_update;
+    k.non_finite_check_and_unscale = cpu::non_finite_check_and_unscale;
     return k;
   }();
   return b;

@@ -41,6 +41,9 @@ const Backend& cuda_backend() {
     k.max_pool2d_backward = cuda::max_pool2d_backward;
     k.avg_pool2d = cuda::avg_pool2d;
     k.avg_pool2d_backward = cuda::avg_pool2d_backward;
+    k.sgd_update = cuda::sgd_update;
+    k.adam_update = cuda::adam_update;
+    k.non_finite_check_and_unscale = cuda::non_finite_check_and_unscale;
 #endif
     return k;
   }();

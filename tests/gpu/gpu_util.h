@@ -32,7 +32,8 @@ inline Tol tol_for(DType t) {
   }
 }
 
-// |got - want| <= atol + rtol * |want| everywhere (NaN where want is NaN), read back in float64.
+// |got - want| <= atol + rtol * |want| everywhere (NaN where want is NaN, the same infinity where
+// want is infinite), read back in float64.
 inline void expect_close(const Tensor& got, const Tensor& want, Tol tol, const std::string& what) {
   REQUIRE_MESSAGE(got.shape() == want.shape(), what, ": shape ", shape_str(got.shape()), " vs ",
                   shape_str(want.shape()));
@@ -43,6 +44,7 @@ inline void expect_close(const Tensor& got, const Tensor& want, Tol tol, const s
   size_t at = 0;
   for (size_t i = 0; i < w.size(); ++i) {
     double r = std::isnan(w[i]) ? (std::isnan(g[i]) ? 0 : INFINITY)
+               : g[i] == w[i]   ? 0  // also equal infinities, whose difference is NaN
                                 : std::fabs(g[i] - w[i]) / (tol.atol + tol.rtol * std::fabs(w[i]));
     if (!(r <= worst)) worst = r, at = i;
   }

@@ -1,0 +1,80 @@
+// Multi-tensor ops: optimizer updates (the element rules of optim/update_rules.h, one tensor after
+// another, elements in parallel) and the loss scaler's inf/NaN check with unscaling.
+#include <array>
+#include <cmath>
+
+#include <memgrad/kernels/cpu/cpu_kernels.h>
+#include <memgrad/kernels/cpu/loops.h>
+
+namespace mg::cpu {
+
+namespace {
+
+// Calls f(p, i) for every element i of tensor j, where p[k] points at operand k's storage type
+// (null for an undefined operand).
+template <size_t D, class F>
+void for_each_element(const char* op, const TensorLists& lists, size_t j, F&& f) {
+  const Tensor& first = lists[0][j];
+  dispatch_floating(first.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    std::array<T*, D> p{};
+    for (size_t k = 0; k < D; ++k) p[k] = lists[k][j].defined() ? ptr<T>(lists[k][j]) : nullptr;
+    const int64_t n = first.numel();
+#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
+    for (int64_t i = 0; i < n; ++i) f(p, i);
+  });
+}
+
+}  // namespace
+
+void sgd_update(const TensorLists& lists, const std::vector<optim::rules::SGDScalars>& scalars) {
+  for (size_t j = 0; j < scalars.size(); ++j) {
+    const optim::rules::SGDScalars& s = scalars[j];
+    for_each_element<3>("SGD", lists, j, [&](auto p, int64_t i) {
+      using T = std::decay_t<decltype(*p[0])>;
+      using A = opmath_t<T>;
+      A x = load(p[0][i]), b = p[2] ? load(p[2][i]) : A(0);
+      optim::rules::sgd<A>(x, load(p[1][i]), b, s);
+      p[0][i] = store<T>(x);
+      if (p[2]) p[2][i] = store<T>(b);
+    });
+  }
+}
+
+void adam_update(const TensorLists& lists, const std::vector<optim::rules::AdamScalars>& scalars) {
+  for (size_t j = 0; j < scalars.size(); ++j) {
+    const optim::rules::AdamScalars& s = scalars[j];
+    for_each_element<5>("Adam", lists, j, [&](auto p, int64_t i) {
+      using T = std::decay_t<decltype(*p[0])>;
+      using A = opmath_t<T>;
+      A x = load(p[0][i]), m = load(p[2][i]), v = load(p[3][i]), w = p[4] ? load(p[4][i]) : A(0);
+      optim::rules::adam<A>(x, load(p[1][i]), m, v, w, s);
+      p[0][i] = store<T>(x), p[2][i] = store<T>(m), p[3][i] = store<T>(v);
+      if (p[4]) p[4][i] = store<T>(w);
+    });
+  }
+}
+
+void non_finite_check_and_unscale(const std::vector<Tensor>& tensors, const Tensor& found_inf, double inv_scale) {
+  int found = 0;
+  for (const Tensor& t : tensors)
+    dispatch_floating(t.dtype(), "non_finite_check_and_unscale", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using A = opmath_t<T>;
+      T* p = ptr<T>(t);
+      const int64_t n = t.numel();
+      const A f = A(inv_scale);  // as mul_ computes
+      const bool scale = inv_scale != 1.0;
+      int bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad) if (n >= kParallelGrain)
+      for (int64_t i = 0; i < n; ++i) {
+        A v = load(p[i]);
+        bad |= !std::isfinite(v);
+        if (scale) p[i] = store<T>(v * f);
+      }
+      found |= bad;
+    });
+  if (found) ptr<float>(found_inf)[0] = 1.0f;
+}
+
+}  // namespace mg::cpu

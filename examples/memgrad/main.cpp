@@ -1,0 +1,48 @@
+// memgrad: train a model and see where its memory goes, or plan a step's memory before running it.
+//
+//   memgrad train [flags]    a small GPT on embedded sonnets (or an MLP), with a live memory line
+//   memgrad plan [flags]     one step of GPT-2 (or any size) on the meta device: peak and breakdown
+//
+// Exit codes: 0 done, 1 error, 2 bad flag or value, 3 out of memory.
+#include <cstdio>
+
+#include "options.h"
+#include "plan.h"
+#include "train.h"
+
+int main(int argc, char** argv) {
+  using namespace memgrad_cli;
+  CLI::App app{"memgrad: where training memory goes, to the byte, and how to shrink it", "memgrad"};
+  app.require_subcommand(1);
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a repeated flag: the last wins
+  TrainFlags train;
+  CLI::App* train_cmd = app.add_subcommand("train", "train a GPT on embedded text (or an MLP) and report its memory");
+  add_train_flags(*train_cmd, train);
+  PlanFlags plan;
+  CLI::App* plan_cmd =
+      app.add_subcommand("plan", "predict a training step's peak memory on the meta device, without allocating it");
+  add_plan_flags(*plan_cmd, plan);
+  try {
+    app.parse(argc, argv);
+    return train_cmd->parsed() ? run_train(train) : run_plan(plan);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kExitUsage;
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "memgrad: %s\n", e.what());
+    return kExitUsage;
+  } catch (const mg::OutOfMemoryError& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "\nmemgrad: out of memory\n%s\nTry `memgrad plan` with the same flags and --budget.\n",
+                 e.what());
+    return kExitOutOfMemory;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "memgrad: %s\n", e.what());
+    return kExitError;
+  }
+}

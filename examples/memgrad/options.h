@@ -1,0 +1,52 @@
+// Flags that `memgrad train` and `memgrad plan` share: which model, which step (optimizer,
+// precision, checkpoint policy) and how they map onto memgrad's planner types.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include <memgrad/memgrad.h>
+#include <CLI/CLI.hpp>
+
+namespace memgrad_cli {
+
+// Exit codes: 0 success, 1 a runtime error, 2 a bad flag or value, 3 out of memory.
+inline constexpr int kExitError = 1, kExitUsage = 2, kExitOutOfMemory = 3;
+
+// A flag's value is wrong in a way CLI11's validators cannot see (e.g. n_embd % n_head != 0).
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct ModelFlags {
+  std::string model;  // tiny | gpt2-124m | gpt2-350m | gpt2-774m | gpt2-1.5b | custom | mlp
+  int64_t n_layer = 0, n_head = 0, n_embd = 0, vocab = 0;  // 0: the preset's value
+  int64_t layers = 8, width = 256;                         // mlp
+  double dropout = 0.0;
+};
+
+struct StepFlags {
+  int64_t batch = 0, seq = 0;  // seq is the GPT's block size too
+  std::string optimizer = "adamw";
+  double momentum = 0.0;  // sgd
+  std::string precision = "fp32";
+  std::string checkpoint = "none";  // none | every-K | sqrt | selective | auto
+  uint64_t budget = 0;              // bytes; `auto` chooses segments for it
+};
+
+void add_model_flags(CLI::App& app, ModelFlags& m);
+void add_step_flags(CLI::App& app, StepFlags& s);
+
+// The planner's description of the model (GPT presets have GPT-2's vocabulary of 50257).
+mg::plan::ModelSpec model_spec(const ModelFlags& m, int64_t seq);
+std::string model_str(const mg::plan::ModelSpec& spec);
+// steps 2 (the default) plans the steady state: a step that holds the optimizer state throughout.
+mg::plan::StepOptions step_options(const StepFlags& s, int64_t steps = 2);
+mg::plan::InputShape input_shape(const StepFlags& s);
+// none, every-K, sqrt or selective for n blocks; `auto` chooses segments for the budget with the
+// planner (the DP's plan, printing the side-by-side table when `table` is set).
+mg::plan::Policy policy(const StepFlags& s, const mg::plan::ModelSpec& spec, bool table);
+
+int64_t parameter_count(const mg::plan::ModelSpec& spec);
+std::string thousands(int64_t n);  // 124439808 -> "124,439,808"
+
+}  // namespace memgrad_cli

@@ -1,0 +1,84 @@
+#include "plan.h"
+
+#include <chrono>
+#include <cstdio>
+
+#include "report.h"
+
+namespace memgrad_cli {
+
+void add_plan_flags(CLI::App& app, PlanFlags& f) {
+  add_model_flags(app, f.model);
+  add_step_flags(app, f.step);
+  app.add_flag("!--no-compare", f.compare, "skip the side-by-side table of policies");
+  app.add_option("--top", f.top, "owners to list at the peak")->check(CLI::NonNegativeNumber)->capture_default_str();
+}
+
+int run_plan(const PlanFlags& f) {
+  using namespace mg::plan;
+  const auto t0 = std::chrono::steady_clock::now();
+  const ModelSpec spec = model_spec(f.model, f.step.seq);
+  const InputShape shape = input_shape(f.step);
+  const int64_t params = parameter_count(spec);
+  std::printf("memgrad plan: %s, %s parameters (%s in float32)\n", model_str(spec).c_str(), thousands(params).c_str(),
+              mg::format_bytes(params * 4).c_str());
+  const Policy chosen = policy(f.step, spec, true);
+  const StepOptions options = step_options(f.step);
+  const StepReport r = plan(spec, shape, options, chosen);
+  const StepReport first = plan(spec, shape, step_options(f.step, 1), chosen);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("step: batch %lld x %lld, %s, %s, checkpoint %s (%s); planned on meta in %s, no real memory\n\n",
+              static_cast<long long>(f.step.batch), static_cast<long long>(f.step.seq), f.step.optimizer.c_str(),
+              f.step.precision.c_str(), chosen.name.c_str(), chosen.str().c_str(), format_seconds(seconds).c_str());
+  std::printf("predicted peak %s (%s B) in every step after the first:\n", mg::format_bytes(r.peak).c_str(),
+              thousands(r.peak).c_str());
+  print_breakdown(r.peak, r.at_peak, r.at_peak_by_owner, f.top);
+  std::printf("  the first step peaks at %s (%s B): its optimizer state appears only at its end\n",
+              mg::format_bytes(first.peak).c_str(), thousands(first.peak).c_str());
+  std::printf("  FLOPs in the step: %.3g, of them recomputed: %.3g (%.1f%%)\n", r.flops, r.recompute_flops,
+              r.flops ? 100.0 * r.recompute_flops / r.flops : 0.0);
+  if (f.step.budget) {
+    const int64_t b = largest_batch(spec, shape, options, chosen, int64_t(f.step.budget));
+    std::printf("  largest batch within %s: %lld\n", mg::format_bytes(int64_t(f.step.budget)).c_str(),
+                static_cast<long long>(b));
+  }
+  if (!f.compare) return 0;
+
+  // Each policy in float32 and both half precisions, all on meta, against no checkpointing in fp32.
+  const int64_t n = spec.num_blocks();
+  struct Row {
+    Policy policy;
+    std::string precision;
+  };
+  std::vector<Row> rows;
+  for (const std::string precision : {"fp32", "fp16", "bf16"})
+    for (const Policy& p : {Policy::none(), Policy::sqrt_n(n), Policy::selective_only(), Policy::every_block(n)})
+      rows.push_back({p, precision});
+  std::printf("\npolicies side by side (batch %lld x %lld, %s):\n", static_cast<long long>(f.step.batch),
+              static_cast<long long>(f.step.seq), f.step.optimizer.c_str());
+  std::printf("  %-12s %-5s %11s %11s %11s %11s %9s %8s", "policy", "prec", "peak", "Activation", "Temporary",
+              "OptState", "recompute", "vs none");
+  if (f.step.budget) std::printf(" %10s", "max batch");
+  std::printf("\n");
+  int64_t none_peak = 0;
+  for (auto& row : rows) {
+    StepFlags s = f.step;
+    s.precision = row.precision;
+    const StepReport q = plan(spec, shape, step_options(s), row.policy);
+    if (!none_peak) none_peak = q.peak;
+    std::printf("  %-12s %-5s %11s %11s %11s %11s %8.1f%% %+7.1f%%", row.policy.name.c_str(), row.precision.c_str(),
+                mg::format_bytes(q.peak).c_str(), mg::format_bytes(q.category(mg::Category::Activation)).c_str(),
+                mg::format_bytes(q.category(mg::Category::Temporary)).c_str(),
+                mg::format_bytes(q.category(mg::Category::OptimizerState)).c_str(),
+                q.flops ? 100.0 * q.recompute_flops / q.flops : 0.0,
+                100.0 * double(q.peak - none_peak) / double(none_peak));
+    if (f.step.budget)
+      std::printf(" %10lld", static_cast<long long>(
+                                 largest_batch(spec, shape, step_options(s), row.policy, int64_t(f.step.budget))));
+    std::printf("\n");
+  }
+  std::printf("  (categories at each plan's peak; recompute: share of the step's FLOPs spent recomputing)\n");
+  return 0;
+}
+
+}  // namespace memgrad_cli

@@ -1,0 +1,18 @@
+// `memgrad plan`: one training step on the meta device (shapes, no bytes): the predicted peak
+// and its breakdown, policies side by side, segments and the largest batch for a budget.
+#pragma once
+#include "options.h"
+
+namespace memgrad_cli {
+
+struct PlanFlags {
+  ModelFlags model{"gpt2-124m"};
+  StepFlags step{8, 1024};
+  bool compare = true;  // the side-by-side table of policies
+  int top = 10;         // owners listed
+};
+
+void add_plan_flags(CLI::App& app, PlanFlags& f);
+int run_plan(const PlanFlags& f);
+
+}  // namespace memgrad_cli

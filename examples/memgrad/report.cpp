@@ -1,0 +1,37 @@
+#include "report.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+namespace memgrad_cli {
+
+void print_breakdown(int64_t peak, const mg::CategoryBytes& at_peak, const std::map<std::string, int64_t>& owners,
+                     int top) {
+  auto share = [peak](int64_t b) { return peak ? 100.0 * double(b) / double(peak) : 0.0; };
+  std::printf("  %-16s %14s %12s %7s\n", "category", "bytes", "", "share");
+  for (int c = 0; c < mg::kNumCategories; ++c)
+    if (int64_t b = at_peak[size_t(c)])
+      std::printf("  %-16s %14lld %12s %6.1f%%\n", mg::category_name(mg::Category(c)), static_cast<long long>(b),
+                  mg::format_bytes(b).c_str(), share(b));
+  std::printf("  %-16s %14lld %12s\n", "total", static_cast<long long>(peak), mg::format_bytes(peak).c_str());
+
+  std::vector<std::pair<std::string, int64_t>> sorted(owners.begin(), owners.end());
+  std::sort(sorted.begin(), sorted.end(), [](auto& a, auto& b) { return a.second > b.second; });
+  std::printf("  largest owners at the peak:\n");
+  for (size_t i = 0; i < sorted.size() && i < size_t(top); ++i)
+    std::printf("    %-40s %12s %6.1f%%\n", sorted[i].first.empty() ? "(no owner)" : sorted[i].first.c_str(),
+                mg::format_bytes(sorted[i].second).c_str(), share(sorted[i].second));
+  if (sorted.size() > size_t(top)) std::printf("    ... and %zu more owners\n", sorted.size() - size_t(top));
+}
+
+std::string format_seconds(double s) {
+  char buf[32];
+  if (s < 1.0)
+    std::snprintf(buf, sizeof buf, "%.1f ms", s * 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%.2f s", s);
+  return buf;
+}
+
+}  // namespace memgrad_cli

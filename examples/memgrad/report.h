@@ -1,0 +1,18 @@
+// Printing what the ledger saw: a step's peak broken down by category and by owner.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include <memgrad/memgrad.h>
+
+namespace memgrad_cli {
+
+// The categories at the peak (bytes and share of `peak`) and the `top` largest owners.
+void print_breakdown(int64_t peak, const mg::CategoryBytes& at_peak, const std::map<std::string, int64_t>& owners,
+                     int top);
+
+// "12.5 ms", "3.21 s".
+std::string format_seconds(double seconds);
+
+}  // namespace memgrad_cli

@@ -1,0 +1,360 @@
+#include "train.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <optional>
+#include <random>
+
+#include "corpus.h"
+#include "report.h"
+
+namespace memgrad_cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Batches drawn from (seed, step, micro-batch) alone, so a resumed run sees the same data.
+class Data {
+ public:
+  Data(const mg::plan::ModelSpec& spec, uint64_t seed, const mg::Device& device)
+      : spec_(spec), seed_(seed), device_(device) {
+    if (is_gpt()) {
+      for (const char* c = kCorpus; *c; ++c) tokens_.push_back(int64_t(static_cast<unsigned char>(*c)));
+      split_ = int64_t(tokens_.size()) * 9 / 10;  // the last tenth is held out for evaluation
+    } else {
+      std::mt19937_64 rng(seed ^ 0x7eac4e5ULL);
+      std::normal_distribution<float> normal(0.f, 1.f / std::sqrt(float(spec.mlp_width)));
+      teacher_.resize(size_t(spec.mlp_width * spec.mlp_width));
+      for (auto& w : teacher_) w = normal(rng);
+    }
+  }
+  bool is_gpt() const { return spec_.kind == mg::plan::ModelSpec::Kind::GPT; }
+  // GPT: windows of the corpus and the next byte of each; MLP: x ~ N(0, 1) and relu(x A).
+  std::pair<mg::Tensor, mg::Tensor> batch(int64_t step, int64_t micro, const mg::plan::InputShape& s,
+                                          bool eval = false) const {
+    std::mt19937_64 rng(seed_ * 1000003ULL + uint64_t(step) * 131ULL + uint64_t(micro) + (eval ? 7919ULL : 0ULL));
+    if (is_gpt()) {
+      const int64_t T = s.seq_len, begin = eval ? split_ : 0, end = eval ? int64_t(tokens_.size()) : split_;
+      std::vector<int64_t> x, y;
+      for (int64_t b = 0; b < s.batch; ++b) {
+        const int64_t start = begin + int64_t(rng() % uint64_t(end - begin - T - 1));
+        x.insert(x.end(), tokens_.begin() + start, tokens_.begin() + start + T);
+        y.insert(y.end(), tokens_.begin() + start + 1, tokens_.begin() + start + T + 1);
+      }
+      return {to_device(mg::tensor(x, {s.batch, T})), to_device(mg::tensor(y, {s.batch, T}))};
+    }
+    const int64_t n = spec_.mlp_width;
+    std::normal_distribution<float> normal(0.f, 1.f);
+    std::vector<float> x(size_t(s.batch * n)), y(size_t(s.batch * n), 0.f);
+    for (auto& v : x) v = normal(rng);
+    for (int64_t b = 0; b < s.batch; ++b)
+      for (int64_t i = 0; i < n; ++i) {
+        float acc = 0;
+        for (int64_t j = 0; j < n; ++j) acc += x[size_t(b * n + j)] * teacher_[size_t(j * n + i)];
+        y[size_t(b * n + i)] = std::max(acc, 0.f);
+      }
+    return {to_device(mg::tensor(x, {s.batch, n})), to_device(mg::tensor(y, {s.batch, n}))};
+  }
+  int64_t corpus_bytes() const { return int64_t(tokens_.size()); }
+
+ private:
+  mg::Tensor to_device(const mg::Tensor& t) const { return device_.is_cpu() ? t : t.to(device_); }
+  mg::plan::ModelSpec spec_;
+  uint64_t seed_;
+  mg::Device device_;
+  std::vector<int64_t> tokens_;
+  int64_t split_ = 0;
+  std::vector<float> teacher_;
+};
+
+std::unique_ptr<mg::optim::Optimizer> make_optimizer(const TrainFlags& f, const mg::nn::NamedTensors& params) {
+  using namespace mg::optim;
+  if (f.step.optimizer == "sgd") return std::make_unique<SGD>(params, SGDOptions(f.lr).momentum(f.step.momentum));
+  if (f.step.optimizer == "adam") return std::make_unique<Adam>(params, AdamOptions(f.lr));
+  return std::make_unique<AdamW>(params, AdamWOptions(f.lr));
+}
+
+// The flags a saved state must agree with to be resumed (steps, logging and limits may change).
+std::string run_signature(const TrainFlags& f, const mg::plan::ModelSpec& spec) {
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "%s; batch %lld x %lld, accum %lld; %s lr %g momentum %g clip %g; %s; seed %llu",
+                model_str(spec).c_str(), static_cast<long long>(f.step.batch), static_cast<long long>(f.step.seq),
+                static_cast<long long>(f.accum), f.step.optimizer.c_str(), f.lr, f.step.momentum, f.clip,
+                f.step.precision.c_str(), static_cast<unsigned long long>(f.seed));
+  return buf;
+}
+
+// One training run's state, as a safetensors file: model.*, optim.*, scaler.*, and in the
+// metadata the step, the default generator's position and the run's signature.
+void save_state(const std::string& path, int64_t step, const std::string& signature, const mg::nn::Module& model,
+                const mg::optim::Optimizer& opt, const mg::amp::GradScaler* scaler) {
+  mg::nn::StateDict all;
+  for (auto& [k, t] : model.state_dict()) all["model." + k] = t;
+  for (auto& [k, t] : opt.state_dict()) all["optim." + k] = t;
+  if (scaler)
+    for (auto& [k, v] : scaler->state_dict()) all["scaler." + k] = mg::scalar_tensor(v, mg::kFloat64);
+  mg::Generator& g = mg::default_generator();
+  mg::nn::save_safetensors(all, path,
+                           {{"memgrad.step", std::to_string(step)},
+                            {"memgrad.rng_seed", std::to_string(g.seed())},
+                            {"memgrad.rng_offset", std::to_string(g.offset())},
+                            {"memgrad.run", signature}});
+}
+
+int64_t load_state(const std::string& path, const std::string& signature, mg::nn::Module& model,
+                   mg::optim::Optimizer& opt, mg::amp::GradScaler* scaler) {
+  mg::nn::Metadata meta;
+  mg::nn::StateDict all = mg::nn::load_safetensors(path, &meta);
+  for (const char* key : {"memgrad.step", "memgrad.rng_seed", "memgrad.rng_offset", "memgrad.run"})
+    if (!meta.count(key)) throw mg::IOError(path + ": not a memgrad training state (no '" + key + "' in its metadata)");
+  if (meta["memgrad.run"] != signature)
+    throw UsageError("--resume " + path + " was saved by a different run:\n  saved: " + meta["memgrad.run"] +
+                     "\n  now:   " + signature);
+  mg::nn::StateDict m, o;
+  std::map<std::string, double> s;
+  for (auto& [k, t] : all) {
+    if (k.rfind("model.", 0) == 0) m[k.substr(6)] = t;
+    if (k.rfind("optim.", 0) == 0) o[k.substr(6)] = t;
+    if (k.rfind("scaler.", 0) == 0) s[k.substr(7)] = t.item<double>();
+  }
+  model.load_state_dict(m);
+  opt.load_state_dict(o);
+  if (scaler) scaler->load_state_dict(s);
+  mg::default_generator().manual_seed(std::stoull(meta["memgrad.rng_seed"]));
+  mg::default_generator().set_offset(std::stoull(meta["memgrad.rng_offset"]));
+  return std::stoll(meta["memgrad.step"]);
+}
+
+// A line that redraws itself on a terminal, or a plain line every `every` steps otherwise.
+class Progress {
+ public:
+  Progress(int64_t first, int64_t last, int64_t every, bool quiet, const char* unit)
+      : first_(first), last_(last), every_(every), quiet_(quiet), tty_(isatty(fileno(stdout))), unit_(unit) {}
+  void update(int64_t step, double loss, double tokens_per_s, const mg::MemoryStats& m) {
+    if (quiet_ || (!tty_ && step % every_ != 0 && step != last_ && step != first_)) return;
+    const int width = 24, done = int(double(width) * double(step) / double(last_));
+    std::string bar = "[" + std::string(size_t(done), '#') + std::string(size_t(width - done), '.') + "]";
+    std::printf("%sstep %5lld/%lld %s loss %.4f | %9.0f %s/s | mem %10s (peak %10s)%s", tty_ ? "\r" : "",
+                static_cast<long long>(step), static_cast<long long>(last_), bar.c_str(), loss, tokens_per_s, unit_,
+                mg::format_bytes(m.allocated).c_str(), mg::format_bytes(m.peak_allocated).c_str(), tty_ ? "" : "\n");
+    if (tty_ && step == last_) std::printf("\n");
+    std::fflush(stdout);
+  }
+
+ private:
+  int64_t first_, last_, every_;
+  bool quiet_, tty_;
+  const char* unit_;
+};
+
+// Samples `n` bytes from the GPT after a newline, at temperature 0.8, without recording history.
+std::string sample_text(mg::nn::GPT& gpt, const mg::Device& device, int64_t n, uint64_t seed) {
+  mg::NoGradGuard no_grad;
+  gpt.eval();
+  std::mt19937_64 rng(seed);
+  std::vector<int64_t> ctx = {int64_t('\n')};
+  std::string out;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t T = std::min<int64_t>(int64_t(ctx.size()), gpt.config.block_size);
+    std::vector<int64_t> window(ctx.end() - T, ctx.end());
+    mg::Tensor logits = gpt.forward(mg::tensor(window, {1, T}).to(device)).select(1, T - 1).reshape({-1});
+    std::vector<float> p = mg::softmax(logits * (1.0 / 0.8), 0).to(mg::kCPU).to_vector<float>();
+    std::discrete_distribution<int64_t> pick(p.begin(), p.end());
+    const int64_t next = pick(rng);
+    ctx.push_back(next);
+    out.push_back(char(next));
+  }
+  gpt.train();
+  return out;
+}
+
+}  // namespace
+
+void add_train_flags(CLI::App& app, TrainFlags& f) {
+  add_model_flags(app, f.model);
+  add_step_flags(app, f.step);
+  app.add_option("--device", f.device, "auto (cuda when a GPU is present), cpu or cuda[:N]")->capture_default_str();
+  app.add_option("-n,--steps", f.steps, "optimizer steps in total (a resumed run continues to this step)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--lr", f.lr, "learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--accum", f.accum, "gradient accumulation: micro-batches per optimizer step")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--clip", f.clip, "clip the gradient norm to this (0: off)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--memory-limit", f.memory_limit, "act like a device of this size, e.g. 64MiB (out of memory: exit 3)")
+      ->transform(CLI::AsSizeValue(true));
+  app.add_option("--seed", f.seed, "seed of parameters, data and dropout")->capture_default_str();
+  app.add_option("--save", f.save, "write the training state (safetensors) here at the end");
+  app.add_option("--resume", f.resume, "continue from a state written by --save (same model and step flags)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--timeline", f.timeline, "HTML memory timeline of the first steps ('' for none)")
+      ->capture_default_str();
+  app.add_option("--timeline-steps", f.timeline_steps, "steps the timeline covers")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--log", f.log, "CSV of step, loss, tokens/s and allocated bytes");
+  app.add_option("--log-every", f.log_every, "print a line every N steps when not on a terminal (0: about 20 lines)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--sample", f.sample, "GPT: bytes of text to generate at the end (0: none)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_flag("-q,--quiet", f.quiet, "no progress lines");
+}
+
+int run_train(const TrainFlags& f) {
+  const mg::Device device =
+      f.device == "auto" ? (mg::cuda_available() ? mg::cuda_device(0) : mg::kCPU) : mg::Device(f.device);
+  if (device.is_meta()) throw UsageError("--device meta: use `memgrad plan` to run on the meta device");
+  if (f.memory_limit) mg::set_memory_limit(device, int64_t(f.memory_limit));
+  const mg::plan::ModelSpec spec = model_spec(f.model, f.step.seq);
+  const mg::plan::InputShape shape = input_shape(f.step);
+  const mg::plan::Policy policy = memgrad_cli::policy(f.step, spec, true);
+  Data data(spec, f.seed, device);
+  if (data.is_gpt() && f.step.seq + 1 >= data.corpus_bytes() / 10)
+    throw UsageError("--seq " + std::to_string(f.step.seq) + " is too long for the " +
+                     std::to_string(data.corpus_bytes()) + "-byte corpus (its held-out tenth must hold a window)");
+
+  const mg::MemoryStats base = mg::memory_stats(device);
+  mg::manual_seed(f.seed);
+  mg::plan::ChainModel chain(spec, device);
+  mg::nn::Module& model = chain.module();
+  auto opt = make_optimizer(f, model.named_parameters());
+  std::optional<mg::amp::GradScaler> scaler;
+  if (f.step.precision == "fp16") scaler.emplace();
+  std::optional<mg::DType> autocast;
+  if (f.step.precision != "fp32") autocast = f.step.precision == "fp16" ? mg::kFloat16 : mg::kBFloat16;
+
+  const std::string signature = run_signature(f, spec);
+  const int64_t first =
+      f.resume.empty() ? 1 : load_state(f.resume, signature, model, *opt, scaler ? &*scaler : nullptr) + 1;
+  std::printf("memgrad train: %s, %s parameters, on %s\n", model_str(spec).c_str(),
+              thousands(model.num_parameters()).c_str(), device.str().c_str());
+  std::printf("  batch %lld%s, accum %lld, %s lr %g, %s, checkpoint %s (%s), seed %llu%s\n",
+              static_cast<long long>(f.step.batch),
+              data.is_gpt() ? (" x " + std::to_string(f.step.seq)).c_str() : " rows", static_cast<long long>(f.accum),
+              f.step.optimizer.c_str(), f.lr, f.step.precision.c_str(), policy.name.c_str(), policy.str().c_str(),
+              static_cast<unsigned long long>(f.seed),
+              f.resume.empty() ? "" : (", resumed at step " + std::to_string(first - 1)).c_str());
+  if (first > f.steps)
+    throw UsageError("--steps " + std::to_string(f.steps) + ": the state is already at step " +
+                     std::to_string(first - 1));
+
+  std::ofstream log;
+  if (!f.log.empty()) {
+    log.open(f.log);
+    if (!log) throw mg::IOError("--log: cannot write " + f.log);
+    log << "step,loss,tokens_per_s,allocated\n";
+  }
+  if (!f.timeline.empty()) mg::record_history(true, 1000000);
+  const std::vector<mg::Tensor> params = model.parameters();
+  const int64_t tokens_per_step = f.step.batch * (data.is_gpt() ? f.step.seq : 1) * f.accum;  // mlp: rows
+  Progress progress(first, f.steps, f.log_every ? f.log_every : std::max<int64_t>(1, (f.steps - first + 1) / 20),
+                    f.quiet, data.is_gpt() ? "tok" : "rows");
+  double loss = 0, train_seconds = 0;
+  int64_t peaks[2] = {0, 0};  // of the first step and the one after it
+  int64_t skipped = 0;
+  for (int64_t step = first; step <= f.steps; ++step) {
+    const auto t0 = Clock::now();
+    if (step <= first + 1) mg::reset_peak(device);
+    if (!f.timeline.empty()) mg::annotate_memory("step " + std::to_string(step), device);
+    opt->zero_grad();  // set_to_none: the gradients' bytes are gone until backward makes them again
+    loss = 0;
+    mg::Tensor x, y, l;  // live until the next micro-batch replaces them, as in a Python loop
+    for (int64_t micro = 0; micro < f.accum; ++micro) {
+      std::tie(x, y) = data.batch(step, micro, shape);
+      {
+        std::optional<mg::amp::AutocastGuard> guard;
+        if (autocast) guard.emplace(*autocast);
+        l = chain.loss(x, y, policy);
+      }
+      if (f.accum > 1) l = l * (1.0 / double(f.accum));
+      loss += l.item<double>();
+      (scaler ? scaler->scale(l) : l).backward();
+    }
+    if (scaler) scaler->unscale_(*opt);
+    if (f.clip > 0) mg::optim::clip_grad_norm_(params, f.clip);
+    if (scaler) {
+      skipped += scaler->step(*opt) ? 0 : 1;
+      scaler->update();
+    } else {
+      opt->step();
+    }
+    if (device.is_cuda()) mg::cuda::synchronize(device.index);
+    const double dt = seconds_since(t0);
+    train_seconds += dt;
+    const mg::MemoryStats m = mg::memory_stats(device);
+    if (step <= first + 1) peaks[step - first] = m.peak_allocated - base.allocated;
+    progress.update(step, loss, double(tokens_per_step) / dt, m);
+    if (log) {
+      char line[128];
+      std::snprintf(line, sizeof line, "%lld,%.9g,%.1f,%lld\n", static_cast<long long>(step), loss,
+                    double(tokens_per_step) / dt, static_cast<long long>(m.allocated));
+      log << line;
+    }
+    if (!f.timeline.empty() && (step == first + f.timeline_steps - 1 || step == f.steps)) {
+      mg::write_memory_timeline(
+          f.timeline, device,
+          "memgrad train: steps " + std::to_string(first) + "-" + std::to_string(step) + ", " + model_str(spec));
+      mg::record_history(false);
+    }
+  }
+  const int64_t steps_run = f.steps - first + 1;
+  std::printf("\ntrained %lld steps in %s: %.0f %s/s, final loss %.4f", static_cast<long long>(steps_run),
+              format_seconds(train_seconds).c_str(), double(tokens_per_step * steps_run) / train_seconds,
+              data.is_gpt() ? "tokens" : "rows", loss);
+  if (skipped) std::printf(" (%lld steps skipped by the grad scaler)", static_cast<long long>(skipped));
+  std::printf("\n");
+
+  if (data.is_gpt()) {  // held-out loss, without recording history: no activations are kept
+    mg::NoGradGuard no_grad;
+    model.eval();
+    double eval = 0;
+    for (int64_t i = 0; i < 4; ++i) {
+      auto [x, y] = data.batch(i, 0, shape, /*eval=*/true);
+      eval += chain.loss(x, y, mg::plan::Policy::none()).item<double>() / 4;
+    }
+    model.train();
+    std::printf("held-out loss %.4f (the corpus's last tenth)\n", eval);
+    if (f.sample > 0)
+      std::printf("sample:\n%s\n", sample_text(dynamic_cast<mg::nn::GPT&>(model), device, f.sample, f.seed).c_str());
+  }
+
+  const mg::MemoryStats s = mg::memory_stats(device);
+  std::printf("\nmemory on %s at the peak of steps %lld-%lld, counted from before the model was built:\n",
+              device.str().c_str(), static_cast<long long>(std::min(first + 1, f.steps)),
+              static_cast<long long>(f.steps));
+  mg::CategoryBytes at_peak = s.at_peak_by_category;
+  for (int c = 0; c < mg::kNumCategories; ++c) at_peak[size_t(c)] -= base.by_category[size_t(c)];
+  print_breakdown(s.peak_allocated - base.allocated, at_peak, s.at_peak_by_owner, 12);
+  std::printf("  reserved by the caching allocator: %s (peak %s)\n", mg::format_bytes(s.reserved).c_str(),
+              mg::format_bytes(s.peak_reserved).c_str());
+  for (int64_t i = 0; i < 2 && first + i <= f.steps; ++i) {  // the planner runs the same steps on meta
+    if (i == 0 && !f.resume.empty()) continue;               // a resumed run's first step already holds optimizer state
+    const int64_t planned = mg::plan::plan(spec, shape, step_options(f.step, i + 1), policy).peak;
+    std::printf("  %s peak: measured %s (%lld B), planned on meta %s (%lld B): %s\n",
+                i == 0 ? "first step's" : "later steps'", mg::format_bytes(peaks[i]).c_str(),
+                static_cast<long long>(peaks[i]), mg::format_bytes(planned).c_str(), static_cast<long long>(planned),
+                peaks[i] == planned ? "exact"
+                                    : ("off by " + std::to_string(peaks[i] - planned) +
+                                       " B (the plan has no clipping, loss scaling or accumulation)")
+                                          .c_str());
+  }
+  std::printf("\noptimizer state per parameter (%s):\n%s", opt->type().c_str(), opt->state_report().str().c_str());
+  if (!f.timeline.empty()) std::printf("memory timeline: %s\n", f.timeline.c_str());
+  if (!f.save.empty()) {
+    save_state(f.save, f.steps, signature, model, *opt, scaler ? &*scaler : nullptr);
+    std::printf("training state (step %lld): %s\n", static_cast<long long>(f.steps), f.save.c_str());
+  }
+  return 0;
+}
+
+}  // namespace memgrad_cli

@@ -1,0 +1,32 @@
+// `memgrad train`: trains the planner's GPT on the embedded sonnets (byte-level tokens) or its MLP
+// on a synthetic teacher, showing loss, throughput and live memory, then the memory report.
+#pragma once
+#include <string>
+
+#include "options.h"
+
+namespace memgrad_cli {
+
+struct TrainFlags {
+  ModelFlags model{"tiny"};
+  StepFlags step{16, 64};
+  std::string device = "auto";
+  int64_t steps = 300;
+  double lr = 3e-3;
+  int64_t accum = 1;          // micro-batches per optimizer step
+  double clip = 1.0;          // max gradient norm (0: off)
+  uint64_t memory_limit = 0;  // bytes (0: none)
+  uint64_t seed = 1337;
+  std::string save, resume;
+  std::string timeline = "memgrad-timeline.html";
+  int64_t timeline_steps = 3;  // steps recorded in the timeline
+  std::string log;             // CSV of step, loss, tokens/s, allocated
+  int64_t log_every = 0;       // 0: about 20 lines (a live bar on a terminal)
+  int64_t sample = 200;        // GPT: bytes of text generated at the end
+  bool quiet = false;
+};
+
+void add_train_flags(CLI::App& app, TrainFlags& f);
+int run_train(const TrainFlags& f);
+
+}  // namespace memgrad_cli

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Checks of the memgrad command, one case per ctest entry:  test_cli.sh <memgrad binary> <case>
+set -uo pipefail
+bin=$1
+case_name=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work" || exit 1
+small=(--n-layer 2 --n-head 2 --n-embd 32 --seq 16 --batch 4 --sample 0 --timeline '')
+
+fail() { echo "FAIL: $*"; exit 1; }
+# expect_exit CODE CMD...: runs CMD, shows its output, and checks its exit code.
+expect_exit() {
+  local want=$1
+  shift
+  "$@" >out.txt 2>&1
+  local got=$?
+  cat out.txt
+  [ "$got" -eq "$want" ] || fail "'$*' exited $got, expected $want"
+}
+expect_output() { grep -qE -- "$1" out.txt || fail "expected output matching '$1'"; }
+# The loss column of a --log CSV from step $2 on.
+losses_from() { awk -F, -v s="$2" 'NR > 1 && $1 >= s { print $1, $2 }' "$1"; }
+
+case $case_name in
+  help)
+    expect_exit 0 "$bin" --help
+    expect_output "train"
+    expect_exit 0 "$bin" train --help
+    expect_output "--checkpoint"
+    expect_output "--memory-limit"
+    expect_exit 0 "$bin" plan --help
+    expect_output "--budget"
+    ;;
+  usage)  # a bad flag or value: a message naming it and exit code 2
+    expect_exit 2 "$bin"
+    expect_exit 2 "$bin" train --no-such-flag
+    expect_output "no-such-flag"
+    expect_exit 2 "$bin" train --optimizer adagrad
+    expect_output "adagrad"
+    expect_exit 2 "$bin" plan --checkpoint every-0
+    expect_output "every-K"
+    expect_exit 2 "$bin" plan --model custom --n-embd 100 --n-head 3
+    expect_output "multiple of --n-head"
+    expect_exit 2 "$bin" plan --checkpoint auto
+    expect_output "needs --budget"
+    expect_exit 2 "$bin" plan --model gpt2-124m --seq 2048
+    expect_output "1024 positions"
+    expect_exit 2 "$bin" train --resume does-not-exist.safetensors
+    expect_exit 2 "$bin" train --batch 0
+    expect_exit 2 "$bin" train --batch 4 --batch 0  # a repeated flag: the last one counts
+    ;;
+  plan)  # GPT-2 sizes on meta: exact parameter counts, no real memory
+    expect_exit 0 "$bin" plan --model gpt2-124m --no-compare
+    expect_output "124,439,808 parameters"
+    expect_exit 0 "$bin" plan --model gpt2-1.5b --batch 8 --seq 1024 --budget 80GB
+    expect_output "1,557,611,200 parameters"
+    expect_output "predicted peak"
+    expect_output "largest batch within"
+    expect_output "every block"
+    expect_exit 0 "$bin" plan --model mlp --layers 16 --width 256 --batch 1024 --checkpoint auto --budget 28MiB
+    expect_output "^DP .* yes"
+    ;;
+  planned_equals_measured)  # the planner's peaks of steps 1 and 2 are the measured ones, to the byte
+    for policy in none sqrt selective every-1 every-2; do
+      expect_exit 0 "$bin" train "${small[@]}" --steps 2 --clip 0 --checkpoint "$policy"
+      [ "$(grep -c ': exact$' out.txt)" -eq 2 ] || fail "--checkpoint $policy: planned != measured"
+    done
+    expect_exit 0 "$bin" train --model mlp --layers 4 --width 64 --batch 8 --steps 2 --clip 0 --optimizer sgd \
+      --momentum 0.9 --timeline ''
+    [ "$(grep -c ': exact$' out.txt)" -eq 2 ] || fail "mlp: planned != measured"
+    ;;
+  resume)  # stop, save, resume: the same losses as one uninterrupted run (dropout and fp16 loss scaling on)
+    for run in "--precision fp32 --optimizer adamw" "--precision fp16 --optimizer sgd --momentum 0.9"; do
+      # shellcheck disable=SC2086
+      expect_exit 0 "$bin" train "${small[@]}" --dropout 0.1 $run --steps 6 --log whole.csv
+      # shellcheck disable=SC2086
+      expect_exit 0 "$bin" train "${small[@]}" --dropout 0.1 $run --steps 3 --save state.safetensors
+      # shellcheck disable=SC2086
+      expect_exit 0 "$bin" train "${small[@]}" --dropout 0.1 $run --steps 6 --resume state.safetensors \
+        --log resumed.csv
+      expect_output "resumed at step 3"
+      diff <(losses_from whole.csv 4) <(losses_from resumed.csv 4) || fail "$run: resumed losses differ"
+      [ "$(losses_from resumed.csv 4 | wc -l)" -eq 3 ] || fail "$run: expected the losses of steps 4-6"
+    done
+    expect_exit 2 "$bin" train "${small[@]}" --batch 8 --steps 6 --resume state.safetensors
+    expect_output "saved by a different run"
+    ;;
+  out_of_memory)  # a limit below the step's peak: the ledger's report and exit code 3
+    expect_exit 3 "$bin" train "${small[@]}" --steps 2 --memory-limit 256KiB
+    expect_output "out of memory"
+    ;;
+  learns)  # the default GPT and the MLP: the loss falls
+    expect_exit 0 "$bin" train --steps 40 --batch 8 --seq 32 --sample 20 --log gpt.csv --timeline t.html
+    [ -s t.html ] || fail "no timeline written"
+    expect_output "optimizer state per parameter byte: 2.00x"
+    expect_exit 0 "$bin" train --model mlp --steps 40 --log mlp.csv
+    for f in gpt.csv mlp.csv; do
+      awk -F, 'NR == 2 { first = $2 } END { exit !($2 < 0.8 * first) }' "$f" || fail "$f: the loss did not fall by 20%"
+    done
+    ;;
+  *)
+    fail "unknown case $case_name"
+    ;;
+esac
+echo "PASS: $case_name"

@@ -83,10 +83,11 @@ std::unique_ptr<mg::optim::Optimizer> make_optimizer(const TrainFlags& f, const 
 // The flags a saved state must agree with to be resumed (steps, logging and limits may change).
 std::string run_signature(const TrainFlags& f, const mg::plan::ModelSpec& spec) {
   char buf[512];
-  std::snprintf(buf, sizeof buf, "%s; batch %lld x %lld, accum %lld; %s lr %g momentum %g clip %g; %s; seed %llu",
+  std::snprintf(buf, sizeof buf,
+                "%s; batch %lld x %lld, accum %lld; %s lr %g warmup %lld momentum %g clip %g; %s; seed %llu",
                 model_str(spec).c_str(), static_cast<long long>(f.step.batch), static_cast<long long>(f.step.seq),
-                static_cast<long long>(f.accum), f.step.optimizer.c_str(), f.lr, f.step.momentum, f.clip,
-                f.step.precision.c_str(), static_cast<unsigned long long>(f.seed));
+                static_cast<long long>(f.accum), f.step.optimizer.c_str(), f.lr, static_cast<long long>(f.warmup),
+                f.step.momentum, f.clip, f.step.precision.c_str(), static_cast<unsigned long long>(f.seed));
   return buf;
 }
 
@@ -184,6 +185,9 @@ void add_train_flags(CLI::App& app, TrainFlags& f) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--lr", f.lr, "learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--warmup", f.warmup, "steps of linear learning-rate warmup (0: none), then constant")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--accum", f.accum, "gradient accumulation: micro-batches per optimizer step")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -234,8 +238,11 @@ int run_train(const TrainFlags& f) {
   if (f.step.precision != "fp32") autocast = f.step.precision == "fp16" ? mg::kFloat16 : mg::kBFloat16;
 
   const std::string signature = run_signature(f, spec);
+  std::optional<mg::optim::LinearWarmupLR> warmup;  // made before a resume overwrites the lr with its scheduled value
+  if (f.warmup) warmup.emplace(*opt, f.warmup);
   const int64_t first =
       f.resume.empty() ? 1 : load_state(f.resume, signature, model, *opt, scaler ? &*scaler : nullptr) + 1;
+  for (int64_t t = 1; warmup && t < first; ++t) warmup->step();  // the schedule's position at the saved step
   std::printf("memgrad train: %s, %s parameters, on %s\n", model_str(spec).c_str(),
               thousands(model.num_parameters()).c_str(), device.str().c_str());
   std::printf("  batch %lld%s, accum %lld, %s lr %g, %s, checkpoint %s (%s), seed %llu%s\n",
@@ -288,6 +295,7 @@ int run_train(const TrainFlags& f) {
     } else {
       opt->step();
     }
+    if (warmup) warmup->step();
     if (device.is_cuda()) mg::cuda::synchronize(device.index);
     const double dt = seconds_since(t0);
     train_seconds += dt;

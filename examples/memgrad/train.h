@@ -11,8 +11,9 @@ struct TrainFlags {
   ModelFlags model{"tiny"};
   StepFlags step{16, 64};
   std::string device = "auto";
-  int64_t steps = 300;
+  int64_t steps = 400;
   double lr = 3e-3;
+  int64_t warmup = 20;        // steps of linear learning-rate warmup
   int64_t accum = 1;          // micro-batches per optimizer step
   double clip = 1.0;          // max gradient norm (0: off)
   uint64_t memory_limit = 0;  // bytes (0: none)

@@ -26,7 +26,7 @@ bool check_and_unscale(const std::vector<Tensor>& tensors, double inv_scale) {
   bool found = false;
   std::vector<std::pair<Device, std::vector<Tensor>>> by_device;  // contiguous tensors per device
   for (Tensor t : tensors) {
-    if (!t.defined() || !is_floating(t.dtype()) || t.is_meta()) continue;
+    if (!t.defined() || !is_floating(t.dtype())) continue;
     if (!t.is_contiguous()) {  // a view: check a contiguous copy, scale through the view
       found |= check_and_unscale({t.contiguous()}, 1.0);
       if (inv_scale != 1.0) t.mul_(inv_scale);
@@ -44,7 +44,7 @@ bool check_and_unscale(const std::vector<Tensor>& tensors, double inv_scale) {
       flag = zeros({1}, TensorOptions(kFloat32).device(device));
     }
     kernels::run("GradScaler.unscale_", device, &kernels::Backend::non_finite_check_and_unscale, list, flag, inv_scale);
-    found |= flag.item<float>() != 0;
+    if (!device.is_meta()) found |= flag.item<float>() != 0;  // meta: the flag's bytes, no values
     if (inv_scale != 1.0)
       for (auto& t : list) t.storage()->bump_version();
   }

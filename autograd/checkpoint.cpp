@@ -60,8 +60,10 @@ void Frame::recompute() {
   GeneratorStateGuard rng;
   default_generator().manual_seed(seed);
   default_generator().set_offset(offset);
-  amp::AutocastState prev_autocast = amp::autocast_state();
-  amp::set_autocast_state(autocast);
+  // A guard, not set_autocast_state: the half copies of parameters it caches are dropped when the
+  // recompute ends (backward runs outside any guard, so nothing else would clear them; they stayed
+  // allocated until the next guard closed, through the optimizer step).
+  amp::AutocastGuard autocast_guard(autocast.dtype, autocast.enabled);
   EnableGradGuard grad;
   RecomputeScope counting;
   MemoryScope label("recompute" + (owner.empty() ? "" : "." + owner));
@@ -72,7 +74,7 @@ void Frame::recompute() {
     args.push_back(x);
   }
   size_t next = 0;
-  try {
+  {
     autograd::SavedTensorHooks hooks(
         [this, &next](const Tensor& t) -> std::any {
           size_t i = next++;
@@ -90,11 +92,7 @@ void Frame::recompute() {
         },
         [](const std::any&) -> Tensor { throw AutogradError("checkpoint: a recomputed graph was differentiated"); });
     fn(args);
-  } catch (...) {
-    amp::set_autocast_state(prev_autocast);
-    throw;
   }
-  amp::set_autocast_state(prev_autocast);
   MG_CHECK(next == slots.size(), AutogradError, "checkpoint: the recomputation saved ", next,
            " tensors but the first run saved ", slots.size(), "; the segment must compute the same ops both times");
 }

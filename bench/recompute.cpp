@@ -1,10 +1,16 @@
 // Step time and peak memory of a small GPT on CPU under each checkpoint policy, and the time to
 // plan GPT-2 1.5B at batch 8 x 1024 on the meta device. Prints markdown tables for RESULTS.md.
-//   bench_recompute [steps=5] [n_layer=8] [n_embd=256] [batch=8] [seq=256]
+//   bench_recompute [steps=7] [n_layer=6] [n_embd=256] [batch=4] [seq=128] [vocab=8192] [n_head=4]
+// The default model keeps GPT-2's proportions where they set the recompute cost: head size 64,
+// vocab / n_embd = 32 (GPT-2 small: 65), and the lm head worth ~3 blocks of FLOPs (GPT-2 small:
+// ~5); seq / (6 n_embd) = 8% (attention-core FLOPs against a block's linear FLOPs; GPT-2 small 22%,
+// GPT-3 175B 3%). Policies run round-robin, one step each per round, so load drifts hit them alike.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
+#include <memory>
 #include <vector>
 
 #include <memgrad/plan/planner.h>
@@ -14,16 +20,23 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+// CPU time of the whole process (all threads): on a shared machine it counts the work done, not the
+// time spent waiting for a core.
+double cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
 }  // namespace
 
 int main(int argc, char** argv) {
   auto arg = [&](int i, int64_t fallback) { return argc > i ? int64_t(std::atoll(argv[i])) : fallback; };
-  const int steps = int(arg(1, 5));
+  const int steps = int(arg(1, 7));
   nn::GPTConfig config;
-  config.vocab_size = 2048, config.block_size = arg(5, 256), config.n_layer = arg(2, 8), config.n_head = 8;
-  config.n_embd = arg(3, 256);
+  config.n_layer = arg(2, 6), config.n_embd = arg(3, 256), config.block_size = arg(5, 128);
+  config.vocab_size = arg(6, 8192), config.n_head = arg(7, 4);
   const auto model = plan::ModelSpec::gpt_model(config);
-  const plan::InputShape input{arg(4, 8), arg(5, 256)};
+  const plan::InputShape input{arg(4, 4), arg(5, 128)};
   const plan::StepOptions options{plan::OptimizerKind::AdamW, plan::Precision::Float32};
   const int64_t n = config.n_layer;
 
@@ -36,35 +49,49 @@ int main(int argc, char** argv) {
   plan::Policy planned = plan::choose_dp(costs, budget);
   planned.name = "DP for " + format_bytes(budget);
 
-  std::vector<plan::Policy> policies = {plan::Policy::none(), plan::Policy::every_block(n), plan::Policy::sqrt_n(n),
-                                        plan::Policy::selective_only(), planned};
+  const std::vector<plan::Policy> policies = {plan::Policy::none(), plan::Policy::every_block(n),
+                                              plan::Policy::sqrt_n(n), plan::Policy::selective_only(), planned};
   std::printf(
-      "GPT n_layer %lld n_head %lld n_embd %lld vocab %lld, batch %lld x %lld, AdamW fp32, median of %d steps\n\n",
+      "GPT n_layer %lld n_head %lld n_embd %lld vocab %lld, batch %lld x %lld, AdamW fp32, median and min of %d steps "
+      "per policy\n\n",
       (long long)n, (long long)config.n_head, (long long)config.n_embd, (long long)config.vocab_size,
       (long long)input.batch, (long long)input.seq_len, steps);
-  std::printf(
-      "| policy | segments | step ms | time vs none | peak (CPU) | peak (planned) | Activation peak | saved vs none | "
-      "recompute GFLOP |\n");
-  std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
-  double base_ms = 0;
-  int64_t base_peak = 0;
+  std::vector<std::unique_ptr<plan::StepRunner>> runners;
+  std::vector<plan::StepReport> first;
   for (const auto& policy : policies) {
-    const int64_t predicted = plan::plan(model, input, options, policy).peak;
-    plan::StepRunner runner(model, input, options, kCPU);
-    plan::StepReport first = runner.step(policy);  // the first step creates the optimizer state: untimed
-    std::vector<double> ms;
-    for (int i = 0; i < steps; ++i) {
+    runners.push_back(std::make_unique<plan::StepRunner>(model, input, options, kCPU));
+    first.push_back(runners.back()->step(policy));  // the first step creates the optimizer state: untimed
+  }
+  std::vector<std::vector<double>> ms(policies.size()), cpu_ms(policies.size());
+  for (int s = 0; s < steps; ++s)
+    for (size_t p = 0; p < policies.size(); ++p) {
       auto t0 = Clock::now();
-      runner.step(policy);
-      ms.push_back(1e3 * seconds_since(t0));
+      const double c0 = cpu_seconds();
+      runners[p]->step(policies[p]);
+      cpu_ms[p].push_back(1e3 * (cpu_seconds() - c0));
+      ms[p].push_back(1e3 * seconds_since(t0));
     }
-    std::sort(ms.begin(), ms.end());
-    const double median = ms[ms.size() / 2];
-    if (policy.name == "none") base_ms = median, base_peak = first.peak;
-    std::printf("| %s | %s | %.1f | %+.1f%% | %s | %s | %s | %s | %.2f |\n", policy.name.c_str(), policy.str().c_str(),
-                median, 100.0 * (median / base_ms - 1.0), format_bytes(first.peak).c_str(),
-                format_bytes(predicted).c_str(), format_bytes(first.peak_of(Category::Activation)).c_str(),
-                format_bytes(base_peak - first.peak).c_str(), first.recompute_flops / 1e9);
+  std::printf(
+      "| policy | segments | step ms (median) | vs none | step ms (min) | vs none | CPU ms (median) | vs none | "
+      "recompute / step FLOPs | "
+      "peak (CPU) | peak (planned) | Activation peak | saved vs none |\n");
+  std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  double base_ms = 0, base_min = 0, base_cpu = 0;
+  for (size_t p = 0; p < policies.size(); ++p) {
+    std::sort(ms[p].begin(), ms[p].end());
+    const double median = ms[p][ms[p].size() / 2];
+    const double fastest = ms[p].front();
+    std::sort(cpu_ms[p].begin(), cpu_ms[p].end());
+    const double cpu = cpu_ms[p][cpu_ms[p].size() / 2];
+    if (p == 0) base_ms = median, base_min = fastest, base_cpu = cpu;
+    const int64_t predicted = plan::plan(model, input, options, policies[p]).peak;
+    const plan::StepReport& r = first[p];
+    std::printf("| %s | %s | %.1f | %+.1f%% | %.1f | %+.1f%% | %.1f | %+.1f%% | %.1f%% | %s | %s | %s | %s |\n",
+                policies[p].name.c_str(), policies[p].str().c_str(), median, 100.0 * (median / base_ms - 1.0), fastest,
+                100.0 * (fastest / base_min - 1.0), cpu, 100.0 * (cpu / base_cpu - 1.0),
+                100.0 * r.recompute_flops / (r.flops - r.recompute_flops), format_bytes(r.peak).c_str(),
+                format_bytes(predicted).c_str(), format_bytes(r.peak_of(Category::Activation)).c_str(),
+                format_bytes(first[0].peak - r.peak).c_str());
   }
 
   nn::GPTConfig xl;

@@ -1,7 +1,13 @@
 #include <memgrad/plan/planner.h>
 
+#include <cmath>
+#include <limits>
+#include <optional>
+
+#include <memgrad/amp/autocast.h>
 #include <memgrad/autograd/checkpoint.h>
 #include <memgrad/nn/loss.h>
+#include <memgrad/optim/clip.h>
 
 namespace mg::plan {
 
@@ -99,6 +105,37 @@ std::pair<Tensor, Tensor> ChainModel::zero_inputs(const InputShape& s) const {
   if (!gpt_) return {zeros({s.batch, spec_.mlp_width}, device_), zeros({s.batch, spec_.mlp_width}, device_)};
   TensorOptions o = TensorOptions(kInt64).device(device_);
   return {zeros({s.batch, s.seq_len}, o), zeros({s.batch, s.seq_len}, o)};
+}
+
+double train_step(const ChainModel& model, optim::Optimizer* opt, amp::GradScaler* scaler,
+                  const std::function<std::pair<Tensor, Tensor>(int64_t)>& batch, const Policy& policy,
+                  const StepOptions& options) {
+  MG_CHECK(options.accum >= 1, ValueError, "plan::train_step: expected accum >= 1, got ", options.accum);
+  model.module().zero_grad();
+  std::optional<DType> half;
+  if (options.precision != Precision::Float32) half = options.precision == Precision::Float16 ? kFloat16 : kBFloat16;
+  double total = 0;
+  Tensor x, y, loss;  // live until the next micro-batch replaces them, as in a Python loop
+  for (int64_t i = 0; i < options.accum; ++i) {
+    std::tie(x, y) = batch(i);
+    {
+      std::optional<amp::AutocastGuard> autocast;
+      if (half) autocast.emplace(*half);
+      loss = model.loss(x, y, policy);
+    }
+    if (options.accum > 1) loss = loss * (1.0 / double(options.accum));
+    total += loss.is_meta() ? std::numeric_limits<double>::quiet_NaN() : loss.item<double>();
+    (scaler ? scaler->scale(loss) : loss).backward();
+  }
+  if (scaler && opt) scaler->unscale_(*opt);
+  if (options.clip_norm > 0) optim::clip_grad_norm_(model.module().parameters(), options.clip_norm);
+  if (scaler && opt) {
+    scaler->step(*opt);
+    scaler->update();
+  } else if (opt) {
+    opt->step();
+  }
+  return total;
 }
 
 }  // namespace mg::plan

@@ -12,6 +12,7 @@
 #include <memgrad/autograd/checkpoint.h>
 #include <memgrad/core/error.h>
 #include <memgrad/core/flops.h>
+#include <memgrad/core/random.h>
 #include <memgrad/nn/loss.h>
 #include <memgrad/optim/adam.h>
 #include <memgrad/optim/sgd.h>
@@ -97,6 +98,7 @@ struct StepRunner::Impl {
   std::optional<ChainModel> chain;
   Tensor x, target;
   std::unique_ptr<optim::Optimizer> opt;
+  std::optional<amp::GradScaler> scaler;
 };
 
 StepRunner::StepRunner(const ModelSpec& model, const InputShape& input, const StepOptions& step, const Device& device)
@@ -108,25 +110,19 @@ StepRunner::StepRunner(const ModelSpec& model, const InputShape& input, const St
   impl_->chain.emplace(model, device);
   std::tie(impl_->x, impl_->target) = impl_->chain->zero_inputs(input);
   impl_->opt = make_optimizer(step.optimizer, impl_->chain->module().named_parameters());
+  if (step.grad_scaler) impl_->scaler.emplace();
 }
 
 StepRunner::~StepRunner() = default;
 
 StepReport StepRunner::step(const Policy& policy) {
   Impl& m = *impl_;
-  m.chain->module().zero_grad();
+  m.chain->module().zero_grad();  // the previous step's gradients go before the peak is reset
   reset_peak(m.device);
   FlopCounter flops;
-  {
-    Tensor loss;
-    {
-      std::optional<amp::AutocastGuard> autocast;
-      if (auto dt = autocast_dtype(m.options.precision)) autocast.emplace(*dt);
-      loss = m.chain->loss(m.x, m.target, policy);
-    }
-    loss.backward();
-    if (m.opt) m.opt->step();
-  }
+  train_step(
+      *m.chain, m.opt.get(), m.scaler ? &*m.scaler : nullptr, [&m](int64_t) { return std::make_pair(m.x, m.target); },
+      policy, m.options);
   StepReport r;
   r.device = m.device;
   const MemoryStats s = memory_stats(m.device);
@@ -147,10 +143,14 @@ StepReport StepRunner::step(const Policy& policy) {
 
 StepReport run_step(const ModelSpec& model, const InputShape& input, const StepOptions& step, const Policy& policy,
                     const Device& device) {
-  return StepRunner(model, input, step, device).step(policy);
+  MG_CHECK(step.steps >= 1, ValueError, "plan: expected StepOptions::steps >= 1, got ", step.steps);
+  StepRunner runner(model, input, step, device);
+  for (int64_t i = 1; i < step.steps; ++i) runner.step(policy);
+  return runner.step(policy);
 }
 
 StepReport plan(const ModelSpec& model, const InputShape& input, const StepOptions& step, const Policy& policy) {
+  GeneratorStateGuard rng;  // initialisation and dropout on meta still draw counters: give them back
   return run_step(model, input, step, policy, kMeta);
 }
 
@@ -171,8 +171,8 @@ std::string StepReport::str() const {
 // ---- choosing segments
 
 namespace {
-// Activation bytes the cost model holds at its worst moment: the end of forward, or the
-// recompute of a segment in backward (the segments before it still keep their inputs).
+// The old approximation, kept for BlockCosts filled in by hand (exact == false): Activation bytes
+// at the end of forward or while a segment is recomputed, plus a constant overhead.
 int64_t activation_model(const BlockCosts& c, const Policy& p) {
   std::vector<int64_t> segment_end(size_t(c.n), -1);
   for (auto& s : p.segments) segment_end[size_t(s.begin)] = s.end;
@@ -192,12 +192,135 @@ int64_t activation_model(const BlockCosts& c, const Policy& p) {
   }
   return std::max(worst, held + (prev_kept ? 0 : c.input_bytes));
 }
+
+// Phase peaks of one instrumented meta step: every block kept (one_segment false) or all blocks in
+// one segment [0, n). A mark closes a phase: it records the peak since the previous mark and starts
+// a new one. Marks sit after each block's forward (and each block's recompute), and in gradient
+// hooks on each block's output, which run just before that block's backward.
+struct Phases {
+  int64_t head = 0, tail = 0, rest = 0;  // head forward; tail forward + backward; head backward + step
+  std::vector<int64_t> forward, backward, recompute;
+  int64_t block_bytes = 0;   // allocated bytes added by one kept block's forward (its saved tensors + output)
+  int64_t output_bytes = 0;  // a block's output, rounded
+};
+
+Phases measure_phases(const ModelSpec& model, const InputShape& input, const StepOptions& step, bool one_segment) {
+  const int64_t n = model.num_blocks();
+  const int64_t base = memory_stats(kMeta).allocated;
+  ChainModel chain(model, kMeta);
+  auto [x, target] = chain.zero_inputs(input);
+  auto opt = make_optimizer(step.optimizer, chain.module().named_parameters());
+  std::optional<DType> half = autocast_dtype(step.precision);
+  for (int64_t s = 1; s < step.steps; ++s) {  // earlier steps, as run_step runs them
+    chain.module().zero_grad();
+    Tensor loss;
+    {
+      std::optional<amp::AutocastGuard> autocast;
+      if (half) autocast.emplace(*half);
+      loss = chain.loss(x, target, Policy::none());
+    }
+    loss.backward();
+    if (opt) opt->step();
+  }
+  chain.module().zero_grad();
+  reset_peak(kMeta);
+  Phases p;
+  p.forward.assign(size_t(n), 0), p.backward.assign(size_t(n), 0), p.recompute.assign(size_t(n), 0);
+  auto mark = [base]() {
+    const int64_t v = memory_stats(kMeta).peak_allocated - base;
+    reset_peak(kMeta);
+    return v;
+  };
+  // The hook on block i's output closes the phase before block i's backward: block i + 1's backward
+  // (with its recompute, when in a segment), or the tail for the last block.
+  auto close_before = [&p, &mark, n](Tensor& out, int64_t i) {
+    out.register_hook([&p, &mark, n, i](const Tensor&) {
+      (i + 1 == n ? p.tail : p.backward[size_t(i + 1)]) = mark();
+      return Tensor();
+    });
+  };
+  bool head_hook = false;
+  Tensor loss;
+  {
+    std::optional<amp::AutocastGuard> autocast;
+    if (half) autocast.emplace(*half);
+    Tensor h = chain.head(x);
+    p.head = mark();
+    if (h.requires_grad()) {
+      head_hook = true;
+      h.register_hook([&p, &mark](const Tensor&) {
+        p.backward[0] = mark();
+        return Tensor();
+      });
+    }
+    if (!one_segment) {
+      const int64_t before = memory_stats(kMeta).allocated;
+      for (int64_t i = 0; i < n; ++i) {
+        h = chain.block(i, h, false);
+        p.forward[size_t(i)] = mark();
+        if (i == 0) p.block_bytes = memory_stats(kMeta).allocated - before;
+        close_before(h, i);
+      }
+      p.output_bytes = rounded(h.numel() * int64_t(dtype_size(h.dtype())));
+    } else {
+      int calls = 0;
+      h = checkpoint(
+          [&](const Tensor& in) {
+            const bool first = ++calls == 1;
+            Tensor y = in;
+            for (int64_t j = 0; j < n; ++j) {
+              y = chain.block(j, y, false);
+              (first ? p.forward : p.recompute)[size_t(j)] = mark();
+              if (first) close_before(y, j);
+            }
+            return y;
+          },
+          h);
+    }
+    loss = chain.tail(h, target);
+  }
+  loss.backward();
+  (head_hook ? p.rest : p.backward[0]) = mark();
+  if (opt) opt->step();
+  loss = Tensor();
+  p.rest = std::max(p.rest, mark());
+  return p;
+}
+
+// Bytes the blocks before `i` hold under `p` (kept blocks: their saved tensors and output;
+// segments: their output), for every i in [0, n].
+std::vector<int64_t> prefix_bytes(const BlockCosts& c, const Policy& p, std::vector<int64_t>* segment_end) {
+  segment_end->assign(size_t(c.n), -1);
+  for (auto& s : p.segments) (*segment_end)[size_t(s.begin)] = s.end;
+  std::vector<int64_t> prefix(size_t(c.n + 1), 0);
+  for (int64_t i = 0; i < c.n;) {
+    const int64_t end = (*segment_end)[size_t(i)] > 0 ? (*segment_end)[size_t(i)] : i + 1;
+    const int64_t add = (*segment_end)[size_t(i)] > 0 ? c.output_bytes : c.block_bytes;
+    for (int64_t k = i + 1; k <= end; ++k) prefix[size_t(k)] = prefix[size_t(i)] + (k == end ? add : 0);
+    i = end;
+  }
+  return prefix;
+}
+
+// The events a kept block i or a segment [s, e) adds, given what the blocks before it hold.
+int64_t kept_events(const BlockCosts& c, int64_t i, int64_t held) {
+  return held + std::max(c.forward_kept, c.backward_kept[size_t(i)] + c.block_bytes);
+}
+int64_t segment_events(const BlockCosts& c, int64_t s, int64_t e, int64_t held) {
+  int64_t worst = c.forward_segment;
+  for (int64_t k = s; k < e; ++k) worst = std::max(worst, c.backward_segment[size_t(k)] + (k - s + 1) * c.block_bytes);
+  // Recomputing block e-1 with blocks [s, e-1) already back; the gradients of the blocks after the
+  // segment exist (backward_kept's fall from e-1 to n-1 measures them).
+  const int64_t grads = c.backward_kept[size_t(e - 1)] - c.backward_kept[size_t(c.n - 1)];
+  return held + std::max(worst, c.recompute + grads + (e - 1 - s) * c.block_bytes);
+}
 }  // namespace
 
 BlockCosts measure_block_costs(const ModelSpec& model, const InputShape& input, const StepOptions& step) {
   BlockCosts c;
   c.n = model.num_blocks();
   MG_CHECK(c.n >= 1, ValueError, "plan::measure_block_costs: expected a model with blocks, got ", c.n);
+  GeneratorStateGuard rng;  // meta runs draw counters too: give them back
   {
     ChainModel chain(model, kMeta);
     auto [x, target] = chain.zero_inputs(input);
@@ -207,17 +330,44 @@ BlockCosts measure_block_costs(const ModelSpec& model, const InputShape& input, 
     // An op output like every block input in the chain (a saved user tensor would stay Input).
     Tensor in = h.requires_grad() ? h : h.detach().requires_grad_() * 1.0;
     c.input_bytes = rounded(in.numel() * int64_t(dtype_size(in.dtype())));
-    const int64_t act = memory_stats(kMeta).category(Category::Activation);
     FlopCounter flops;
     Tensor out = chain.block(0, in, false);
-    c.held_bytes = memory_stats(kMeta).category(Category::Activation) - act - c.input_bytes;
     c.forward_flops = flops.total();
   }
-  c.overhead = plan(model, input, step, Policy::none()).peak - activation_model(c, Policy::none());
+  const Phases kept = measure_phases(model, input, step, false), seg = measure_phases(model, input, step, true);
+  const int64_t h = kept.block_bytes;
+  c.held_bytes = c.block_bytes = h;
+  c.output_bytes = kept.output_bytes;
+  c.constant = std::max({kept.head, kept.rest, seg.head, seg.rest});
+  c.tail = kept.tail - c.n * h;
+  c.backward_kept.resize(size_t(c.n)), c.backward_segment.resize(size_t(c.n));
+  for (int64_t i = 0; i < c.n; ++i) {
+    c.forward_kept = std::max(c.forward_kept, kept.forward[size_t(i)] - i * h);
+    c.forward_segment = std::max(c.forward_segment, seg.forward[size_t(i)]);
+    c.backward_kept[size_t(i)] = kept.backward[size_t(i)] - (i + 1) * h;
+    c.backward_segment[size_t(i)] = seg.backward[size_t(i)] - (i + 1) * h;
+    c.recompute = std::max(c.recompute, seg.recompute[size_t(i)] - i * h);
+  }
+  c.tail_after_segment = seg.tail - c.output_bytes;
+  c.exact = true;
+  c.overhead = predicted_peak(c, Policy::none()) - c.n * h;
   return c;
 }
 
-int64_t predicted_peak(const BlockCosts& c, const Policy& p) { return c.overhead + activation_model(c, p); }
+int64_t predicted_peak(const BlockCosts& c, const Policy& p) {
+  if (!c.exact) return c.overhead + activation_model(c, p);
+  std::vector<int64_t> segment_end;
+  const std::vector<int64_t> prefix = prefix_bytes(c, p, &segment_end);
+  const bool last_in_segment =
+      std::any_of(p.segments.begin(), p.segments.end(), [&](const Segment& s) { return s.end == c.n; });
+  int64_t worst = std::max(c.constant, (last_in_segment ? c.tail_after_segment : c.tail) + prefix[size_t(c.n)]);
+  for (int64_t i = 0; i < c.n;) {
+    const int64_t e = segment_end[size_t(i)];
+    worst = std::max(worst, e > 0 ? segment_events(c, i, e, prefix[size_t(i)]) : kept_events(c, i, prefix[size_t(i)]));
+    i = e > 0 ? e : i + 1;
+  }
+  return worst;
+}
 double recompute_flops(const BlockCosts& c, const Policy& p) { return double(p.recomputed_blocks()) * c.forward_flops; }
 
 Policy choose_sqrt_n(const BlockCosts& c) { return Policy::sqrt_n(c.n); }
@@ -249,7 +399,9 @@ Policy choose_chen_greedy(const BlockCosts& c, int64_t budget) {
   return *best;
 }
 
-Policy choose_dp(const BlockCosts& c, int64_t budget) {
+namespace {
+// The DP over the old approximation (BlockCosts filled in by hand).
+Policy choose_dp_approx(const BlockCosts& c, int64_t budget) {
   const int64_t limit = budget - c.overhead;  // Activation bytes the plan may hold
   // State after blocks [0, i): activation held and whether block i-1 was kept. Value: fewest
   // recomputed blocks, and the step that reached it.
@@ -311,6 +463,67 @@ Policy choose_dp(const BlockCosts& c, int64_t budget) {
       --i;
     }
     key = {e.from_held, e.from_kept};
+  }
+  return p;
+}
+}  // namespace
+
+Policy choose_dp(const BlockCosts& c, int64_t budget) {
+  // State after blocks [0, i): the bytes they hold (all events ahead grow with it). Value: fewest
+  // recomputed blocks, and the step that reached it. Every event of a block or segment is checked
+  // when the step is taken, so a plan the DP returns has predicted_peak <= budget, and the one with
+  // the fewest recomputed blocks among those (the peak is exact when c.exact).
+  struct Entry {
+    int64_t recomputed;
+    int64_t from_held;
+    int64_t segment_begin;  // -1: block i-1 kept
+  };
+  if (!c.exact) return choose_dp_approx(c, budget);
+  std::vector<std::map<int64_t, Entry>> dp(size_t(c.n + 1));
+  if (c.constant <= budget) dp[0][0] = {0, 0, -1};
+  auto relax = [&](int64_t i, int64_t held, Entry e) {
+    // The tail runs after the last block, with everything the chain holds.
+    if (i == c.n && (e.segment_begin >= 0 ? c.tail_after_segment : c.tail) + held > budget) return;
+    auto it = dp[size_t(i)].find(held);
+    if (it == dp[size_t(i)].end() || e.recomputed < it->second.recomputed) dp[size_t(i)][held] = e;
+  };
+  for (int64_t i = 0; i < c.n; ++i) {
+    // Drop dominated states: more held and no fewer recomputed blocks.
+    int64_t best = INT64_MAX;
+    for (auto it = dp[size_t(i)].begin(); it != dp[size_t(i)].end();) {
+      if (it->second.recomputed >= best) {
+        it = dp[size_t(i)].erase(it);
+      } else {
+        best = it->second.recomputed;
+        ++it;
+      }
+    }
+    for (auto& [held, e] : dp[size_t(i)]) {
+      if (kept_events(c, i, held) <= budget) relax(i + 1, held + c.block_bytes, {e.recomputed, held, -1});
+      for (int64_t j = i + 1; j <= c.n; ++j)
+        if (segment_events(c, i, j, held) <= budget) relax(j, held + c.output_bytes, {e.recomputed + (j - i), held, i});
+    }
+  }
+  std::optional<int64_t> end;
+  for (auto& [held, e] : dp[size_t(c.n)]) {
+    if (!end || e.recomputed < dp[size_t(c.n)][*end].recomputed) end = held;
+  }
+  if (!end) {
+    Policy p = Policy::every_block(c.n);
+    p.name = "DP (nothing fits: every block)";
+    return p;
+  }
+  Policy p{"DP", {}, false};
+  int64_t held = *end;
+  for (int64_t i = c.n; i > 0;) {
+    const Entry& e = dp[size_t(i)].at(held);
+    if (e.segment_begin >= 0) {
+      p.segments.insert(p.segments.begin(), Segment{e.segment_begin, i});
+      i = e.segment_begin;
+    } else {
+      --i;
+    }
+    held = e.from_held;
   }
   return p;
 }

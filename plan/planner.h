@@ -6,14 +6,17 @@
 //
 // A model is a chain of n identical-interface blocks between a head and a tail: an MLP of n
 // Linear+ReLU layers (mse loss against zeros), or a GPT (embeddings, n Blocks, ln_f + tied head).
-// The planned step is the FIRST step: optimizer state is created lazily during it, so its bytes
-// appear at the step's end (later steps hold them from the start and may peak higher).
+// By default the planned step is the FIRST step: optimizer state is created lazily during it, so
+// its bytes appear at the step's end; StepOptions::steps = 2 plans the steady state instead
+// (later steps hold that state from the start and may peak higher).
 #pragma once
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include <memgrad/amp/grad_scaler.h>
 #include <memgrad/core/memory.h>
 #include <memgrad/nn/gpt.h>
 
@@ -89,7 +92,25 @@ enum class Precision { Float32, Float16, BFloat16 };  // half precisions run und
 struct StepOptions {
   OptimizerKind optimizer = OptimizerKind::AdamW;
   Precision precision = Precision::Float32;
+  // Steps run_step/plan run; the report is of the last. 1: the first step, whose optimizer state
+  // appears only at its end; 2: a steady-state step, holding that state from its start, as every
+  // later step does.
+  int64_t steps = 1;
+  int64_t accum = 1;       // micro-batches per optimizer step (gradient accumulation)
+  double clip_norm = 0.0;  // clip_grad_norm_ to this before the update (0: no clipping)
+  // Scale the loss with an amp::GradScaler (PyTorch's defaults), as float16 training does. Its
+  // skip-on-overflow depends on values, which meta does not have: a plan assumes every step is taken.
+  bool grad_scaler = false;
 };
+
+// One training step, as plan() runs it on meta and the memgrad command for real: gradients cleared
+// (set_to_none), then for each of options.accum micro-batches forward under `policy` (autocast for
+// half precision), loss / accum, backward (scaled when `scaler` is given); then unscale, clipping and
+// the optimizer step (skipped by the scaler on inf/NaN). `batch(i)` gives micro-batch i; its tensors,
+// and the loss, stay alive until the next replaces them. Returns the summed loss (NaN on meta).
+double train_step(const ChainModel& model, optim::Optimizer* opt, amp::GradScaler* scaler,
+                  const std::function<std::pair<Tensor, Tensor>(int64_t)>& batch, const Policy& policy,
+                  const StepOptions& options);
 
 // What one step allocated. Every byte figure counts from what was live on the device before the
 // model was built, so a run on kCPU and one on kMeta compare directly.
@@ -128,18 +149,31 @@ StepReport plan(const ModelSpec& model, const InputShape& input, const StepOptio
 
 // ---- choosing segments
 
-// Per-block costs measured on meta (one block run on its own), and the rest of the step's peak.
+// Per-block costs measured on meta, and the step's cost model. measure_block_costs runs two
+// instrumented meta steps (every block kept; all blocks in one segment) and records the peak of each
+// phase: a block's forward, its backward (with its recompute, in a segment), the tail, the rest.
+// Every phase's peak is a constant plus the bytes the blocks before it hold, so the peak of any
+// segmentation follows exactly (predicted_peak == plan(...).peak; tests/plan checks it by brute force).
 struct BlockCosts {
   int64_t n = 0;
   int64_t input_bytes = 0;  // a block's input, which a segment boundary keeps
-  int64_t held_bytes = 0;   // Activation bytes a block holds beyond its input
+  int64_t held_bytes = 0;   // bytes a kept block holds (its saved tensors and its output)
   double forward_flops = 0;
-  int64_t overhead = 0;  // peak of Policy::none() minus the model's activation estimate for it
+  int64_t overhead = 0;  // peak of Policy::none() minus n * held_bytes
+  // The exact model (measured; when false, the old approximation from the fields above is used).
+  bool exact = false;
+  // Bytes held: a kept block adds block_bytes (its saved tensors and output; == held_bytes), a
+  // segment adds output_bytes. Each phase's peak beyond what the blocks before it hold:
+  int64_t block_bytes = 0, output_bytes = 0;
+  int64_t forward_kept = 0, forward_segment = 0;  // a block's forward, kept or in a segment
+  std::vector<int64_t> backward_kept;             // block i's backward, beyond blocks < i and itself
+  std::vector<int64_t> backward_segment;          // the same in a segment, beyond blocks < its start
+  int64_t recompute = 0;                          // a block's recompute, beyond its segment's earlier ones
+  int64_t tail = 0, tail_after_segment = 0;       // tail forward + backward (last block kept / in a segment)
+  int64_t constant = 0;                           // head, head backward, optimizer step
 };
 BlockCosts measure_block_costs(const ModelSpec& model, const InputShape& input, const StepOptions& step = {});
-// The cost model the choosers use: overhead + the largest Activation held at the end of forward
-// or while a segment is recomputed in backward. The step's peak moment may differ from the
-// Activation peak's, so choose_segments verifies each choice with a meta run.
+// The peak of a step under `policy` (segments only; `selective` is not modelled), from the costs.
 int64_t predicted_peak(const BlockCosts& costs, const Policy& policy);
 double recompute_flops(const BlockCosts& costs, const Policy& policy);
 
@@ -149,15 +183,17 @@ Policy choose_sqrt_n(const BlockCosts& costs);
 // As in checkpoint_sequential, the last segment is not recomputed.
 Policy choose_chen_greedy(const BlockCosts& costs, int64_t budget);
 // Fewest recomputed FLOPs with predicted_peak <= budget, by dynamic programming over the chain
-// (each block kept or in a segment). If nothing fits the model, every block as a segment.
+// (each block kept or in a segment; state: the bytes the blocks so far hold). With measured costs the
+// model is exact, so this is the fewest-recompute plan whose meta (and CPU) peak fits. If nothing
+// fits, every block as a segment.
 Policy choose_dp(const BlockCosts& costs, int64_t budget);
 
 struct ChoiceRow {
   std::string method;
   Policy policy;
   int64_t predicted = 0;  // cost model
-  int64_t measured = 0;   // meta run of the chosen plan (Chen and DP re-choose for a smaller model
-                          // budget, by the overshoot, until the meta run fits or nothing smaller helps)
+  int64_t measured = 0;   // meta run of the chosen plan (equal to `predicted` with measured costs;
+                          // should it overshoot, Chen and DP re-choose for a budget smaller by the overshoot)
   double recompute_flops = 0;
   bool fits = false;  // measured <= budget
 };

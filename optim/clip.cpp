@@ -12,15 +12,19 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   MG_CHECK(norm_type > 0, ValueError, "clip_grad_norm_: expected a positive norm type, got ", norm_type);
   NoGradGuard ng;
   double total = 0;
+  bool meta = false;
   for (auto& p : params) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
     Tensor a = abs(g.to(kFloat64));
-    if (std::isinf(norm_type))
-      total = std::max(total, max(a).item<double>());
-    else
-      total += pow(a, norm_type).sum().item<double>();
+    Tensor part = std::isinf(norm_type) ? max(a) : pow(a, norm_type).sum();
+    if (part.is_meta()) {  // meta: the temporaries' bytes, no norm and no scaling
+      meta = true;
+      continue;
+    }
+    total = std::isinf(norm_type) ? std::max(total, part.item<double>()) : total + part.item<double>();
   }
+  if (meta) return 0.0;
   if (!std::isinf(norm_type)) total = std::pow(total, 1.0 / norm_type);
   double coef = max_norm / (total + 1e-6);
   if (coef < 1)

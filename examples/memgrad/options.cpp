@@ -65,6 +65,12 @@ void add_step_flags(CLI::App& app, StepFlags& s) {
                  "or auto (the planner's DP for --budget)")
       ->check(check_policy)
       ->capture_default_str();
+  app.add_option("--accum", s.accum, "gradient accumulation: micro-batches per optimizer step")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--clip", s.clip, "clip the gradient norm to this (0: off)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--budget", s.budget, "memory budget for --checkpoint auto and batch search, e.g. 512MiB or 80GB")
       ->transform(CLI::AsSizeValue(true));
 }
@@ -102,6 +108,9 @@ mg::plan::StepOptions step_options(const StepFlags& s, int64_t steps) {
   using mg::plan::OptimizerKind;
   mg::plan::StepOptions o;
   o.steps = steps;
+  o.accum = s.accum;
+  o.clip_norm = s.clip;
+  o.grad_scaler = s.precision == "fp16";
   o.optimizer = s.optimizer == "sgd"    ? (s.momentum > 0 ? OptimizerKind::SGDMomentum : OptimizerKind::SGD)
                 : s.optimizer == "adam" ? OptimizerKind::Adam
                                         : OptimizerKind::AdamW;

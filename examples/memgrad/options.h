@@ -31,6 +31,8 @@ struct StepFlags {
   std::string precision = "fp32";
   std::string checkpoint = "none";  // none | every-K | sqrt | selective | auto
   uint64_t budget = 0;              // bytes; `auto` chooses segments for it
+  int64_t accum = 1;                // micro-batches per optimizer step
+  double clip = 0.0;                // max gradient norm (0: off)
 };
 
 void add_model_flags(CLI::App& app, ModelFlags& m);

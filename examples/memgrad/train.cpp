@@ -86,8 +86,8 @@ std::string run_signature(const TrainFlags& f, const mg::plan::ModelSpec& spec) 
   std::snprintf(buf, sizeof buf,
                 "%s; batch %lld x %lld, accum %lld; %s lr %g warmup %lld momentum %g clip %g; %s; seed %llu",
                 model_str(spec).c_str(), static_cast<long long>(f.step.batch), static_cast<long long>(f.step.seq),
-                static_cast<long long>(f.accum), f.step.optimizer.c_str(), f.lr, static_cast<long long>(f.warmup),
-                f.step.momentum, f.clip, f.step.precision.c_str(), static_cast<unsigned long long>(f.seed));
+                static_cast<long long>(f.step.accum), f.step.optimizer.c_str(), f.lr, static_cast<long long>(f.warmup),
+                f.step.momentum, f.step.clip, f.step.precision.c_str(), static_cast<unsigned long long>(f.seed));
   return buf;
 }
 
@@ -188,12 +188,6 @@ void add_train_flags(CLI::App& app, TrainFlags& f) {
   app.add_option("--warmup", f.warmup, "steps of linear learning-rate warmup (0: none), then constant")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  app.add_option("--accum", f.accum, "gradient accumulation: micro-batches per optimizer step")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  app.add_option("--clip", f.clip, "clip the gradient norm to this (0: off)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
   app.add_option("--memory-limit", f.memory_limit, "act like a device of this size, e.g. 64MiB (out of memory: exit 3)")
       ->transform(CLI::AsSizeValue(true));
   app.add_option("--seed", f.seed, "seed of parameters, data and dropout")->capture_default_str();
@@ -234,8 +228,6 @@ int run_train(const TrainFlags& f) {
   auto opt = make_optimizer(f, model.named_parameters());
   std::optional<mg::amp::GradScaler> scaler;
   if (f.step.precision == "fp16") scaler.emplace();
-  std::optional<mg::DType> autocast;
-  if (f.step.precision != "fp32") autocast = f.step.precision == "fp16" ? mg::kFloat16 : mg::kBFloat16;
 
   const std::string signature = run_signature(f, spec);
   std::optional<mg::optim::LinearWarmupLR> warmup;  // made before a resume overwrites the lr with its scheduled value
@@ -247,9 +239,9 @@ int run_train(const TrainFlags& f) {
               thousands(model.num_parameters()).c_str(), device.str().c_str());
   std::printf("  batch %lld%s, accum %lld, %s lr %g, %s, checkpoint %s (%s), seed %llu%s\n",
               static_cast<long long>(f.step.batch),
-              data.is_gpt() ? (" x " + std::to_string(f.step.seq)).c_str() : " rows", static_cast<long long>(f.accum),
-              f.step.optimizer.c_str(), f.lr, f.step.precision.c_str(), policy.name.c_str(), policy.str().c_str(),
-              static_cast<unsigned long long>(f.seed),
+              data.is_gpt() ? (" x " + std::to_string(f.step.seq)).c_str() : " rows",
+              static_cast<long long>(f.step.accum), f.step.optimizer.c_str(), f.lr, f.step.precision.c_str(),
+              policy.name.c_str(), policy.str().c_str(), static_cast<unsigned long long>(f.seed),
               f.resume.empty() ? "" : (", resumed at step " + std::to_string(first - 1)).c_str());
   if (first > f.steps)
     throw UsageError("--steps " + std::to_string(f.steps) + ": the state is already at step " +
@@ -262,39 +254,20 @@ int run_train(const TrainFlags& f) {
     log << "step,loss,tokens_per_s,allocated\n";
   }
   if (!f.timeline.empty()) mg::record_history(true, 1000000);
-  const std::vector<mg::Tensor> params = model.parameters();
-  const int64_t tokens_per_step = f.step.batch * (data.is_gpt() ? f.step.seq : 1) * f.accum;  // mlp: rows
+  const mg::plan::StepOptions options = step_options(f.step);
+  const int64_t tokens_per_step = f.step.batch * (data.is_gpt() ? f.step.seq : 1) * f.step.accum;  // mlp: rows
   Progress progress(first, f.steps, f.log_every ? f.log_every : std::max<int64_t>(1, (f.steps - first + 1) / 20),
                     f.quiet, data.is_gpt() ? "tok" : "rows");
   double loss = 0, train_seconds = 0;
   int64_t peaks[2] = {0, 0};  // of the first step and the one after it
-  int64_t skipped = 0;
   for (int64_t step = first; step <= f.steps; ++step) {
     const auto t0 = Clock::now();
-    if (step <= first + 1) mg::reset_peak(device);
     if (!f.timeline.empty()) mg::annotate_memory("step " + std::to_string(step), device);
-    opt->zero_grad();  // set_to_none: the gradients' bytes are gone until backward makes them again
-    loss = 0;
-    mg::Tensor x, y, l;  // live until the next micro-batch replaces them, as in a Python loop
-    for (int64_t micro = 0; micro < f.accum; ++micro) {
-      std::tie(x, y) = data.batch(step, micro, shape);
-      {
-        std::optional<mg::amp::AutocastGuard> guard;
-        if (autocast) guard.emplace(*autocast);
-        l = chain.loss(x, y, policy);
-      }
-      if (f.accum > 1) l = l * (1.0 / double(f.accum));
-      loss += l.item<double>();
-      (scaler ? scaler->scale(l) : l).backward();
-    }
-    if (scaler) scaler->unscale_(*opt);
-    if (f.clip > 0) mg::optim::clip_grad_norm_(params, f.clip);
-    if (scaler) {
-      skipped += scaler->step(*opt) ? 0 : 1;
-      scaler->update();
-    } else {
-      opt->step();
-    }
+    model.zero_grad();  // set_to_none, before the peak is reset, as the planner does
+    if (step <= first + 1) mg::reset_peak(device);
+    loss = mg::plan::train_step(
+        chain, opt.get(), scaler ? &*scaler : nullptr, [&](int64_t micro) { return data.batch(step, micro, shape); },
+        policy, options);
     if (warmup) warmup->step();
     if (device.is_cuda()) mg::cuda::synchronize(device.index);
     const double dt = seconds_since(t0);
@@ -319,7 +292,8 @@ int run_train(const TrainFlags& f) {
   std::printf("\ntrained %lld steps in %s: %.0f %s/s, final loss %.4f", static_cast<long long>(steps_run),
               format_seconds(train_seconds).c_str(), double(tokens_per_step * steps_run) / train_seconds,
               data.is_gpt() ? "tokens" : "rows", loss);
-  if (skipped) std::printf(" (%lld steps skipped by the grad scaler)", static_cast<long long>(skipped));
+  if (scaler && scaler->skipped_steps())
+    std::printf(" (%lld steps skipped by the grad scaler)", static_cast<long long>(scaler->skipped_steps()));
   std::printf("\n");
 
   if (data.is_gpt()) {  // held-out loss, without recording history: no activations are kept
@@ -351,10 +325,7 @@ int run_train(const TrainFlags& f) {
     std::printf("  %s peak: measured %s (%lld B), planned on meta %s (%lld B): %s\n",
                 i == 0 ? "first step's" : "later steps'", mg::format_bytes(peaks[i]).c_str(),
                 static_cast<long long>(peaks[i]), mg::format_bytes(planned).c_str(), static_cast<long long>(planned),
-                peaks[i] == planned ? "exact"
-                                    : ("off by " + std::to_string(peaks[i] - planned) +
-                                       " B (the plan has no clipping, loss scaling or accumulation)")
-                                          .c_str());
+                peaks[i] == planned ? "exact" : ("off by " + std::to_string(peaks[i] - planned) + " B").c_str());
   }
   std::printf("\noptimizer state per parameter (%s):\n%s", opt->type().c_str(), opt->state_report().str().c_str());
   if (!f.timeline.empty()) std::printf("memory timeline: %s\n", f.timeline.c_str());

@@ -9,13 +9,11 @@ namespace memgrad_cli {
 
 struct TrainFlags {
   ModelFlags model{"tiny"};
-  StepFlags step{16, 64};
+  StepFlags step{16, 64, "adamw", 0.0, "fp32", "none", 0, 1, 1.0};  // clip 1.0 by default
   std::string device = "auto";
   int64_t steps = 400;
   double lr = 3e-3;
   int64_t warmup = 20;        // steps of linear learning-rate warmup
-  int64_t accum = 1;          // micro-batches per optimizer step
-  double clip = 1.0;          // max gradient norm (0: off)
   uint64_t memory_limit = 0;  // bytes (0: none)
   uint64_t seed = 1337;
   std::string save, resume;

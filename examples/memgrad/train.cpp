@@ -259,7 +259,9 @@ int run_train(const TrainFlags& f) {
   Progress progress(first, f.steps, f.log_every ? f.log_every : std::max<int64_t>(1, (f.steps - first + 1) / 20),
                     f.quiet, data.is_gpt() ? "tok" : "rows");
   double loss = 0, train_seconds = 0;
-  int64_t peaks[2] = {0, 0};  // of the first step and the one after it
+  int64_t peaks[2] = {0, 0};         // of the first step and the one after it
+  bool skipped[2] = {false, false};  // by the grad scaler, which meta cannot foresee
+  int64_t workspace[2] = {0, 0};     // kernel scratch at the peak, which meta does not allocate
   for (int64_t step = first; step <= f.steps; ++step) {
     const auto t0 = Clock::now();
     if (!f.timeline.empty()) mg::annotate_memory("step " + std::to_string(step), device);
@@ -273,7 +275,11 @@ int run_train(const TrainFlags& f) {
     const double dt = seconds_since(t0);
     train_seconds += dt;
     const mg::MemoryStats m = mg::memory_stats(device);
-    if (step <= first + 1) peaks[step - first] = m.peak_allocated - base.allocated;
+    if (step <= first + 1) {
+      peaks[step - first] = m.peak_allocated - base.allocated;
+      workspace[step - first] = m.at_peak(mg::Category::Workspace) - base.category(mg::Category::Workspace);
+      skipped[step - first] = scaler && scaler->skipped_steps() > (step == first ? 0 : int64_t(skipped[0]));
+    }
     progress.update(step, loss, double(tokens_per_step) / dt, m);
     if (log) {
       char line[128];
@@ -325,7 +331,14 @@ int run_train(const TrainFlags& f) {
     std::printf("  %s peak: measured %s (%lld B), planned on meta %s (%lld B): %s\n",
                 i == 0 ? "first step's" : "later steps'", mg::format_bytes(peaks[i]).c_str(),
                 static_cast<long long>(peaks[i]), mg::format_bytes(planned).c_str(), static_cast<long long>(planned),
-                peaks[i] == planned ? "exact" : ("off by " + std::to_string(peaks[i] - planned) + " B").c_str());
+                peaks[i] == planned ? "exact"
+                : skipped[i]        ? "the grad scaler skipped that step (inf/NaN gradients), the plan assumes it ran"
+                : workspace[i] > 0
+                    ? ("off by " + std::to_string(peaks[i] - planned) + " B, with " + std::to_string(workspace[i]) +
+                       " B of kernel scratch (Workspace) at the peak: backend-specific, e.g. the CPU's float32 "
+                       "copies for half GEMMs, and not planned")
+                          .c_str()
+                    : ("off by " + std::to_string(peaks[i] - planned) + " B").c_str());
   }
   std::printf("\noptimizer state per parameter (%s):\n%s", opt->type().c_str(), opt->state_report().str().c_str());
   if (!f.timeline.empty()) std::printf("memory timeline: %s\n", f.timeline.c_str());

@@ -171,28 +171,6 @@ std::string StepReport::str() const {
 // ---- choosing segments
 
 namespace {
-// The old approximation, kept for BlockCosts filled in by hand (exact == false): Activation bytes
-// at the end of forward or while a segment is recomputed, plus a constant overhead.
-int64_t activation_model(const BlockCosts& c, const Policy& p) {
-  std::vector<int64_t> segment_end(size_t(c.n), -1);
-  for (auto& s : p.segments) segment_end[size_t(s.begin)] = s.end;
-  int64_t held = 0, worst = 0;
-  bool prev_kept = true;  // the chain's input is not an Activation of the chain
-  for (int64_t i = 0; i < c.n;) {
-    held += prev_kept ? 0 : c.input_bytes;  // a segment's output, saved by what follows it
-    if (segment_end[size_t(i)] > 0) {
-      worst = std::max(worst, held + (segment_end[size_t(i)] - i) * c.held_bytes);
-      i = segment_end[size_t(i)];
-      prev_kept = false;
-    } else {
-      held += c.held_bytes;
-      ++i;
-      prev_kept = true;
-    }
-  }
-  return std::max(worst, held + (prev_kept ? 0 : c.input_bytes));
-}
-
 // Phase peaks of one instrumented meta step: every block kept (one_segment false) or all blocks in
 // one segment [0, n). A mark closes a phase: it records the peak since the previous mark and starts
 // a new one. Marks sit after each block's forward (and each block's recompute), and in gradient
@@ -349,13 +327,11 @@ BlockCosts measure_block_costs(const ModelSpec& model, const InputShape& input, 
     c.recompute = std::max(c.recompute, seg.recompute[size_t(i)] - i * h);
   }
   c.tail_after_segment = seg.tail - c.output_bytes;
-  c.exact = true;
   c.overhead = predicted_peak(c, Policy::none()) - c.n * h;
   return c;
 }
 
 int64_t predicted_peak(const BlockCosts& c, const Policy& p) {
-  if (!c.exact) return c.overhead + activation_model(c, p);
   std::vector<int64_t> segment_end;
   const std::vector<int64_t> prefix = prefix_bytes(c, p, &segment_end);
   const bool last_in_segment =
@@ -399,86 +375,16 @@ Policy choose_chen_greedy(const BlockCosts& c, int64_t budget) {
   return *best;
 }
 
-namespace {
-// The DP over the old approximation (BlockCosts filled in by hand).
-Policy choose_dp_approx(const BlockCosts& c, int64_t budget) {
-  const int64_t limit = budget - c.overhead;  // Activation bytes the plan may hold
-  // State after blocks [0, i): activation held and whether block i-1 was kept. Value: fewest
-  // recomputed blocks, and the step that reached it.
-  struct Entry {
-    int64_t recomputed;
-    int64_t from_held;
-    bool from_kept;
-    int64_t segment_begin;  // -1: block i-1 kept
-  };
-  using Key = std::pair<int64_t, bool>;
-  std::vector<std::map<Key, Entry>> dp(size_t(c.n + 1));
-  dp[0][{0, true}] = {0, 0, true, -1};
-  auto relax = [&](size_t i, Key key, Entry e) {
-    auto it = dp[i].find(key);
-    if (it == dp[i].end() || e.recomputed < it->second.recomputed) dp[i][key] = e;
-  };
-  for (int64_t i = 0; i < c.n; ++i) {
-    // Drop dominated states (more held and no fewer recomputed blocks) to keep the table small.
-    for (bool kept : {false, true}) {
-      int64_t best = INT64_MAX;
-      for (auto it = dp[size_t(i)].begin(); it != dp[size_t(i)].end();) {
-        if (it->first.second != kept) {
-          ++it;
-        } else if (it->second.recomputed >= best) {
-          it = dp[size_t(i)].erase(it);
-        } else {
-          best = it->second.recomputed;
-          ++it;
-        }
-      }
-    }
-    for (auto& [key, e] : dp[size_t(i)]) {
-      auto [held, kept] = key;
-      const int64_t with_input = held + (kept ? 0 : c.input_bytes);
-      if (with_input + c.held_bytes <= limit)
-        relax(size_t(i + 1), {with_input + c.held_bytes, true}, {e.recomputed, held, kept, -1});
-      for (int64_t j = i + 1; j <= c.n && with_input + (j - i) * c.held_bytes <= limit; ++j)
-        relax(size_t(j), {with_input, false}, {e.recomputed + (j - i), held, kept, i});
-    }
-  }
-  std::optional<Key> end;
-  for (auto& [key, e] : dp[size_t(c.n)]) {
-    if (key.first + (key.second ? 0 : c.input_bytes) > limit) continue;
-    if (!end || e.recomputed < dp[size_t(c.n)][*end].recomputed) end = key;
-  }
-  if (!end) {
-    Policy p = Policy::every_block(c.n);
-    p.name = "DP (nothing fits: every block)";
-    return p;
-  }
-  Policy p{"DP", {}, false};
-  Key key = *end;
-  for (int64_t i = c.n; i > 0;) {
-    const Entry& e = dp[size_t(i)].at(key);
-    if (e.segment_begin >= 0) {
-      p.segments.insert(p.segments.begin(), Segment{e.segment_begin, i});
-      i = e.segment_begin;
-    } else {
-      --i;
-    }
-    key = {e.from_held, e.from_kept};
-  }
-  return p;
-}
-}  // namespace
-
 Policy choose_dp(const BlockCosts& c, int64_t budget) {
   // State after blocks [0, i): the bytes they hold (all events ahead grow with it). Value: fewest
   // recomputed blocks, and the step that reached it. Every event of a block or segment is checked
   // when the step is taken, so a plan the DP returns has predicted_peak <= budget, and the one with
-  // the fewest recomputed blocks among those (the peak is exact when c.exact).
+  // the fewest recomputed blocks among those.
   struct Entry {
     int64_t recomputed;
     int64_t from_held;
     int64_t segment_begin;  // -1: block i-1 kept
   };
-  if (!c.exact) return choose_dp_approx(c, budget);
   std::vector<std::map<int64_t, Entry>> dp(size_t(c.n + 1));
   if (c.constant <= budget) dp[0][0] = {0, 0, -1};
   auto relax = [&](int64_t i, int64_t held, Entry e) {

@@ -160,8 +160,6 @@ struct BlockCosts {
   int64_t held_bytes = 0;   // bytes a kept block holds (its saved tensors and its output)
   double forward_flops = 0;
   int64_t overhead = 0;  // peak of Policy::none() minus n * held_bytes
-  // The exact model (measured; when false, the old approximation from the fields above is used).
-  bool exact = false;
   // Bytes held: a kept block adds block_bytes (its saved tensors and output; == held_bytes), a
   // segment adds output_bytes. Each phase's peak beyond what the blocks before it hold:
   int64_t block_bytes = 0, output_bytes = 0;

@@ -272,7 +272,6 @@ TEST_CASE("plan: the cost model equals the meta peak for every segmentation (bru
   for (const Case& k : small_cases()) {
     INFO(k.name);
     const auto costs = plan::measure_block_costs(k.model, k.input, k.step);
-    CHECK(costs.exact);
     for (const Policy& p : all_policies(k.model.num_blocks())) {
       INFO("policy ", p.str());
       CHECK(plan::predicted_peak(costs, p) == plan::plan(k.model, k.input, k.step, p).peak);

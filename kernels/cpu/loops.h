@@ -3,7 +3,10 @@
 #pragma once
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -90,6 +93,36 @@ inline bool is_nan(A v) {
     return v != v;
   else
     return false;
+}
+
+// exp in plain arithmetic for float (Cephes' expf polynomial, within 2 ulp; 0 below -87.3,
+// inf above 88.72), so that loops over it vectorize where libm's expf is a scalar call.
+template <class A>
+inline A exp_v(A x) {
+  if constexpr (std::is_same_v<A, float>) {
+    const float c = std::min(std::max(x, -87.3f), 88.72f);
+    // n = round(c / ln 2) by adding 1.5 * 2^23, which also leaves n in the low mantissa bits
+    const float shifted = c * 1.44269504088896341f + 12582912.0f, n = shifted - 12582912.0f;
+    const float r = (c - n * 0.693359375f) + n * 2.12194440e-4f;  // c - n ln 2 in two parts
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    const float y = p * r * r + r + 1.0f;
+    int32_t bits;
+    std::memcpy(&bits, &shifted, sizeof bits);
+    const int32_t k = bits - 0x4B400000, k1 = k >> 1;  // 2^k as 2^k1 * 2^(k - k1): both stay normal
+    const int32_t b1 = (k1 + 127) << 23, b2 = (k - k1 + 127) << 23;
+    float s1, s2;
+    std::memcpy(&s1, &b1, sizeof s1);
+    std::memcpy(&s2, &b2, sizeof s2);
+    const float e = y * s1 * s2;
+    return x < -87.3f ? 0.0f : (x > 88.72f ? std::numeric_limits<float>::infinity() : (x != x ? x : e));
+  } else {
+    return std::exp(x);
+  }
 }
 
 template <class T>

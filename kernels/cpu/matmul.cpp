@@ -1,5 +1,9 @@
 // Batched GEMM on Eigen. Operands map onto Eigen matrices without copies when one of their
 // two matrix strides is 1; the 16-bit types are widened to float and computed there.
+#include <omp.h>
+
+#include <algorithm>
+
 #include <Eigen/Core>
 
 #include <memgrad/kernels/cpu/cpu_kernels.h>
@@ -25,23 +29,39 @@ void with_matrix(const A* p, const Strides& s, int64_t rows, int64_t cols, F f) 
     f(MatMap<A, Eigen::ColMajor>(p, rows, cols, Eigen::OuterStride<>(s[2])));
 }
 
+// Products with fewer multiply-adds than this run on one thread.
+constexpr int64_t kGemmGrain = int64_t(1) << 15;
+
 // out[b] = x[b] @ y[b] with A the arithmetic type; pointers index elements of type A.
+// The work is cut into tasks (one product, or a block of rows or columns of one) that each run
+// single-threaded Eigen: Eigen's own parallel GEMM spin-waits for the other threads' packed
+// panels, which wastes most of a step when the cores are shared.
 template <class A>
 void gemm_batched(const A* x, const Strides& xs, const A* y, const Strides& ys, A* out, int64_t B, int64_t M, int64_t K,
                   int64_t N) {
-  auto one = [&](int64_t b) {
+  const int64_t macs = M * N * K, threads = omp_get_max_threads();
+  const bool by_rows = M >= N, serial = B * macs < kGemmGrain || threads == 1 || omp_in_parallel();
+  // Split each product only when the batch alone cannot keep every thread busy.
+  const int64_t side = by_rows ? M : N;
+  const int64_t parts = serial || B >= threads ? 1 : std::min((threads + B - 1) / B, std::max<int64_t>(side / 16, 1));
+  auto task = [&](int64_t t) {
+    const int64_t b = t / parts, p = t % parts, lo = side * p / parts, hi = side * (p + 1) / parts;
     Eigen::Map<RowMat<A>> o(out + b * M * N, M, N);
     with_matrix(x + b * xs[0], xs, M, K, [&](const auto& xm) {
-      with_matrix(y + b * ys[0], ys, K, N, [&](const auto& ym) { o.noalias() = xm * ym; });
+      with_matrix(y + b * ys[0], ys, K, N, [&](const auto& ym) {
+        if (by_rows)
+          o.middleRows(lo, hi - lo).noalias() = xm.middleRows(lo, hi - lo) * ym;
+        else
+          o.middleCols(lo, hi - lo).noalias() = xm * ym.middleCols(lo, hi - lo);
+      });
     });
   };
-  // Many small products: one per thread. Few large ones: Eigen parallelises each.
-  if (B > 1 && M * N * K < (int64_t(1) << 21)) {
-#pragma omp parallel for
-    for (int64_t b = 0; b < B; ++b) one(b);
-  } else {
-    for (int64_t b = 0; b < B; ++b) one(b);
+  if (serial) {
+    for (int64_t t = 0; t < B; ++t) task(t);
+    return;
   }
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < B * parts; ++t) task(t);
 }
 
 // Eigen maps an operand without copying when one of its two matrix strides is 1.

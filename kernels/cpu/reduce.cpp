@@ -1,5 +1,6 @@
 // Row-wise CPU kernels: reductions, softmax, cross-entropy and layer norm. Each works on a
 // contiguous [outer, r, inner] view and reduces along r.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -34,6 +35,20 @@ void reduce(ReduceOp op, const Tensor& x, const Tensor& out, int64_t outer, int6
     dispatch(out.dtype(), [&](auto ot) {
       using O = typename decltype(ot)::type;
       O* op_ = ptr<O>(out);
+      if (op == ReduceOp::Sum && inner > 1) {  // add whole rows with unit stride, a block of columns per task
+        constexpr int64_t kCols = 256;
+        const int64_t blocks = (inner + kCols - 1) / kCols;
+#pragma omp parallel for if (outer * r * inner >= kParallelGrain && outer * blocks > 1)
+        for (int64_t t = 0; t < outer * blocks; ++t) {
+          const int64_t o = t / blocks, j0 = t % blocks * kCols, n = std::min(kCols, inner - j0);
+          A acc[kCols] = {};
+          const T* p = xp + o * r * inner + j0;
+          for (int64_t k = 0; k < r; ++k, p += inner)
+            for (int64_t j = 0; j < n; ++j) acc[j] += A(load(p[j]));
+          for (int64_t j = 0; j < n; ++j) op_[o * inner + j0 + j] = store<O>(acc[j]);
+        }
+        return;
+      }
       if (op == ReduceOp::Sum) {
         for_each_line(outer, r, inner, [&](int64_t l, int64_t base, int64_t st) {
           A acc = 0;
@@ -93,16 +108,31 @@ void softmax(const Tensor& x, const Tensor& out, int64_t outer, int64_t r, int64
     const T* xp = ptr<T>(x);
     T* yp = ptr<T>(out);
     for_each_line(outer, r, inner, [&](int64_t, int64_t base, int64_t st) {
+      const T* x = xp + base;
+      T* y = yp + base;
       A mx = -std::numeric_limits<A>::infinity();
-      for (int64_t k = 0; k < r; ++k) mx = std::max(mx, A(load(xp[base + k * st])));
+      for (int64_t k = 0; k < r; ++k) mx = std::max(mx, A(load(x[k * st])));
       double sum = 0;
-      for (int64_t k = 0; k < r; ++k) sum += std::exp(double(load(xp[base + k * st]) - mx));
       if (log) {
+#pragma omp simd reduction(+ : sum)
+        for (int64_t k = 0; k < r; ++k) sum += double(exp_v(A(load(x[k * st])) - mx));
         A log_sum = A(std::log(sum));  // (x - max) - log(sum): no cancellation against a large max
-        for (int64_t k = 0; k < r; ++k) yp[base + k * st] = store<T>(load(xp[base + k * st]) - mx - log_sum);
-      } else {
-        A inv = A(1.0 / sum);
-        for (int64_t k = 0; k < r; ++k) yp[base + k * st] = store<T>(std::exp(load(xp[base + k * st]) - mx) * inv);
+        for (int64_t k = 0; k < r; ++k) y[k * st] = store<T>(load(x[k * st]) - mx - log_sum);
+        return;
+      }
+      if constexpr (std::is_same_v<T, A>) {  // one exp per element: keep exp(x - max), then scale
+#pragma omp simd reduction(+ : sum)
+        for (int64_t k = 0; k < r; ++k) {
+          A e = exp_v(x[k * st] - mx);
+          y[k * st] = e;
+          sum += double(e);
+        }
+        const A inv = A(1.0 / sum);
+        for (int64_t k = 0; k < r; ++k) y[k * st] *= inv;
+      } else {  // 16-bit storage would round the intermediate: compute exp again
+        for (int64_t k = 0; k < r; ++k) sum += double(exp_v(A(load(x[k * st])) - mx));
+        const A inv = A(1.0 / sum);
+        for (int64_t k = 0; k < r; ++k) y[k * st] = store<T>(exp_v(A(load(x[k * st])) - mx) * inv);
       }
     });
   });
@@ -146,6 +176,7 @@ void cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& los
   check_targets(target, C, ignore_index);
   dispatch_floating(logits.dtype(), "cross_entropy", [&](auto xt) {
     using T = typename decltype(xt)::type;
+    using A = opmath_t<T>;
     const T* xp = ptr<T>(logits);
     const int64_t* tp = ptr<int64_t>(target);
     dispatch_floating(loss.dtype(), "cross_entropy", [&](auto lt) {
@@ -158,14 +189,16 @@ void cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& los
           continue;
         }
         const T* row = xp + n * C;
-        double mx = -std::numeric_limits<double>::infinity(), sum = 0, total = 0;
-        for (int64_t c = 0; c < C; ++c) mx = std::max(mx, double(load(row[c])));
+        A mx = -std::numeric_limits<A>::infinity();
+        double sum = 0, total = 0;
+        for (int64_t c = 0; c < C; ++c) mx = std::max(mx, A(load(row[c])));
+#pragma omp simd reduction(+ : sum, total)
         for (int64_t c = 0; c < C; ++c) {
-          double v = double(load(row[c]));
-          sum += std::exp(v - mx);
-          total += v;
+          A v = load(row[c]);
+          sum += double(exp_v(v - mx));
+          total += double(v);
         }
-        double lse = mx + std::log(sum);
+        double lse = double(mx) + std::log(sum);
         double nll = lse - double(load(row[tp[n]]));
         double smooth = lse - total / double(C);  // mean over classes of -log p
         lp[n] = store<L>((1 - smoothing) * nll + smoothing * smooth);
@@ -179,6 +212,7 @@ void cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const
   const int64_t N = logits.size(0), C = logits.size(1);
   dispatch_floating(logits.dtype(), "cross_entropy_backward", [&](auto xt) {
     using T = typename decltype(xt)::type;
+    using A = opmath_t<T>;
     const T* xp = ptr<T>(logits);
     T* gp = ptr<T>(grad_logits);
     const int64_t* tp = ptr<int64_t>(target);
@@ -193,14 +227,19 @@ void cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const
           continue;
         }
         const T* row = xp + n * C;
-        double mx = -std::numeric_limits<double>::infinity(), sum = 0;
-        for (int64_t c = 0; c < C; ++c) mx = std::max(mx, double(load(row[c])));
-        for (int64_t c = 0; c < C; ++c) sum += std::exp(double(load(row[c])) - mx);
-        double g = double(load(glp[n])), inv = 1.0 / sum, off = smoothing / double(C);
+        A mx = -std::numeric_limits<A>::infinity();
+        double sum = 0;
+        for (int64_t c = 0; c < C; ++c) mx = std::max(mx, A(load(row[c])));
+        // exp(x - max) once per element; 16-bit storage would round it, so those recompute it.
+        auto e = [&](int64_t c) { return std::is_same_v<T, A> ? A(load(grow[c])) : exp_v(A(load(row[c])) - mx); };
+#pragma omp simd reduction(+ : sum)
         for (int64_t c = 0; c < C; ++c) {
-          double p = std::exp(double(load(row[c])) - mx) * inv;
-          grow[c] = store<T>(g * (p - off - (c == tp[n] ? 1 - smoothing : 0.0)));
+          A v = exp_v(A(load(row[c])) - mx);
+          if constexpr (std::is_same_v<T, A>) grow[c] = v;
+          sum += double(v);
         }
+        const A g = A(load(glp[n])), inv = A(1.0 / sum), off = A(smoothing / double(C)), hit = A(1 - smoothing);
+        for (int64_t c = 0; c < C; ++c) grow[c] = store<T>(g * (e(c) * inv - off - (c == tp[n] ? hit : A(0))));
       }
     });
   });

@@ -2,6 +2,7 @@
 // integer and bool results, NaN propagation, argmax ties, and half precision.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -214,6 +215,81 @@ TEST_CASE("matmul and linear") {
   CHECK(near(mg::matmul(mg::tensor(std::vector<int32_t>{1, 2, 3, 4}, {2, 2}),
                         mg::tensor(std::vector<int32_t>{5, 6, 7, 8}, {2, 2})),
              {19, 22, 43, 50}));
+}
+
+// The fast CPU paths (threaded GEMM blocks, vectorised exp and tanh, column-block sums) against
+// the same formulas written out in double, on sizes that take those paths.
+TEST_CASE("large inputs: GEMM blocks, softmax, cross-entropy, gelu and sums against double") {
+  mg::manual_seed(3);
+  const int64_t M = 300, K = 70, N = 130;
+  auto a = mg::randn({M, K}), b = mg::randn({N, K});
+  auto av = a.to_vector<double>(), bv = b.to_vector<double>();
+  auto prod = mg::matmul(a, b.t()).to_vector<double>();    // split by rows
+  auto prod_t = mg::matmul(b, a.t()).to_vector<double>();  // N < M: split by columns
+  double worst = 0;
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double want = 0;
+      for (int64_t k = 0; k < K; ++k) want += av[size_t(i * K + k)] * bv[size_t(j * K + k)];
+      worst = std::max({worst, std::abs(prod[size_t(i * N + j)] - want), std::abs(prod_t[size_t(j * M + i)] - want)});
+    }
+  CHECK(worst < 1e-4);
+
+  auto x = mg::randn({64, 2048}) * 8.0;  // logits up to about +-40
+  x = mg::masked_fill(x, mg::gt(mg::randn({64, 2048}), 2.0), -INFINITY);
+  auto xv = x.to_vector<double>();
+  auto sm = mg::softmax(x, 1).to_vector<double>(), lsm = mg::log_softmax(x, 1).to_vector<double>();
+  double worst_sm = 0, worst_lsm = 0;
+  bool masked_zero = true;
+  for (int64_t r = 0; r < 64; ++r) {
+    double mx = -INFINITY, sum = 0;
+    for (int64_t c = 0; c < 2048; ++c) mx = std::max(mx, xv[size_t(r * 2048 + c)]);
+    for (int64_t c = 0; c < 2048; ++c) sum += std::exp(xv[size_t(r * 2048 + c)] - mx);
+    for (int64_t c = 0; c < 2048; ++c) {
+      size_t i = size_t(r * 2048 + c);
+      if (std::isinf(xv[i])) {
+        masked_zero = masked_zero && sm[i] == 0.0;
+        continue;
+      }
+      double p = std::exp(xv[i] - mx) / sum;
+      worst_sm = std::max(worst_sm, std::abs(sm[i] - p) / p);
+      worst_lsm = std::max(worst_lsm, std::abs(lsm[i] - std::log(p)) / (1 + std::abs(std::log(p))));
+    }
+  }
+  auto z = mg::masked_fill(x, mg::eq(x, -INFINITY), -50.0);  // cross-entropy on finite logits
+  auto zv = z.to_vector<double>();
+  auto target = mg::randint(0, 2048, {64});
+  auto tv = target.to_vector<int64_t>();
+  double ce = mg::cross_entropy(z, target).item<double>(), want_ce = 0;
+  for (int64_t r = 0; r < 64; ++r) {
+    double mx = -INFINITY, sum = 0;
+    for (int64_t c = 0; c < 2048; ++c) mx = std::max(mx, zv[size_t(r * 2048 + c)]);
+    for (int64_t c = 0; c < 2048; ++c) sum += std::exp(zv[size_t(r * 2048 + c)] - mx);
+    want_ce += (mx + std::log(sum) - zv[size_t(r * 2048 + tv[size_t(r)])]) / 64;
+  }
+  CHECK(masked_zero);  // exp(-inf) is exactly 0
+  CHECK(worst_sm < 1e-5);
+  CHECK(worst_lsm < 1e-5);
+  CHECK(std::abs(ce - want_ce) < 1e-5 * std::abs(want_ce));
+
+  auto g = mg::linspace(-12, 12, 4801);
+  auto gv = g.to_vector<double>(), got = mg::gelu(g, mg::GeluApprox::Tanh).to_vector<double>();
+  double worst_gelu = 0;
+  for (size_t i = 0; i < gv.size(); ++i) {
+    double v = gv[i], want = 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+    worst_gelu = std::max(worst_gelu, std::abs(got[i] - want) / (2e-6 + 1e-5 * std::abs(want)));
+  }
+  CHECK(worst_gelu < 1);  // within 2e-6 absolute + 1e-5 relative
+
+  auto cols = mg::randn({37, 600});  // a sum over rows with more than one block of columns
+  auto cv = cols.to_vector<double>(), s0 = mg::sum(cols, {0}).to_vector<double>();
+  double worst_sum = 0;
+  for (int64_t j = 0; j < 600; ++j) {
+    double want = 0;
+    for (int64_t i = 0; i < 37; ++i) want += cv[size_t(i * 600 + j)];
+    worst_sum = std::max(worst_sum, std::abs(s0[size_t(j)] - want));
+  }
+  CHECK(worst_sum < 1e-5);
 }
 
 TEST_CASE("joining, splitting, indexing") {

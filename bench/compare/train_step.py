@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""bench_train_step's workloads in PyTorch (CPU, float32): one training step (zero_grad, forward,
+loss, backward, AdamW step) of an MLP or a GPT-2 style model with the same config as memgrad's
+nn::GPT. Prints one JSON object: the median step time after warm-up and the peak memory of one
+steady-state step.
+
+    train_step.py mlp [steps=20] [batch=256] [in=784] [hidden=1024] [layers=2] [classes=10]
+    train_step.py gpt [steps=10] [n_layer=4] [n_head=4] [n_embd=128] [vocab=2048] [batch=8] [seq=128]
+
+Peak memory: PyTorch's CPU allocator keeps no statistics, so the step runs once under the legacy
+autograd profiler with profile_memory=True, which reports every allocation and free made through
+c10's CPU allocator (every tensor, kernel scratch included; not BLAS-internal buffers) in order.
+peak = bytes live when the step starts (parameters, AdamW state, the batch: unique storages) +
+the highest running sum of those events during the step. Grads are set to None before the step.
+"""
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, n_embd, n_head, block_size):
+        super().__init__()
+        self.n_head = n_head
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
+        self.c_proj = nn.Linear(n_embd, n_embd)
+        self.register_buffer("mask", torch.triu(torch.ones(block_size, block_size), 1) > 0, persistent=False)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(self.mask[:T, :T], float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        return self.c_proj(y)
+
+
+class Block(nn.Module):
+    def __init__(self, n_embd, n_head, block_size):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(n_embd)
+        self.attn = CausalSelfAttention(n_embd, n_head, block_size)
+        self.ln_2 = nn.LayerNorm(n_embd)
+        self.c_fc = nn.Linear(n_embd, 4 * n_embd)
+        self.c_proj = nn.Linear(4 * n_embd, n_embd)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.c_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    """memgrad's nn::GPT: pre-norm blocks, tanh GELU, lm head tied to wte, dropout 0."""
+
+    def __init__(self, vocab, block_size, n_layer, n_head, n_embd):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, n_embd)
+        self.wpe = nn.Embedding(block_size, n_embd)
+        self.h = nn.ModuleList(Block(n_embd, n_head, block_size) for _ in range(n_layer))
+        self.ln_f = nn.LayerNorm(n_embd)
+        for name, p in self.named_parameters():  # GPT-2's init, as memgrad's nn::init::gpt2_init_
+            if name.endswith("bias") or "ln_" in name:
+                nn.init.zeros_(p) if name.endswith("bias") else nn.init.ones_(p)
+            else:
+                nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * n_layer) if name.endswith("c_proj.weight") else 0.02)
+
+    def forward(self, idx, targets):
+        pos = torch.arange(idx.size(1))
+        x = self.wte(idx) + self.wpe(pos)
+        for b in self.h:
+            x = b(x)
+        logits = F.linear(self.ln_f(x), self.wte.weight)
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+def make_mlp(batch=256, d_in=784, hidden=1024, layers=2, classes=10):
+    mods, width = [], d_in
+    for _ in range(layers):
+        mods += [nn.Linear(width, hidden), nn.ReLU()]
+        width = hidden
+    net = nn.Sequential(*mods, nn.Linear(width, classes))
+    x, y = torch.randn(batch, d_in), torch.randint(0, classes, (batch,))
+    cfg = f"batch {batch}, {d_in} -> {layers} x {hidden} (ReLU) -> {classes}"
+    return cfg, net, (x, y), lambda: F.cross_entropy(net(x), y)
+
+
+def make_gpt(n_layer=4, n_head=4, n_embd=128, vocab=2048, batch=8, seq=128):
+    model = GPT(vocab, seq, n_layer, n_head, n_embd)
+    idx, targets = torch.randint(0, vocab, (batch, seq)), torch.randint(0, vocab, (batch, seq))
+    cfg = f"n_layer {n_layer}, n_head {n_head}, n_embd {n_embd}, vocab {vocab}, batch {batch} x {seq}"
+    return cfg, model, (idx, targets), lambda: model(idx, targets)
+
+
+def live_bytes(tensors):
+    """Bytes of the distinct storages behind `tensors`."""
+    seen = {}
+    for t in tensors:
+        if t is not None:
+            s = t.storage()
+            seen[s.data_ptr()] = s.nbytes()
+    return sum(seen.values())
+
+
+def profiled_peak(step, start_bytes):
+    """start_bytes + the highest running sum of c10 CPU allocations and frees during step()."""
+    from torch.autograd import ProfilerConfig, ProfilerState
+
+    cfg = ProfilerConfig(ProfilerState.CPU, False, True, False, False, False,
+                         torch._C._profiler._ExperimentalConfig())
+    torch.autograd._enable_profiler_legacy(cfg)
+    try:
+        step()
+    finally:
+        records = torch.autograd._disable_profiler_legacy()
+    flat = [r for thread in records for r in thread]
+    start = next(r for r in flat if r.name() == "__start_profile")
+    events = sorted((start.cpu_elapsed_us(r), r.cpu_memory_usage()) for r in flat if r.kind() == "memory_alloc")
+    live = peak = 0
+    for _, b in events:
+        live += b
+        peak = max(peak, live)
+    return start_bytes + peak
+
+
+def main():
+    kind = sys.argv[1] if len(sys.argv) > 1 else "mlp"
+    if kind not in ("mlp", "gpt"):
+        sys.exit("usage: train_step.py mlp|gpt [steps] [sizes...]")
+    steps = int(sys.argv[2]) if len(sys.argv) > 2 else (10 if kind == "gpt" else 20)
+    sizes = [int(a) for a in sys.argv[3:]]
+    threads = int(os.environ.get("OMP_NUM_THREADS", "2"))
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    cfg, model, batch, loss_fn = (make_gpt if kind == "gpt" else make_mlp)(*sizes)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)  # weight_decay 0.01 as memgrad's AdamWOptions
+    last = [0.0]
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn()
+        loss.backward()
+        opt.step()
+        last[0] = loss.item()
+
+    for _ in range(3):  # warm-up; the first step creates the AdamW state
+        step()
+    opt.zero_grad(set_to_none=True)
+    state = [t for s in opt.state.values() for t in s.values() if torch.is_tensor(t)]
+    start = live_bytes(list(model.parameters()) + list(model.buffers()) + state + list(batch))
+    peak = profiled_peak(step, start)
+    ms, cpu_ms = [], []
+    for _ in range(steps):
+        t0, c0 = time.perf_counter(), time.process_time()
+        step()
+        ms.append(1e3 * (time.perf_counter() - t0))
+        cpu_ms.append(1e3 * (time.process_time() - c0))
+    print(json.dumps({"workload": kind, "config": cfg, "torch": torch.__version__,
+                      "threads": torch.get_num_threads(), "steps": steps, "step_ms": sorted(ms)[len(ms) // 2],
+                      "min_ms": min(ms), "cpu_ms": sorted(cpu_ms)[len(cpu_ms) // 2], "peak_bytes": peak, "start_bytes": start, "loss": last[0],
+                      "ms": [round(m, 3) for m in ms]}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+// One training step (zero_grad, forward, loss, backward, AdamW step) of an MLP or a small GPT on
+// CPU: the median step time after warm-up and the ledger's peak over one steady-state step.
+// Prints one JSON object; bench/compare/train_step.py runs the same workloads in PyTorch.
+//   bench_train_step mlp [steps=20] [batch=256] [in=784] [hidden=1024] [layers=2] [classes=10]
+//   bench_train_step gpt [steps=10] [n_layer=4] [n_head=4] [n_embd=128] [vocab=2048] [batch=8] [seq=128]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <memgrad/memgrad.h>
+
+using namespace mg;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// CPU seconds used by the whole process (all threads): next to wall time on a shared machine.
+double cpu_seconds() {
+  timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+struct Workload {
+  std::string name, config;
+  std::shared_ptr<nn::Module> model;
+  std::function<Tensor()> loss;  // forward and loss on the fixed batch
+};
+
+Workload make_mlp(const std::vector<int64_t>& a) {
+  const int64_t batch = a[0], in = a[1], hidden = a[2], layers = a[3], classes = a[4];
+  auto net = std::make_shared<nn::Sequential>();
+  for (int64_t i = 0, width = in; i < layers; ++i, width = hidden) {
+    net->emplace_back<nn::Linear>(width, hidden);
+    net->emplace_back<nn::ReLU>();
+  }
+  net->emplace_back<nn::Linear>(layers > 0 ? hidden : in, classes);
+  Tensor x, y;
+  {
+    MemoryScope scope(Category::Input, "batch");
+    x = randn({batch, in});
+    y = randint(0, classes, {batch});
+  }
+  char cfg[160];
+  std::snprintf(cfg, sizeof cfg, "batch %lld, %lld -> %lld x %lld (ReLU) -> %lld", (long long)batch, (long long)in,
+                (long long)layers, (long long)hidden, (long long)classes);
+  return {"mlp", cfg, net, [net, x, y] { return cross_entropy(net->forward(x), y); }};
+}
+
+Workload make_gpt(const std::vector<int64_t>& a) {
+  nn::GPTConfig c;
+  c.n_layer = a[0], c.n_head = a[1], c.n_embd = a[2], c.vocab_size = a[3], c.block_size = a[5];
+  const int64_t batch = a[4], seq = a[5];
+  auto gpt = std::make_shared<nn::GPT>(c);
+  Tensor idx, targets;
+  {
+    MemoryScope scope(Category::Input, "batch");
+    idx = randint(0, c.vocab_size, {batch, seq});
+    targets = randint(0, c.vocab_size, {batch, seq});
+  }
+  char cfg[160];
+  std::snprintf(cfg, sizeof cfg, "n_layer %lld, n_head %lld, n_embd %lld, vocab %lld, batch %lld x %lld",
+                (long long)c.n_layer, (long long)c.n_head, (long long)c.n_embd, (long long)c.vocab_size,
+                (long long)batch, (long long)seq);
+  return {"gpt", cfg, gpt, [gpt, idx, targets] { return gpt->loss(idx, targets); }};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string kind = argc > 1 ? argv[1] : "mlp";
+  auto arg = [&](int i, int64_t fallback) { return argc > i ? int64_t(std::atoll(argv[i])) : fallback; };
+  const bool gpt = kind == "gpt";
+  if (!gpt && kind != "mlp") {
+    std::fprintf(stderr, "usage: bench_train_step mlp|gpt [steps] [sizes...]\n");
+    return 2;
+  }
+  const int steps = int(arg(2, gpt ? 10 : 20)), warmup = 3;
+  manual_seed(0);
+  Workload w = gpt ? make_gpt({arg(3, 4), arg(4, 4), arg(5, 128), arg(6, 2048), arg(7, 8), arg(8, 128)})
+                   : make_mlp({arg(3, 256), arg(4, 784), arg(5, 1024), arg(6, 2), arg(7, 10)});
+  optim::AdamW opt(w.model->parameters(), optim::AdamWOptions(1e-3));
+  double loss = 0;
+  auto step = [&] {
+    opt.zero_grad(/*set_to_none=*/true);
+    Tensor l = w.loss();
+    l.backward();
+    opt.step();
+    loss = l.item<double>();
+  };
+
+  for (int i = 0; i < warmup; ++i) step();  // the first step also creates the optimizer state
+  reset_peak();                             // peak over one steady-state step
+  step();
+  MemoryStats s = memory_stats();
+  std::vector<double> ms, cpu_ms;
+  for (int i = 0; i < steps; ++i) {
+    auto t0 = Clock::now();
+    double c0 = cpu_seconds();
+    step();
+    ms.push_back(1e3 * std::chrono::duration<double>(Clock::now() - t0).count());
+    cpu_ms.push_back(1e3 * (cpu_seconds() - c0));
+  }
+  const char* threads = std::getenv("OMP_NUM_THREADS");
+  std::printf(
+      "{\"workload\": \"%s\", \"config\": \"%s\", \"threads\": \"%s\", \"steps\": %d, \"step_ms\": %.3f, "
+      "\"min_ms\": %.3f, \"cpu_ms\": %.3f, \"peak_bytes\": %lld, \"peak_allocated\": %lld, \"loss\": %.6f, \"ms\": [",
+      w.name.c_str(), w.config.c_str(), threads ? threads : "unset", steps, median(ms),
+      *std::min_element(ms.begin(), ms.end()), median(cpu_ms), (long long)s.peak_requested, (long long)s.peak_allocated,
+      loss);
+  for (size_t i = 0; i < ms.size(); ++i) std::printf("%s%.3f", i ? ", " : "", ms[i]);
+  std::printf("]}\n");
+  return 0;
+}

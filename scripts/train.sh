@@ -11,5 +11,4 @@ mg_install_packages "${MG_PACKAGES[@]}"
 
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release
 cmake --build "$build" -j"$(nproc)" --target memgrad_cli
-export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 "$build/bin/memgrad" train "$@"

@@ -16,8 +16,10 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   for (auto& p : params) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
-    Tensor a = abs(g.to(kFloat64));
-    Tensor part = std::isinf(norm_type) ? max(a) : pow(a, norm_type).sum();
+    // One gradient-sized temporary (the sums accumulate in double): no float64 copy. Half gradients
+    // are widened first, as their squares could overflow.
+    Tensor x = g.dtype() == kFloat16 || g.dtype() == kBFloat16 ? g.to(kFloat32) : g;
+    Tensor part = std::isinf(norm_type) ? max(abs(x)) : norm_type == 2.0 ? sum(x * x) : sum(pow(abs(x), norm_type));
     if (part.is_meta()) {  // meta: the temporaries' bytes, no norm and no scaling
       meta = true;
       continue;

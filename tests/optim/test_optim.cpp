@@ -236,3 +236,17 @@ TEST_CASE("gradient accumulation: K micro-batches of loss/K equal one batch K ti
   auto params = model.parameters();
   for (size_t i = 0; i < params.size(); ++i) CHECK(allclose(params[i].grad(), full[i], 1e-5, 1e-7));
 }
+
+TEST_CASE("clip_grad_norm_ needs one gradient-sized temporary, not float64 copies") {
+  Tensor w = zeros({256, 1024}).requires_grad_();  // 1 MiB of float32
+  w.set_grad(full({256, 1024}, 0.01));
+  const int64_t grad_bytes = 256 * 1024 * 4;
+  for (double norm_type : {2.0, optim::kInfNorm}) {
+    CAPTURE(norm_type);
+    reset_peak();
+    const int64_t before = memory_stats().allocated;
+    const double total = optim::clip_grad_norm_({w}, 1e9, norm_type);
+    CHECK(total == doctest::Approx(norm_type == 2.0 ? 0.01 * 512.0 : 0.01).epsilon(1e-5));
+    CHECK(memory_stats().peak_allocated - before <= grad_bytes + 4096);  // was 4x: x.to(float64), then |x|^p
+  }
+}

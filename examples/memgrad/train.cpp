@@ -17,6 +17,11 @@ namespace memgrad_cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+#ifdef MG_WITH_CUDA
+constexpr bool kBuiltWithCuda = true;
+#else
+constexpr bool kBuiltWithCuda = false;
+#endif
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // Batches drawn from (seed, step, micro-batch) alone, so a resumed run sees the same data.
@@ -209,9 +214,16 @@ void add_train_flags(CLI::App& app, TrainFlags& f) {
 }
 
 int run_train(const TrainFlags& f) {
-  const mg::Device device =
-      f.device == "auto" ? (mg::cuda_available() ? mg::cuda_device(0) : mg::kCPU) : mg::Device(f.device);
+  mg::Device device = mg::kCPU;
+  try {
+    device = f.device == "auto" ? (mg::cuda_available() ? mg::cuda_device(0) : mg::kCPU) : mg::Device(f.device);
+  } catch (const mg::Error& e) {
+    throw UsageError("--device: " + std::string(e.what()));
+  }
   if (device.is_meta()) throw UsageError("--device meta: use `memgrad plan` to run on the meta device");
+  if (device.is_cuda() && device.index >= mg::cuda_device_count())
+    throw UsageError("--device " + f.device + ": " + std::to_string(mg::cuda_device_count()) + " CUDA devices here" +
+                     (kBuiltWithCuda ? "" : " (memgrad was built without CUDA)"));
   if (f.memory_limit) mg::set_memory_limit(device, int64_t(f.memory_limit));
   const mg::plan::ModelSpec spec = model_spec(f.model, f.step.seq);
   const mg::plan::InputShape shape = input_shape(f.step);

@@ -49,6 +49,10 @@ case $case_name in
     expect_exit 2 "$bin" train --resume does-not-exist.safetensors
     expect_exit 2 "$bin" train --batch 0
     expect_exit 2 "$bin" train --batch 4 --batch 0  # a repeated flag: the last one counts
+    expect_exit 2 "$bin" train --device gpu
+    expect_output "--device"
+    expect_exit 2 "$bin" train --device cuda:7
+    expect_output "CUDA devices"
     ;;
   plan)  # GPT-2 sizes on meta: exact parameter counts, no real memory
     expect_exit 0 "$bin" plan --model gpt2-124m --no-compare

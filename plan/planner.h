@@ -107,7 +107,8 @@ struct StepOptions {
 // (set_to_none), then for each of options.accum micro-batches forward under `policy` (autocast for
 // half precision), loss / accum, backward (scaled when `scaler` is given); then unscale, clipping and
 // the optimizer step (skipped by the scaler on inf/NaN). `batch(i)` gives micro-batch i; its tensors,
-// and the loss, stay alive until the next replaces them. Returns the summed loss (NaN on meta).
+// and the loss, stay alive until the next replaces them. Returns the loss averaged over the
+// micro-batches (NaN on meta).
 double train_step(const ChainModel& model, optim::Optimizer* opt, amp::GradScaler* scaler,
                   const std::function<std::pair<Tensor, Tensor>(int64_t)>& batch, const Policy& policy,
                   const StepOptions& options);
@@ -153,7 +154,10 @@ StepReport plan(const ModelSpec& model, const InputShape& input, const StepOptio
 // instrumented meta steps (every block kept; all blocks in one segment) and records the peak of each
 // phase: a block's forward, its backward (with its recompute, in a segment), the tail, the rest.
 // Every phase's peak is a constant plus the bytes the blocks before it hold, so the peak of any
-// segmentation follows exactly (predicted_peak == plan(...).peak; tests/plan checks it by brute force).
+// segmentation follows exactly (predicted_peak == plan(...).peak; tests/plan checks it by brute force
+// for MLPs in float32 and GPTs in float32 and bfloat16). Exact only for that step: one micro-batch,
+// no loss scaling, and blocks that all hold the same bytes (an MLP under autocast does not: its first
+// block also keeps a half copy of the float32 input). Otherwise choose_segments' meta run is the truth.
 struct BlockCosts {
   int64_t n = 0;
   int64_t input_bytes = 0;  // a block's input, which a segment boundary keeps
@@ -181,8 +185,8 @@ Policy choose_sqrt_n(const BlockCosts& costs);
 // As in checkpoint_sequential, the last segment is not recomputed.
 Policy choose_chen_greedy(const BlockCosts& costs, int64_t budget);
 // Fewest recomputed FLOPs with predicted_peak <= budget, by dynamic programming over the chain
-// (each block kept or in a segment; state: the bytes the blocks so far hold). With measured costs the
-// model is exact, so this is the fewest-recompute plan whose meta (and CPU) peak fits. If nothing
+// (each block kept or in a segment; state: the bytes the blocks so far hold). Where the cost model is
+// exact (see BlockCosts), this is the fewest-recompute plan whose meta (and CPU) peak fits. If nothing
 // fits, every block as a segment.
 Policy choose_dp(const BlockCosts& costs, int64_t budget);
 

@@ -37,8 +37,8 @@ int main(int argc, char** argv) {
     return kExitUsage;
   } catch (const mg::OutOfMemoryError& e) {
     std::fflush(stdout);
-    std::fprintf(stderr, "\nmemgrad: out of memory\n%s\nTry `memgrad plan` with the same flags and --budget.\n",
-                 e.what());
+    std::fprintf(stderr, "\nmemgrad: out of memory\n%s\n%s", e.what(),
+                 train_cmd->parsed() ? "Try `memgrad plan` with the same model and step flags and --budget.\n" : "");
     return kExitOutOfMemory;
   } catch (const std::exception& e) {
     std::fflush(stdout);

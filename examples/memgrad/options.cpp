@@ -22,7 +22,8 @@ std::string check_policy(const std::string& v) {
   if (v == "none" || v == "sqrt" || v == "selective" || v == "auto") return {};
   if (v.rfind("every-", 0) == 0) {
     const std::string k = v.substr(6);
-    if (!k.empty() && k.find_first_not_of("0123456789") == std::string::npos && std::stoll(k) >= 1) return {};
+    if (!k.empty() && k.size() <= 9 && k.find_first_not_of("0123456789") == std::string::npos && std::stoll(k) >= 1)
+      return {};
   }
   return "expected none, every-K (K >= 1 blocks per segment), sqrt, selective or auto, got '" + v + "'";
 }
@@ -135,14 +136,15 @@ mg::plan::Policy policy(const StepFlags& s, const mg::plan::ModelSpec& spec, boo
     if (table)
       std::printf("checkpoint segments chosen for the budget (planned on meta):\n%s\n",
                   mg::plan::choice_table(rows, int64_t(s.budget)).c_str());
-    for (auto& r : rows)
-      if (r.method == "DP") {
-        if (!r.fits)
-          throw mg::OutOfMemoryError("--checkpoint auto: no segmentation fits the budget of " +
-                                     mg::format_bytes(int64_t(s.budget)) + "; the smallest plan peaks at " +
-                                     mg::format_bytes(r.measured) + ". Try a smaller --batch or fp16.");
-        return r.policy;
-      }
+    int64_t lowest = INT64_MAX;
+    for (auto& r : rows) {
+      if (r.method == "DP" && r.fits) return r.policy;
+      lowest = std::min(lowest, r.measured);
+    }
+    throw mg::OutOfMemoryError("--checkpoint auto: no segmentation fits the budget of " +
+                               mg::format_bytes(int64_t(s.budget)) + "; the lowest planned peak is " +
+                               mg::format_bytes(lowest) + ". Try a smaller --batch" +
+                               (s.precision == "fp32" ? ", --precision bf16" : "") + " or --accum.");
   }
   const int64_t k = std::stoll(c.substr(6));  // every-K
   if (k > n) throw UsageError("--checkpoint " + c + ": the model has only " + std::to_string(n) + " blocks");

@@ -43,7 +43,8 @@ class Data {
   // GPT: windows of the corpus and the next byte of each; MLP: x ~ N(0, 1) and relu(x A).
   std::pair<mg::Tensor, mg::Tensor> batch(int64_t step, int64_t micro, const mg::plan::InputShape& s,
                                           bool eval = false) const {
-    std::mt19937_64 rng(seed_ * 1000003ULL + uint64_t(step) * 131ULL + uint64_t(micro) + (eval ? 7919ULL : 0ULL));
+    std::seed_seq key{uint32_t(seed_), uint32_t(seed_ >> 32), uint32_t(step), uint32_t(micro), uint32_t(eval)};
+    std::mt19937_64 rng(key);
     if (is_gpt()) {
       const int64_t T = s.seq_len, begin = eval ? split_ : 0, end = eval ? int64_t(tokens_.size()) : split_;
       std::vector<int64_t> x, y;
@@ -88,11 +89,13 @@ std::unique_ptr<mg::optim::Optimizer> make_optimizer(const TrainFlags& f, const 
 // The flags a saved state must agree with to be resumed (steps, logging and limits may change).
 std::string run_signature(const TrainFlags& f, const mg::plan::ModelSpec& spec) {
   char buf[512];
-  std::snprintf(buf, sizeof buf,
-                "%s; batch %lld x %lld, accum %lld; %s lr %g warmup %lld momentum %g clip %g; %s; seed %llu",
-                model_str(spec).c_str(), static_cast<long long>(f.step.batch), static_cast<long long>(f.step.seq),
-                static_cast<long long>(f.step.accum), f.step.optimizer.c_str(), f.lr, static_cast<long long>(f.warmup),
-                f.step.momentum, f.step.clip, f.step.precision.c_str(), static_cast<unsigned long long>(f.seed));
+  std::snprintf(
+      buf, sizeof buf,
+      "%s, dropout %g; batch %lld x %lld, accum %lld; %s lr %g warmup %lld momentum %g clip %g; %s; seed %llu",
+      model_str(spec).c_str(), f.model.dropout, static_cast<long long>(f.step.batch),
+      static_cast<long long>(f.step.seq), static_cast<long long>(f.step.accum), f.step.optimizer.c_str(), f.lr,
+      static_cast<long long>(f.warmup), f.step.momentum, f.step.clip, f.step.precision.c_str(),
+      static_cast<unsigned long long>(f.seed));
   return buf;
 }
 
@@ -169,7 +172,10 @@ std::string sample_text(mg::nn::GPT& gpt, const mg::Device& device, int64_t n, u
   for (int64_t i = 0; i < n; ++i) {
     const int64_t T = std::min<int64_t>(int64_t(ctx.size()), gpt.config.block_size);
     std::vector<int64_t> window(ctx.end() - T, ctx.end());
-    mg::Tensor logits = gpt.forward(mg::tensor(window, {1, T}).to(device)).select(1, T - 1).reshape({-1});
+    mg::Tensor logits = gpt.forward(mg::tensor(window, {1, T}).to(device))
+                            .select(1, T - 1)
+                            .reshape({-1})
+                            .slice(0, 0, 256);  // bytes only
     std::vector<float> p = mg::softmax(logits * (1.0 / 0.8), 0).to(mg::kCPU).to_vector<float>();
     std::discrete_distribution<int64_t> pick(p.begin(), p.end());
     const int64_t next = pick(rng);
@@ -228,6 +234,9 @@ int run_train(const TrainFlags& f) {
   const mg::plan::ModelSpec spec = model_spec(f.model, f.step.seq);
   const mg::plan::InputShape shape = input_shape(f.step);
   const mg::plan::Policy policy = memgrad_cli::policy(f.step, spec, true);
+  if (spec.kind == mg::plan::ModelSpec::Kind::GPT && spec.gpt.vocab_size < 256)
+    throw UsageError("--vocab " + std::to_string(spec.gpt.vocab_size) +
+                     ": memgrad train reads bytes, so the GPT needs a vocabulary of at least 256");
   Data data(spec, f.seed, device);
   if (data.is_gpt() && f.step.seq + 1 >= data.corpus_bytes() / 10)
     throw UsageError("--seq " + std::to_string(f.step.seq) + " is too long for the " +
@@ -299,7 +308,7 @@ int run_train(const TrainFlags& f) {
                     double(tokens_per_step) / dt, static_cast<long long>(m.allocated));
       log << line;
     }
-    if (!f.timeline.empty() && (step == first + f.timeline_steps - 1 || step == f.steps)) {
+    if (!f.timeline.empty() && step == std::min(first + f.timeline_steps - 1, f.steps)) {  // once: off clears it
       mg::write_memory_timeline(
           f.timeline, device,
           "memgrad train: steps " + std::to_string(first) + "-" + std::to_string(step) + ", " + model_str(spec));

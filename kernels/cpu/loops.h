@@ -100,7 +100,7 @@ inline bool is_nan(A v) {
 template <class A>
 inline A exp_v(A x) {
   if constexpr (std::is_same_v<A, float>) {
-    const float c = std::min(std::max(x, -87.3f), 88.72f);
+    const float c = x != x ? 0.0f : std::min(std::max(x, -87.3f), 88.72f);  // NaN: no UB in the shifts below
     // n = round(c / ln 2) by adding 1.5 * 2^23, which also leaves n in the low mantissa bits
     const float shifted = c * 1.44269504088896341f + 12582912.0f, n = shifted - 12582912.0f;
     const float r = (c - n * 0.693359375f) + n * 2.12194440e-4f;  // c - n ln 2 in two parts

@@ -30,6 +30,12 @@ Tensor mlp_block(const nn::ModuleList<nn::Linear>& layers, int64_t i, const Tens
 Tensor gpt_block(const nn::GPT& g, int64_t i, const Tensor& x, bool selective) {
   MemoryScope scope("h." + std::to_string(i));
   nn::Block& b = (*g.h)[size_t(i)];
+  // The policy's choice for this call only: the model's own setting (GPTConfig) is put back after.
+  struct Restore {
+    bool& flag;
+    bool saved;
+    ~Restore() { flag = saved; }
+  } restore{b.attn->selective_recompute, b.attn->selective_recompute};
   b.attn->selective_recompute = selective;
   return b.forward(x);
 }

@@ -68,3 +68,11 @@ TEST_CASE("plan: accumulation, clipping and loss scaling planned on meta equal t
   one.steps = two.steps = 2, two.accum = 2;
   CHECK(plan::plan(tiny_gpt(), in, two).peak > plan::plan(tiny_gpt(), in, one).peak);  // gradients held across
 }
+
+TEST_CASE("plan: a ChainModel policy does not change the GPT's own selective-recompute setting") {
+  plan::ChainModel chain(tiny_gpt(), kMeta);
+  auto& gpt = dynamic_cast<nn::GPT&>(chain.module());
+  auto [x, y] = chain.zero_inputs({2, 16});
+  chain.loss(x, y, plan::Policy::selective_only());
+  for (size_t i = 0; i < gpt.h->size(); ++i) CHECK_FALSE((*gpt.h)[i].attn->selective_recompute);
+}

@@ -211,6 +211,7 @@ Phases measure_phases(const ModelSpec& model, const InputShape& input, const Ste
   };
   // The hook on block i's output closes the phase before block i's backward: block i + 1's backward
   // (with its recompute, when in a segment), or the tail for the last block.
+  int calls = 0;  // the segment's runs; outlives backward, which calls the segment again
   auto close_before = [&p, &mark, n](Tensor& out, int64_t i) {
     out.register_hook([&p, &mark, n, i](const Tensor&) {
       (i + 1 == n ? p.tail : p.backward[size_t(i + 1)]) = mark();
@@ -241,7 +242,6 @@ Phases measure_phases(const ModelSpec& model, const InputShape& input, const Ste
       }
       p.output_bytes = rounded(h.numel() * int64_t(dtype_size(h.dtype())));
     } else {
-      int calls = 0;
       h = checkpoint(
           [&](const Tensor& in) {
             const bool first = ++calls == 1;

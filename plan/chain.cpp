@@ -113,13 +113,18 @@ std::pair<Tensor, Tensor> ChainModel::zero_inputs(const InputShape& s) const {
   return {zeros({s.batch, s.seq_len}, o), zeros({s.batch, s.seq_len}, o)};
 }
 
+std::optional<DType> autocast_dtype(Precision p) {
+  if (p == Precision::Float16) return kFloat16;
+  if (p == Precision::BFloat16) return kBFloat16;
+  return std::nullopt;
+}
+
 double train_step(const ChainModel& model, optim::Optimizer* opt, amp::GradScaler* scaler,
                   const std::function<std::pair<Tensor, Tensor>(int64_t)>& batch, const Policy& policy,
                   const StepOptions& options) {
   MG_CHECK(options.accum >= 1, ValueError, "plan::train_step: expected accum >= 1, got ", options.accum);
   model.module().zero_grad();
-  std::optional<DType> half;
-  if (options.precision != Precision::Float32) half = options.precision == Precision::Float16 ? kFloat16 : kBFloat16;
+  const std::optional<DType> half = autocast_dtype(options.precision);
   double total = 0;
   Tensor x, y, loss;  // live until the next micro-batch replaces them, as in a Python loop
   for (int64_t i = 0; i < options.accum; ++i) {

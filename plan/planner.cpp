@@ -80,12 +80,6 @@ std::unique_ptr<optim::Optimizer> make_optimizer(OptimizerKind kind, const nn::N
   return nullptr;
 }
 
-std::optional<DType> autocast_dtype(Precision p) {
-  if (p == Precision::Float16) return kFloat16;
-  if (p == Precision::BFloat16) return kBFloat16;
-  return std::nullopt;
-}
-
 int64_t rounded(int64_t bytes) { return (bytes + 511) / 512 * 512; }
 
 }  // namespace

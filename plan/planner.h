@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -102,6 +103,9 @@ struct StepOptions {
   // skip-on-overflow depends on values, which meta does not have: a plan assumes every step is taken.
   bool grad_scaler = false;
 };
+
+// The dtype autocast runs half-precision ops in for `p` (none for float32).
+std::optional<DType> autocast_dtype(Precision p);
 
 // One training step, as plan() runs it on meta and the memgrad command for real: gradients cleared
 // (set_to_none), then for each of options.accum micro-batches forward under `policy` (autocast for

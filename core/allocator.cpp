@@ -1,5 +1,7 @@
 // The caching allocator and the ledger: per-device pools of segments split into chunks, the
 // byte counts per category and owner, the memory limit with its OOM report, and the history.
+// On cuda the pools are per stream and frees of blocks used on other streams wait for events
+// (see allocator.h); on cpu and meta every segment belongs to stream 0, so nothing changes there.
 #include <memgrad/core/allocator.h>
 
 #include <algorithm>
@@ -12,6 +14,7 @@
 #include <set>
 #include <vector>
 
+#include <memgrad/core/cuda.h>
 #include <memgrad/core/error.h>
 #include <memgrad/kernels/cuda/runtime.h>
 
@@ -30,7 +33,8 @@ const char* event_kind_name(MemoryEventKind k) {
 
 namespace memory {
 struct Segment;
-// A piece of a segment: handed out (block set) or free (then in its pool's free set).
+// A piece of a segment: handed out (block set), waiting for other streams' events (block null,
+// pending > 0), or free (then in its pool's free set).
 struct Chunk {
   uintptr_t addr = 0;
   size_t size = 0;
@@ -38,6 +42,9 @@ struct Chunk {
   Chunk* prev = nullptr;
   Chunk* next = nullptr;
   Block* block = nullptr;
+  std::vector<cuda::Stream> uses{};  // streams besides the segment's that used the live block
+  int pending = 0;                   // events still outstanding since the block was released
+  bool is_free() const { return !block && pending == 0; }
 };
 struct Segment {
   void* ptr = nullptr;
@@ -45,6 +52,9 @@ struct Segment {
   size_t size = 0;
   bool small = false;
   Chunk* head = nullptr;
+  // The stream the segment was made for; its chunks serve only that stream. Holding the Stream keeps
+  // a created stream alive while cached blocks are keyed by its handle (a new stream can't reuse it).
+  cuda::Stream stream{};
 };
 }  // namespace memory
 
@@ -59,8 +69,14 @@ thread_local std::optional<Category> t_category;
 thread_local std::string t_owner;
 thread_local const char* t_op = nullptr;
 
-struct BySize {  // best fit: the smallest free chunk that is large enough, lowest address first
+uintptr_t stream_key(const Chunk* c) { return reinterpret_cast<uintptr_t>(c->segment->stream.handle()); }
+
+// Grouped by stream (always 0 off cuda); within one, best fit: the smallest free chunk that is
+// large enough, lowest address first.
+struct BySize {
   bool operator()(const Chunk* a, const Chunk* b) const {
+    uintptr_t sa = stream_key(a), sb = stream_key(b);
+    if (sa != sb) return sa < sb;
     return a->size != b->size ? a->size < b->size : a->addr < b->addr;
   }
 };
@@ -71,8 +87,9 @@ struct DeviceState {
   Device device;
   MemoryStats stats;
   std::map<std::string, int64_t> by_owner;
-  FreeSet pools[2];                        // [0] small, [1] large
-  std::map<uintptr_t, Segment*> segments;  // by base address
+  FreeSet pools[2];                              // [0] small, [1] large
+  std::map<uintptr_t, Segment*> segments;        // by base address
+  std::vector<std::pair<void*, Chunk*>> events;  // recorded at release on other streams (cuda only)
   uintptr_t next_meta_address = uintptr_t(1) << 40;
   FreeSet& pool(bool small) { return pools[small ? 0 : 1]; }
 };
@@ -189,7 +206,7 @@ int64_t release_cached(DeviceState& s) {
   for (auto it = s.segments.begin(); it != s.segments.end();) {
     Segment* seg = (it++)->second;
     Chunk* c = seg->head;
-    if (c->block || c->next) continue;
+    if (!c->is_free() || c->next) continue;
     s.pool(seg->small).erase(c);
     freed += int64_t(seg->size);
     free_segment(s, seg);
@@ -216,13 +233,11 @@ void account_alloc(DeviceState& s, const Block& b, int64_t sign) {
   int64_t n = sign * int64_t(b.size);
   st.allocated += n;
   st.requested += sign * int64_t(b.requested);
-  st.active += sign * int64_t(b.chunk->size);
   add_category(s, b.category, n);
   add_owner(s, b.owner, n);
   if (sign > 0) {
     ++st.num_allocs;
     st.total_allocated += n;
-    st.peak_active = std::max(st.peak_active, st.active);
     st.peak_requested = std::max(st.peak_requested, st.requested);
     if (st.allocated > st.peak_allocated) {
       st.peak_allocated = st.allocated;
@@ -271,6 +286,54 @@ void account_alloc(DeviceState& s, const Block& b, int64_t sign) {
 
 // ---- pools
 
+// Merges free chunk `c` with its free neighbours (taking them out of the pool); returns the result.
+Chunk* merge(DeviceState& s, Chunk* c) {
+  auto& pool = s.pool(c->segment->small);
+  if (Chunk* n = c->next; n && n->is_free()) {
+    pool.erase(n);
+    c->size += n->size;
+    c->next = n->next;
+    if (c->next) c->next->prev = c;
+    delete n;
+  }
+  if (Chunk* p = c->prev; p && p->is_free()) {
+    pool.erase(p);
+    p->size += c->size;
+    p->next = c->next;
+    if (p->next) p->next->prev = p;
+    delete c;
+    c = p;
+  }
+  return c;
+}
+
+// Chunk `c`, no longer in use, becomes free: merged into its pool, or without caching its segment
+// is returned when nothing else is left in it.
+void free_chunk(DeviceState& s, Chunk* c) {
+  s.stats.active -= int64_t(c->size);
+  c = merge(s, c);
+  if (!s.stats.caching && !c->prev && !c->next)
+    free_segment(s, c->segment);
+  else
+    s.pool(c->segment->small).insert(c);
+}
+
+// Frees the chunks of deferred frees whose events have all completed; with `wait`, waits for every
+// event first (empty_cache and the OOM retry, so those bytes can go back to the device).
+void process_events(DeviceState& s, bool wait) {
+  for (size_t i = 0; i < s.events.size();) {
+    auto [event, c] = s.events[i];
+    if (!cuda::event_done(event, wait)) {
+      ++i;
+      continue;
+    }
+    cuda::destroy_event(event);
+    s.events[i] = s.events.back();
+    s.events.pop_back();
+    if (--c->pending == 0) free_chunk(s, c);
+  }
+}
+
 size_t segment_size_for(const DeviceState& s, size_t size, bool small) {
   if (!s.stats.caching) return size;
   if (small) return memory::kSmallSegment;
@@ -278,9 +341,10 @@ size_t segment_size_for(const DeviceState& s, size_t size, bool small) {
   return (size + memory::kLargeRound - 1) / memory::kLargeRound * memory::kLargeRound;
 }
 
-// A new segment for a request of `size`: the standard size, else (under the limit) one of just the
-// request's size; when neither can be had, the cache is emptied once and both are tried again.
-Segment* new_segment(DeviceState& s, const Block& b, bool small) {
+// A new segment on `stream` for a request of `size`: the standard size, else (under the limit) one of
+// just the request's size; when neither can be had, the cache is emptied once (after waiting for the
+// events of deferred frees, so their blocks can go too) and both are tried again.
+Segment* new_segment(DeviceState& s, const Block& b, bool small, const cuda::Stream& stream) {
   const size_t size = b.size, preferred = segment_size_for(s, size, small);
   auto fits = [&](size_t n) { return s.stats.limit == 0 || s.stats.reserved + int64_t(n) <= s.stats.limit; };
   bool refused = false;
@@ -294,7 +358,7 @@ Segment* new_segment(DeviceState& s, const Block& b, bool small) {
         refused = true;
         continue;
       }
-      auto* seg = new Segment{p, reinterpret_cast<uintptr_t>(p), n, small, nullptr};
+      auto* seg = new Segment{p, reinterpret_cast<uintptr_t>(p), n, small, nullptr, stream};
       seg->head = new Chunk{seg->base, n, seg};
       s.segments.emplace(seg->base, seg);
       s.stats.reserved += int64_t(n);
@@ -305,6 +369,7 @@ Segment* new_segment(DeviceState& s, const Block& b, bool small) {
       return seg;
     }
     if (attempt == 0) {
+      process_events(s, true);
       if (release_cached(s) == 0) break;
       ++s.stats.num_retries;
     }
@@ -324,15 +389,18 @@ void split(DeviceState& s, Chunk* c, size_t size) {
   s.pool(small).insert(r);
 }
 
-Chunk* take_chunk(DeviceState& s, const Block& b) {
+Chunk* take_chunk(DeviceState& s, const Block& b, const cuda::Stream& stream) {
+  process_events(s, false);  // blocks whose other streams have finished become reusable
   // Only matters when the limit was lowered below what is reserved: cached bytes past it are off limits too.
   if (s.stats.limit > 0 && s.stats.allocated + int64_t(b.size) > s.stats.limit) throw_oom(s, b, 0, false);
   bool small = b.size <= kSmallRequest;
   auto& pool = s.pool(small);
   if (s.stats.caching) {
-    Chunk probe{0, b.size};
+    Segment probe_segment;
+    probe_segment.stream = stream;
+    Chunk probe{0, b.size, &probe_segment};
     auto it = pool.lower_bound(&probe);
-    if (it != pool.end()) {
+    if (it != pool.end() && stream_key(*it) == stream_key(&probe)) {
       Chunk* c = *it;
       pool.erase(it);
       ++s.stats.cache_hits;
@@ -340,29 +408,8 @@ Chunk* take_chunk(DeviceState& s, const Block& b) {
       return c;
     }
   }
-  Chunk* c = new_segment(s, b, small)->head;
+  Chunk* c = new_segment(s, b, small, stream)->head;
   split(s, c, b.size);
-  return c;
-}
-
-// Merges free chunk `c` with its free neighbours (taking them out of the pool); returns the result.
-Chunk* merge(DeviceState& s, Chunk* c) {
-  auto& pool = s.pool(c->segment->small);
-  if (Chunk* n = c->next; n && !n->block) {
-    pool.erase(n);
-    c->size += n->size;
-    c->next = n->next;
-    if (c->next) c->next->prev = c;
-    delete n;
-  }
-  if (Chunk* p = c->prev; p && !p->block) {
-    pool.erase(p);
-    p->size += c->size;
-    p->next = c->next;
-    if (p->next) p->next->prev = p;
-    delete c;
-    c = p;
-  }
   return c;
 }
 
@@ -439,11 +486,15 @@ Block* allocate(const Device& d, size_t nbytes, Category fallback) {
   b->category = current_category(fallback);
   b->op = t_op;
   b->owner = t_owner.empty() && t_op ? std::string(t_op) : t_owner;
+  // The block belongs to the stream it is allocated on (on cuda, the thread's current stream).
+  cuda::Stream stream = d.is_cuda() ? cuda::current_stream(d.index) : cuda::Stream();
   std::lock_guard<std::mutex> g(s.mu);
-  Chunk* c = take_chunk(s, *b);
+  Chunk* c = take_chunk(s, *b, stream);
   c->block = b.get();
   b->chunk = c;
   b->ptr = reinterpret_cast<void*>(c->addr);
+  s.stats.active += int64_t(c->size);
+  s.stats.peak_active = std::max(s.stats.peak_active, s.stats.active);
   account_alloc(s, *b, +1);
   record(s, MemoryEventKind::Alloc, int64_t(b->size), c->addr, b.get());
   return b.release();
@@ -455,16 +506,32 @@ void release(Block* b) {
   {
     std::lock_guard<std::mutex> g(s.mu);
     Chunk* c = b->chunk;
-    account_alloc(s, *b, -1);
+    account_alloc(s, *b, -1);  // the ledger counts the bytes freed now, even when reuse must wait
     record(s, MemoryEventKind::Free, int64_t(b->size), c->addr, b);
     c->block = nullptr;
-    c = merge(s, c);
-    if (!s.stats.caching && !c->prev && !c->next)
-      free_segment(s, c->segment);
-    else
-      s.pool(c->segment->small).insert(c);
+    // Work queued on other streams may still use the bytes: an event on each, and the chunk stays
+    // out of the pools (still active, still reserved) until all have completed.
+    for (const cuda::Stream& use : c->uses)
+      if (void* event = cuda::record_event(s.device.index, use.handle())) {
+        s.events.emplace_back(event, c);
+        ++c->pending;
+      }
+    c->uses.clear();
+    if (c->pending == 0) free_chunk(s, c);
   }
   delete b;
+}
+
+void record_stream(const Block* b, const cuda::Stream& stream) {
+  if (!b) return;
+  DeviceState& s = state(b->device);
+  std::lock_guard<std::mutex> g(s.mu);
+  Chunk* c = b->chunk;
+  // Work on the block's own stream is ordered before any later use of the block: nothing to wait for.
+  if (stream.handle() == c->segment->stream.handle()) return;
+  for (const cuda::Stream& use : c->uses)
+    if (use.handle() == stream.handle()) return;
+  c->uses.push_back(stream);
 }
 
 void set_category(Block* b, Category c) {
@@ -493,8 +560,14 @@ MemoryStats memory_stats(const Device& d) {
   DeviceState& s = state(d);
   std::lock_guard<std::mutex> g(s.mu);
   MemoryStats r = s.stats;
-  for (auto& pool : s.pools)
-    if (!pool.empty()) r.largest_free_block = std::max(r.largest_free_block, int64_t((*pool.rbegin())->size));
+  for (auto& pool : s.pools) {
+    if (pool.empty()) continue;
+    // The pools are grouped by stream: with one stream the last chunk is the largest, else look at all.
+    if (stream_key(*pool.begin()) == stream_key(*pool.rbegin()))
+      r.largest_free_block = std::max(r.largest_free_block, int64_t((*pool.rbegin())->size));
+    else
+      for (const Chunk* c : pool) r.largest_free_block = std::max(r.largest_free_block, int64_t(c->size));
+  }
   return r;
 }
 
@@ -527,6 +600,7 @@ std::map<std::string, int64_t> memory_by_owner(const Device& d) {
 void empty_cache(const Device& d) {
   DeviceState& s = state(d);
   std::lock_guard<std::mutex> g(s.mu);
+  process_events(s, true);
   release_cached(s);
 }
 
@@ -534,7 +608,10 @@ void set_caching(const Device& d, bool on) {
   DeviceState& s = state(d);
   std::lock_guard<std::mutex> g(s.mu);
   s.stats.caching = on;
-  if (!on) release_cached(s);
+  if (!on) {
+    process_events(s, true);
+    release_cached(s);
+  }
 }
 
 void record_history(bool on, size_t max_entries) {
@@ -582,6 +659,9 @@ std::vector<SegmentInfo> memory_segments(const Device& d) {
         bi.category = b->category;
         bi.owner = b->owner;
         bi.op = b->op ? b->op : "";
+      } else if (c->pending) {
+        bi.in_use = true;  // released, but other streams' work may still use it: active, not allocated
+        bi.owner = "(released; waiting for other streams)";
       }
       si.blocks.push_back(std::move(bi));
     }

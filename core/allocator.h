@@ -9,6 +9,16 @@
 // is worth keeping (at least 512 B in the small pool, more than 1 MiB in the large one); a
 // freed block merges with free neighbours. Under a memory limit, when a standard segment
 // would not fit but one of just the request's size would, that smaller segment is used.
+//
+// Streams (cuda): a segment belongs to the stream that was current when it was made, and its
+// blocks serve only requests on that stream (free pools are keyed by stream; merging stays within
+// a segment), so a block freed after work on stream A is never handed to stream B while A's kernels
+// may still use it. A block also used on other streams (record_stream) is, at release, followed by
+// an event on each of them and stays out of the pools until all have completed; events are checked
+// at the next allocation, and waited for before empty_cache and the out-of-memory retry. The ledger
+// counts such a block as freed at release (allocated, its category and owner drop then, as in
+// PyTorch); until its events complete its bytes stay in `active` and `reserved` but not in cached().
+// On cpu and meta there is one stream (key 0) and none of this applies.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -18,6 +28,10 @@
 #include <memgrad/core/memory.h>
 
 namespace mg {
+
+namespace cuda {
+class Stream;
+}
 
 namespace memory {
 struct Chunk;  // the allocator's piece of a segment (private)
@@ -50,6 +64,9 @@ namespace memory {
 // OutOfMemoryError past the device's limit (after emptying the cache and retrying).
 Block* allocate(const Device& d, size_t nbytes, Category fallback);
 void release(Block* b);
+// Marks live block `b` as used on `stream` besides its own (see cuda::record_stream): at release,
+// it waits for the work queued on `stream` by then before it can be reused.
+void record_stream(const Block* b, const cuda::Stream& stream);
 // Moves a live block to another category (e.g. Temporary -> Activation when autograd saves it).
 void set_category(Block* b, Category c);
 // Moves a live block to another owner label (e.g. a gradient buffer becomes "<param>.grad").

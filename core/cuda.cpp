@@ -1,11 +1,14 @@
-// The device-independent parts of the CUDA runtime API: the TF32 switch and the kernel-variant
-// registry (the rest lives in kernels/cuda/runtime.cu, or no_cuda.cpp without CUDA).
+// The device-independent parts of the CUDA runtime API: record_stream, the TF32 switch and the
+// kernel-variant registry (the rest lives in kernels/cuda/runtime.cu, or no_cuda.cpp without CUDA).
 #include <memgrad/core/cuda.h>
 
 #include <algorithm>
 #include <atomic>
 #include <map>
 #include <mutex>
+
+#include <memgrad/core/allocator.h>
+#include <memgrad/core/storage.h>
 
 namespace mg::cuda {
 
@@ -22,6 +25,14 @@ Registry& registry() {
   return r;
 }
 }  // namespace
+
+void record_stream(const Tensor& t, const Stream& s) {
+  MG_CHECK(t.defined(), ValueError, "record_stream: expected a defined tensor, got an undefined one");
+  MG_CHECK(t.device().is_cuda(), DeviceError, "record_stream: expected a cuda tensor, got one on ", t.device());
+  MG_CHECK(s.device() == t.device().index, DeviceError, "record_stream: expected a stream on ", t.device(),
+           ", got one on cuda:", s.device());
+  memory::record_stream(t.storage()->block(), s);  // null block (from_blob memory): nothing to do
+}
 
 void set_allow_tf32(bool allow) { g_allow_tf32 = allow; }
 bool allow_tf32() { return g_allow_tf32; }

@@ -25,7 +25,8 @@ void set_device(int device);
 void synchronize(int device = -1);
 
 // A queue of device work. The default stream (handle null) is CUDA's legacy stream; streams made
-// by create() are non-blocking and live while any copy of the Stream does.
+// by create() are non-blocking and live while any copy of the Stream does (the caching allocator
+// holds one for each stream it keeps segments for, until empty_cache returns them).
 class Stream {
  public:
   Stream() = default;
@@ -56,6 +57,14 @@ class StreamGuard {
  private:
   Stream prev_;
 };
+
+// Declares that `t`'s memory is in use on stream `s` (besides the stream it was allocated on): its
+// block is not reused until the work queued on `s` at `t`'s release has finished. Call it when a
+// tensor made on one stream is read or written by kernels on another, as PyTorch's record_stream.
+// The caching allocator keys its free blocks by stream, so without this a block freed on stream A
+// could go to a later request on A while B still uses it. DeviceError for a tensor not on cuda or
+// a stream of another device; ValueError for an undefined tensor. A no-op for from_blob memory.
+void record_stream(const Tensor& t, const Stream& s);
 
 // A marker in a stream: wait on it from the host or from another stream, or time between two.
 class Event {

@@ -93,6 +93,34 @@ void copy(void* dst, const void* src, size_t bytes, CopyKind kind, int device) {
   if (kind != CopyKind::DeviceToDevice) check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
 }
 
+// ---- events for the allocator (never throw: they run inside release())
+
+void* record_event(int device, void* stream) {
+  int prev = 0;
+  (void)cudaGetDevice(&prev);
+  (void)cudaSetDevice(device);
+  auto s = static_cast<cudaStream_t>(stream);
+  cudaEvent_t e = nullptr;
+  if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess || cudaEventRecord(e, s) != cudaSuccess) {
+    if (e) cudaEventDestroy(e);
+    e = nullptr;
+    (void)cudaGetLastError();
+    (void)cudaStreamSynchronize(s);  // no event: wait now, so the block is free to reuse
+  }
+  (void)cudaSetDevice(prev);
+  return e;
+}
+
+bool event_done(void* event, bool wait) {
+  auto e = static_cast<cudaEvent_t>(event);
+  cudaError_t r = wait ? cudaEventSynchronize(e) : cudaEventQuery(e);
+  if (r == cudaErrorNotReady) return false;
+  if (r != cudaSuccess) (void)cudaGetLastError();
+  return true;
+}
+
+void destroy_event(void* event) { cudaEventDestroy(static_cast<cudaEvent_t>(event)); }
+
 // ---- devices
 
 DeviceProperties properties(int device) {

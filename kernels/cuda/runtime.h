@@ -14,4 +14,11 @@ void free(int device, void* p);
 enum class CopyKind { HostToDevice, DeviceToHost, DeviceToDevice };
 // Copies on the current stream of `device` and returns when the bytes have arrived.
 void copy(void* dst, const void* src, size_t bytes, CopyKind kind, int device);
+// Events for the caching allocator's deferred frees (cudaEvent_t handles; `stream` is a
+// cudaStream_t, null for the legacy stream). They never throw, as they run inside release():
+// record_event returns null when it cannot record (it synchronises the stream instead, so the
+// block is safe to reuse at once), and an event whose query fails counts as done.
+void* record_event(int device, void* stream);
+bool event_done(void* event, bool wait);  // with `wait`, first blocks until the event completes
+void destroy_event(void* event);
 }  // namespace mg::cuda

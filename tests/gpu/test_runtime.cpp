@@ -21,6 +21,7 @@ TEST_CASE("cuda: the kernel table is complete when built with CUDA [no-gpu]") {
 TEST_CASE("cuda: kernel variants are listed and selected by name [no-gpu]") {
   if (!cuda_built()) {
     CHECK(cuda::kernel_variants("layer_norm").empty());
+    CHECK(cuda::kernel_variants("conv2d").empty());
     return;
   }
   CHECK(cuda::kernel_variants("layer_norm") == std::vector<std::string>{"block", "warp"});
@@ -30,6 +31,13 @@ TEST_CASE("cuda: kernel variants are listed and selected by name [no-gpu]") {
   cuda::set_kernel_variant("layer_norm", "block");
   CHECK_THROWS_AS(cuda::set_kernel_variant("layer_norm", "fastest"), ValueError);
   CHECK_THROWS_AS(cuda::set_kernel_variant("no_such_op", "block"), ValueError);
+  // conv2d: cuDNN first when built with it (-DMG_CUDNN, on by default), the im2col lowering always.
+  auto conv = cuda::kernel_variants("conv2d");
+  CHECK((conv == std::vector<std::string>{"cudnn", "im2col"} || conv == std::vector<std::string>{"im2col"}));
+  CHECK(cuda::kernel_variant("conv2d") == conv.front());
+  cuda::set_kernel_variant("conv2d", "im2col");
+  CHECK(cuda::kernel_variant_index("conv2d") == int(conv.size()) - 1);
+  cuda::set_kernel_variant("conv2d", conv.front());
 }
 
 TEST_CASE("cuda: without a device, using cuda says why [no-gpu]") {
@@ -163,4 +171,154 @@ TEST_CASE("cuda: the memory limit raises OutOfMemoryError on the gpu as on the c
   set_memory_limit(kGPU, 0);
   Tensor fine = empty({1024}, kGPU);
   CHECK(memory_stats(kGPU).allocated == before + 8192);
+}
+
+// ---- streams and the caching allocator: blocks belong to the stream they were allocated on;
+// record_stream defers a block's reuse until the other stream's work is done.
+
+namespace {
+void* data_of(const Tensor& t) { return t.storage()->data(); }
+
+// The ledger against the segment layout: live blocks and blocks waiting for other streams make
+// `active`; only live blocks count in `allocated`, and the categories sum to it.
+void check_ledger(const Device& d) {
+  MemoryStats s = memory_stats(d);
+  int64_t reserved = 0, active = 0, allocated = 0;
+  for (const SegmentInfo& seg : memory_segments(d)) {
+    reserved += seg.size;
+    for (const BlockInfo& b : seg.blocks)
+      if (b.in_use) active += b.size, allocated += b.allocated;
+  }
+  CHECK(reserved == s.reserved);
+  CHECK(active == s.active);
+  CHECK(allocated == s.allocated);
+  int64_t by_category = 0;
+  for (int64_t bytes : s.by_category) by_category += bytes;
+  CHECK(by_category == s.allocated);
+}
+
+constexpr int64_t kSide = 4096;                      // a kSide x kSide float32 matrix:
+constexpr int64_t kMatrixBytes = kSide * kSide * 4;  // 64 MiB, a segment of its own
+// Queues about 50 ms of matmuls reading `x` on stream `s` (the results are dropped on `s`).
+void keep_busy_reading(const cuda::Stream& s, const Tensor& x) {
+  cuda::StreamGuard on(s);
+  for (int i = 0; i < 20; ++i) Tensor y = matmul(x, x);
+}
+// A matrix allocated and written on the current stream, finished before other streams read it.
+Tensor written_matrix() {
+  Tensor x = empty({kSide, kSide}, kGPU);
+  x.fill_(1.0 / double(kSide));
+  cuda::current_stream(0).synchronize();
+  return x;
+}
+}  // namespace
+
+TEST_CASE("cuda: record_stream checks its arguments [no-gpu]") {
+  CHECK_THROWS_AS(cuda::record_stream(Tensor(), cuda::Stream()), ValueError);
+  CHECK_THROWS_AS(cuda::record_stream(zeros({2}), cuda::Stream()), DeviceError);
+  CHECK_THROWS_AS(cuda::record_stream(empty({2}, kMeta), cuda::Stream()), DeviceError);
+  if (!cuda_available()) return;
+  Tensor t = zeros({2}, kGPU);
+  CHECK_THROWS_AS(cuda::record_stream(t, cuda::Stream(1, nullptr)), DeviceError);
+  cuda::record_stream(t, cuda::current_stream(0));  // its own stream: nothing to wait for
+}
+
+TEST_CASE("cuda streams: a block freed on one stream is reused on that stream, not on another") {
+  cuda::Stream a = cuda::Stream::create(0), b = cuda::Stream::create(0);
+  const int64_t n = 1 << 16;  // 256 KiB: the small pool
+  void* first = nullptr;
+  {
+    cuda::StreamGuard on_a(a);
+    first = data_of(empty({n}, kGPU));  // released at once, into a's pool
+  }
+  const int64_t reserved = memory_stats(kGPU).reserved;
+  {
+    cuda::StreamGuard on_b(b);
+    Tensor t = empty({n}, kGPU);
+    CHECK(data_of(t) != first);
+    CHECK(memory_stats(kGPU).reserved == reserved + int64_t(memory::kSmallSegment));  // b's own segment
+  }
+  Tensor on_default = empty({n}, kGPU);
+  CHECK(data_of(on_default) != first);
+  {
+    cuda::StreamGuard on_a(a);
+    Tensor t = empty({n}, kGPU);
+    CHECK(data_of(t) == first);
+  }
+  check_ledger(kGPU);
+}
+
+TEST_CASE("cuda streams: record_stream keeps a block from reuse until the other stream's work is done") {
+  cuda::Stream a = cuda::Stream::create(0), b = cuda::Stream::create(0);
+  cuda::StreamGuard on_a(a);
+  Tensor x = written_matrix();
+  void* xp = data_of(x);
+  keep_busy_reading(b, x);
+  cuda::record_stream(x, b);
+  cuda::record_stream(x, b);  // twice is once
+  MemoryStats before = memory_stats(kGPU);
+  x = Tensor();  // released while b still reads it
+  MemoryStats after = memory_stats(kGPU);
+  CHECK(after.allocated == before.allocated - kMatrixBytes);  // the ledger frees it now...
+  CHECK(after.active == before.active);                       // ...but the block is still in use
+  CHECK(after.reserved == before.reserved);
+  CHECK(after.cached() == before.cached());
+  check_ledger(kGPU);
+
+  Tensor z = empty({kSide, kSide}, kGPU);  // on a, the same size
+  if (!b.query())
+    CHECK(data_of(z) != xp);  // b was busy during the allocation: x's block was not on offer
+  else
+    WARN_MESSAGE(false, "stream b finished its matmuls before the allocation; the pointer check was skipped");
+  CHECK(memory_stats(kGPU).reserved >= before.reserved + kMatrixBytes);  // z needed a segment of its own
+  check_ledger(kGPU);
+
+  b.synchronize();
+  Tensor w = empty({kSide, kSide}, kGPU);  // b is done: at this allocation x's block is free again
+  CHECK(data_of(w) == xp);
+  MemoryStats end = memory_stats(kGPU);
+  CHECK(end.allocated == before.allocated + kMatrixBytes);  // z and w live, x gone
+  CHECK(end.active == before.active + kMatrixBytes);
+  check_ledger(kGPU);
+}
+
+TEST_CASE("cuda streams: empty_cache waits for deferred frees and returns their segments") {
+  cuda::Stream a = cuda::Stream::create(0), b = cuda::Stream::create(0);
+  cuda::StreamGuard on_a(a);
+  Tensor x = written_matrix();
+  const uint64_t base = uint64_t(reinterpret_cast<uintptr_t>(data_of(x)));
+  keep_busy_reading(b, x);
+  cuda::record_stream(x, b);
+  const MemoryStats before = memory_stats(kGPU);
+  x = Tensor();
+  empty_cache(kGPU);
+  CHECK(b.query());  // the event recorded at the release, after all of b's matmuls, was waited for
+  for (const SegmentInfo& seg : memory_segments(kGPU)) CHECK(seg.address != base);
+  const MemoryStats after = memory_stats(kGPU);
+  CHECK(after.reserved <= before.reserved - kMatrixBytes);
+  CHECK(after.num_segment_frees > before.num_segment_frees);
+  check_ledger(kGPU);
+}
+
+TEST_CASE("cuda streams: the out-of-memory retry waits for deferred frees") {
+  cuda::Stream a = cuda::Stream::create(0), b = cuda::Stream::create(0);
+  cuda::StreamGuard on_a(a);
+  empty_cache(kGPU);
+  Tensor x = written_matrix();
+  keep_busy_reading(b, x);
+  cuda::record_stream(x, b);
+  x = Tensor();
+  // Room for no new 64 MiB segment: only the segment x leaves behind, once b is done, can go.
+  const MemoryStats before = memory_stats(kGPU);
+  set_memory_limit(kGPU, before.reserved + kMatrixBytes / 2);
+  const bool busy = !b.query();
+  Tensor y;
+  CHECK_NOTHROW(y = empty({kSide, kSide}, kGPU));
+  set_memory_limit(kGPU, 0);
+  CHECK(b.query());
+  if (busy)
+    CHECK(memory_stats(kGPU).num_retries == before.num_retries + 1);  // the retry, not the cache, found room
+  else
+    WARN_MESSAGE(false, "stream b finished its matmuls before the allocation; the retry check was skipped");
+  check_ledger(kGPU);
 }

@@ -374,3 +374,24 @@ TEST_CASE("allocator: concurrent allocation and release from several threads") {
     check_consistent(d);
   }
 }
+
+TEST_CASE("allocator: off cuda there is one stream: a block released on one thread is reused at once on another") {
+  // cuda pools are per stream (the thread's current one) with deferred frees; host and meta blocks
+  // must stay shared by all threads and reusable the moment they are released.
+  for (Device d : {kCPU, kMeta}) {
+    empty_cache(d);
+    MemoryStats s0 = memory_stats(d);
+    Block* a = memory::allocate(d, size_t(3 * MiB), Category::Other);
+    const uint64_t first = addr(a);
+    std::thread([a] { memory::release(a); }).join();
+    MemoryStats s1 = memory_stats(d);
+    CHECK(s1.active == s0.active);  // nothing waits: the block is cached free at once
+    CHECK(s1.allocated == s0.allocated);
+    Block* b = nullptr;
+    std::thread([&b, d] { b = memory::allocate(d, size_t(3 * MiB), Category::Other); }).join();
+    CHECK(addr(b) == first);
+    CHECK(memory_stats(d).cache_hits == s1.cache_hits + 1);
+    memory::release(b);
+    check_consistent(d);
+  }
+}

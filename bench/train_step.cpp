@@ -3,6 +3,7 @@
 // Prints one JSON object; bench/compare/train_step.py runs the same workloads in PyTorch.
 //   bench_train_step mlp [steps=20] [batch=256] [in=784] [hidden=1024] [layers=2] [classes=10]
 //   bench_train_step gpt [steps=10] [n_layer=4] [n_head=4] [n_embd=128] [vocab=2048] [batch=8] [seq=128]
+//   bench_train_step gpt-fused ...   the same GPT with fused attention (scaled_dot_product_attention)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -59,8 +60,9 @@ Workload make_mlp(const std::vector<int64_t>& a) {
   return {"mlp", cfg, net, [net, x, y] { return cross_entropy(net->forward(x), y); }};
 }
 
-Workload make_gpt(const std::vector<int64_t>& a) {
+Workload make_gpt(const std::vector<int64_t>& a, bool fused) {
   nn::GPTConfig c;
+  c.fused_attention = fused;
   c.n_layer = a[0], c.n_head = a[1], c.n_embd = a[2], c.vocab_size = a[3], c.block_size = a[5];
   const int64_t batch = a[4], seq = a[5];
   auto gpt = std::make_shared<nn::GPT>(c);
@@ -71,9 +73,9 @@ Workload make_gpt(const std::vector<int64_t>& a) {
     targets = randint(0, c.vocab_size, {batch, seq});
   }
   char cfg[160];
-  std::snprintf(cfg, sizeof cfg, "n_layer %lld, n_head %lld, n_embd %lld, vocab %lld, batch %lld x %lld",
+  std::snprintf(cfg, sizeof cfg, "n_layer %lld, n_head %lld, n_embd %lld, vocab %lld, batch %lld x %lld%s",
                 (long long)c.n_layer, (long long)c.n_head, (long long)c.n_embd, (long long)c.vocab_size,
-                (long long)batch, (long long)seq);
+                (long long)batch, (long long)seq, fused ? ", fused attention" : "");
   return {"gpt", cfg, gpt, [gpt, idx, targets] { return gpt->loss(idx, targets); }};
 }
 
@@ -82,15 +84,16 @@ Workload make_gpt(const std::vector<int64_t>& a) {
 int main(int argc, char** argv) {
   const std::string kind = argc > 1 ? argv[1] : "mlp";
   auto arg = [&](int i, int64_t fallback) { return argc > i ? int64_t(std::atoll(argv[i])) : fallback; };
-  const bool gpt = kind == "gpt";
+  const bool gpt = kind == "gpt" || kind == "gpt-fused";
   if (!gpt && kind != "mlp") {
-    std::fprintf(stderr, "usage: bench_train_step mlp|gpt [steps] [sizes...]\n");
+    std::fprintf(stderr, "usage: bench_train_step mlp|gpt|gpt-fused [steps] [sizes...]\n");
     return 2;
   }
   const int steps = int(arg(2, gpt ? 10 : 20)), warmup = 3;
   manual_seed(0);
-  Workload w = gpt ? make_gpt({arg(3, 4), arg(4, 4), arg(5, 128), arg(6, 2048), arg(7, 8), arg(8, 128)})
-                   : make_mlp({arg(3, 256), arg(4, 784), arg(5, 1024), arg(6, 2), arg(7, 10)});
+  Workload w =
+      gpt ? make_gpt({arg(3, 4), arg(4, 4), arg(5, 128), arg(6, 2048), arg(7, 8), arg(8, 128)}, kind == "gpt-fused")
+          : make_mlp({arg(3, 256), arg(4, 784), arg(5, 1024), arg(6, 2), arg(7, 10)});
   optim::AdamW opt(w.model->parameters(), optim::AdamWOptions(1e-3));
   double loss = 0;
   auto step = [&] {

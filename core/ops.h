@@ -60,6 +60,9 @@ Tensor sigmoid(const Tensor& x);
 Tensor relu(const Tensor& x);
 enum class GeluApprox { None, Tanh };  // erf form, or the tanh approximation
 Tensor gelu(const Tensor& x, GeluApprox approx = GeluApprox::None);
+// gelu(x + bias) in one pass, bias [n] broadcast over x [..., n] (the bias add of the linear layer
+// before a GELU, fused into it). Saves x and bias; their gradients come from one kernel.
+Tensor bias_gelu(const Tensor& x, const Tensor& bias, GeluApprox approx = GeluApprox::None);
 Tensor silu(const Tensor& x);
 Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi);
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
@@ -124,6 +127,15 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
 // backward regenerates it from the counter-based generator's seed and offset.
 Tensor dropout(const Tensor& x, double p, bool training = true);
 enum class Reduction { None, Mean, Sum };
+// softmax(scale * q k^T) @ v over the last two dims, fused: no [Tq, Tk] matrix is stored.
+// q [..., Tq, D], k and v [..., Tk, D] with equal leading dims; scale <= 0 means 1/sqrt(D).
+// is_causal: query i sees keys j <= i (PyTorch's top-left alignment). dropout_p drops
+// probabilities with the mask the dropout op would draw on the [..., Tq, Tk] matrix for the
+// same generator state, so fused and composed attention agree exactly. Saves q, k, v, the
+// output and each row's log-sum-exp (float32 [..., Tq]; float64 for float64 inputs); backward
+// recomputes the rest.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal = false,
+                                    double dropout_p = 0.0, double scale = 0.0);
 // logits [N, C] or [N, C, d...]; target int64 [N] or [N, d...] of class indices.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index = -100,
                      double label_smoothing = 0.0, Reduction reduction = Reduction::Mean);

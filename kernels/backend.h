@@ -52,6 +52,17 @@ MG_HD int64_t avg_pool_area(const Conv2dGeometry& g, int64_t oy, int64_t ox) {
   return (y1 - y0) * (x1 - x0);
 }
 
+// Scaled dot-product attention: softmax(scale * q k^T, causal mask) -> dropout -> @ v, with no
+// [Tq, Tk] matrix kept. Query i sees keys j <= i when causal (PyTorch's is_causal). Dropout keeps
+// probability (bh, i, j) when draw offset + (bh * Tq + i) * Tk + j is >= p, the same mask the
+// dropout op draws on the contiguous [BH, Tq, Tk] probabilities.
+struct AttentionParams {
+  double scale = 1;
+  bool causal = false;
+  double dropout_p = 0;
+  uint64_t seed = 0, offset = 0;
+};
+
 // Operands of a multi-tensor op: lists[k][j] is operand k of tensor j.
 using TensorLists = std::vector<std::vector<Tensor>>;
 
@@ -82,6 +93,11 @@ struct Backend {
                          UnaryParams p) = nullptr;
   // out = a op (alpha * b) for Add/Sub, a op b otherwise; comparisons write bool.
   void (*binary)(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, double alpha) = nullptr;
+  // GELU with the bias add before it fused: out = gelu(x + bias), grad_in = grad * gelu'(x + bias);
+  // bias is expanded to x's shape; `tanh` picks the tanh approximation over the erf form.
+  void (*bias_gelu)(const Tensor& x, const Tensor& bias, const Tensor& out, bool tanh) = nullptr;
+  void (*bias_gelu_backward)(const Tensor& grad, const Tensor& x, const Tensor& bias, const Tensor& grad_in,
+                             bool tanh) = nullptr;
   void (*where)(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) = nullptr;
 
   // Reduces the contiguous x of shape [outer, r, inner] over r into out [outer, inner].
@@ -129,6 +145,29 @@ struct Backend {
   void (*avg_pool2d)(const Tensor& x, const Tensor& out, const Conv2dGeometry& g) = nullptr;
   void (*avg_pool2d_backward)(const Tensor& grad, const Tensor& grad_x, const Conv2dGeometry& g) = nullptr;
 
+  // Contiguous q [BH, Tq, D], k and v [BH, Tk, D] -> out [BH, Tq, D] and lse [BH, Tq], each row's
+  // log-sum-exp of the scaled, masked scores (-inf for a row with no key); lse and delta below
+  // are float32, float64 for float64 inputs.
+  void (*attention)(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                    const AttentionParams& p) = nullptr;
+  // Gradients of q, k, v (same layouts) from grad_out and the forward's out and lse: the
+  // probabilities are recomputed tile by tile, never stored. delta ([BH, Tq]) is scratch
+  // for rowsum(grad_out * out), allocated by the op so every device books the same bytes.
+  void (*attention_backward)(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v,
+                             const Tensor& out, const Tensor& lse, const Tensor& delta, const Tensor& grad_q,
+                             const Tensor& grad_k, const Tensor& grad_v, const AttentionParams& p) = nullptr;
+
+  // Direct convolution, for backends with a library for it (cuDNN); left null, or returning false
+  // (variant or configuration not supported), the op lowers to im2col + GEMM. x [N, C, H, W],
+  // weight [O, C/groups, kh, kw] and out [N, O, oh, ow], all contiguous; no bias.
+  bool (*conv2d)(const Tensor& x, const Tensor& weight, const Tensor& out, const Conv2dGeometry& g,
+                 int64_t groups) = nullptr;
+  // grad_x (zeroed by the callee as needed) from grad_out and weight; grad_weight from grad_out and x.
+  bool (*conv2d_backward_input)(const Tensor& grad_out, const Tensor& weight, const Tensor& grad_x,
+                                const Conv2dGeometry& g, int64_t groups) = nullptr;
+  bool (*conv2d_backward_weight)(const Tensor& grad_out, const Tensor& x, const Tensor& grad_weight,
+                                 const Conv2dGeometry& g, int64_t groups) = nullptr;
+
   // Multi-tensor ops (optimizers, loss scaling): one call covers many tensors, which the CUDA
   // backend updates in one fused launch per batch. The operands of tensor j (lists[k][j]) are
   // contiguous and share its size and dtype; an optional operand may be undefined.
@@ -157,6 +196,17 @@ void run(const char* op, const Device& device, Fn Backend::*fn, Args&&... args) 
   auto f = b.*fn;
   MG_CHECK(f != nullptr, NotImplementedError, op, ": no kernel for device ", device, " yet");
   f(std::forward<Args>(args)...);
+}
+
+// Runs an optional entry (one returning bool, such as conv2d): false when the backend has none,
+// declines, or `device` is meta, and the caller takes its general path.
+template <class Fn, class... Args>
+bool try_run(const Device& device, Fn Backend::*fn, Args&&... args) {
+  if (device.is_meta()) return false;
+  NoGradGuard no_grad;
+  MemoryScope scratch(Category::Workspace);
+  auto f = (device.is_cuda() ? cuda_backend() : cpu_backend()).*fn;
+  return f != nullptr && f(std::forward<Args>(args)...);
 }
 
 }  // namespace mg::kernels

@@ -11,6 +11,8 @@ void randint(const Tensor& dst, uint64_t seed, uint64_t offset, int64_t lo, int6
 void unary(UnaryOp op, const Tensor& x, const Tensor& out, UnaryParams p);
 void unary_backward(UnaryOp op, const Tensor& grad, const Tensor& saved, const Tensor& grad_in, UnaryParams p);
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, double alpha);
+void bias_gelu(const Tensor& x, const Tensor& bias, const Tensor& out, bool tanh);
+void bias_gelu_backward(const Tensor& grad, const Tensor& x, const Tensor& bias, const Tensor& grad_in, bool tanh);
 void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out);
 void dropout(const Tensor& x, const Tensor& out, double p, uint64_t seed, uint64_t offset);
 
@@ -30,6 +32,13 @@ void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const
 void layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                          const Tensor& weight, const Tensor& grad_x, const Tensor& grad_weight,
                          const Tensor& grad_bias);
+
+// attention
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+               const AttentionParams& p);
+void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& lse, const Tensor& delta, const Tensor& grad_q, const Tensor& grad_k,
+                        const Tensor& grad_v, const AttentionParams& p);
 
 // matmul
 void matmul(const Tensor& a, const Tensor& b, const Tensor& out);

@@ -42,6 +42,7 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
 }
 
 Tensor CausalSelfAttention::attention_core(const Tensor& q, const Tensor& k, const Tensor& v) {
+  if (fused) return scaled_dot_product_attention(q, k, v, true, attn_dropout->is_training() ? attn_dropout->p : 0.0);
   const int64_t T = q.size(2);
   Tensor att = matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(q.size(3))));
   att = masked_fill(att, mask.slice(0, 0, T).slice(1, 0, T), -INFINITY);
@@ -55,6 +56,7 @@ Block::Block(const GPTConfig& c) : UnaryModule("Block") {
   ln_2 = register_module<LayerNorm>("ln_2", Shape{c.n_embd}, 1e-5, true, c.options);
   mlp = register_module<MLP>("mlp", c.n_embd, 4 * c.n_embd, c.dropout, GeluApprox::Tanh, c.options);
   attn->selective_recompute = c.selective_recompute;
+  attn->fused = c.fused_attention;
 }
 
 Tensor Block::forward(const Tensor& x) {

@@ -25,6 +25,9 @@ struct GPTConfig {
   // Selective recompute (Korthikanti et al. 2022): each block keeps its matmul inputs and
   // recomputes only the attention core (q k^T, mask, softmax, dropout, @ v) during backward.
   bool selective_recompute = false;
+  // The attention core as one fused op (scaled_dot_product_attention): it saves q, k, v, the
+  // output and a log-sum-exp per row instead of the [T, T] scores and probabilities.
+  bool fused_attention = false;
   static GPTConfig gpt2() { return {}; }  // 124,439,808 parameters
 };
 
@@ -39,6 +42,7 @@ class CausalSelfAttention : public UnaryModule {
   std::shared_ptr<Dropout> attn_dropout, resid_dropout;
   Tensor mask;                       // bool [block_size, block_size], true above the diagonal (the future)
   bool selective_recompute = false;  // run the attention core as a checkpoint segment
+  bool fused = false;                // the core as scaled_dot_product_attention
   // softmax(mask(q k^T / sqrt(hs))) -> dropout -> @ v, on heads [B, nh, T, hs].
   Tensor attention_core(const Tensor& q, const Tensor& k, const Tensor& v);
 };

@@ -82,6 +82,11 @@ MLP::MLP(int64_t n_embd, int64_t hidden, double dropout, GeluApprox approx, cons
   drop = register_module<Dropout>("dropout", dropout);
 }
 
-Tensor MLP::forward(const Tensor& x) { return drop->forward(c_proj->forward(act->forward(c_fc->forward(x)))); }
+Tensor MLP::forward(const Tensor& x) {
+  // c_fc's bias add runs inside the GELU (bias_gelu): one pass over the wide hidden tensor, not two.
+  Tensor h = c_fc->bias.defined() ? bias_gelu(linear(x, c_fc->weight), c_fc->bias, act->approx)
+                                  : act->forward(c_fc->forward(x));
+  return drop->forward(c_proj->forward(h));
+}
 
 }  // namespace mg::nn

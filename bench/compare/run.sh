@@ -28,7 +28,10 @@ cmake --build "$build" -j"$(nproc)" --target bench_op_overhead bench_train_step 
 export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads MKL_NUM_THREADS=$threads
 
 # Workloads: name, then the arguments both programs take after the workload kind and step count.
-workloads=("mlp mlp 256 784 1024 2 10" "gpt gpt 4 4 128 2048 8 128" "gpt-256 gpt 4 4 256 4096 8 128")
+# gpt-512f: memgrad's fused attention against torch's F.scaled_dot_product_attention, or against
+# its explicit attention where torch (Debian's 1.13) has none; the config column says which.
+workloads=("mlp mlp 256 784 1024 2 10" "gpt gpt 4 4 128 2048 8 128" "gpt-256 gpt 4 4 256 4096 8 128"
+  "gpt-512 gpt 4 4 256 4096 4 512" "gpt-512f gpt-fused 4 4 256 4096 4 512")
 for r in $(seq "$rounds"); do
   for w in "${workloads[@]}"; do
     set -- $w
@@ -61,7 +64,8 @@ for name in workloads:
           f"{best_mg:8.1f} {best_pt:8.1f} {best_mg / best_pt:6.2f} "
           f"{med(mg, 'cpu_ms'):9.1f} {med(pt, 'cpu_ms'):9.1f} {mb_mg:11.2f} {mb_pt:9.2f} {mb_mg / mb_pt:6.2f}")
     print(f"{'':9} per-round step ms: memgrad {[round(x['step_ms'], 1) for x in mg]}, "
-          f"torch {[round(x['step_ms'], 1) for x in pt]}")
+          f"torch {[round(x['step_ms'], 1) for x in pt]}"
+          + (f"; torch: {pt[0]['config'].split(', ')[-1]}" if "attention" in pt[0]["config"] else ""))
 op_mg = {b["run_name"].split("_", 2)[2]: b["per_op"] for b in json.load(open(f"{out}/op_mg.json"))["benchmarks"]
          if b.get("aggregate_name") == "median"}
 op_pt = json.load(open(f"{out}/op_pt.json"))

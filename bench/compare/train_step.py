@@ -23,6 +23,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+FUSED = False  # set by main() for gpt-fused
+
 
 class CausalSelfAttention(nn.Module):
     def __init__(self, n_embd, n_head, block_size):
@@ -36,9 +38,12 @@ class CausalSelfAttention(nn.Module):
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-        att = att.masked_fill(self.mask[:T, :T], float("-inf")).softmax(dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        if FUSED and hasattr(F, "scaled_dot_product_attention"):  # torch >= 2.0
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+            y = att.masked_fill(self.mask[:T, :T], float("-inf")).softmax(dim=-1) @ v
+        y = y.transpose(1, 2).reshape(B, T, C)
         return self.c_proj(y)
 
 
@@ -131,8 +136,11 @@ def profiled_peak(step, start_bytes):
 
 def main():
     kind = sys.argv[1] if len(sys.argv) > 1 else "mlp"
-    if kind not in ("mlp", "gpt"):
-        sys.exit("usage: train_step.py mlp|gpt [steps] [sizes...]")
+    if kind not in ("mlp", "gpt", "gpt-fused"):
+        sys.exit("usage: train_step.py mlp|gpt|gpt-fused [steps] [sizes...]")
+    global FUSED
+    FUSED = kind == "gpt-fused"  # F.scaled_dot_product_attention where this torch has it
+    kind = "gpt" if FUSED else kind
     steps = int(sys.argv[2]) if len(sys.argv) > 2 else (10 if kind == "gpt" else 20)
     sizes = [int(a) for a in sys.argv[3:]]
     threads = int(os.environ.get("OMP_NUM_THREADS", "2"))
@@ -161,7 +169,8 @@ def main():
         step()
         ms.append(1e3 * (time.perf_counter() - t0))
         cpu_ms.append(1e3 * (time.process_time() - c0))
-    print(json.dumps({"workload": kind, "config": cfg, "torch": torch.__version__,
+    attention = "sdpa" if FUSED and hasattr(F, "scaled_dot_product_attention") else "explicit"
+    print(json.dumps({"workload": kind, "config": cfg + f", {attention} attention", "torch": torch.__version__,
                       "threads": torch.get_num_threads(), "steps": steps, "step_ms": sorted(ms)[len(ms) // 2],
                       "min_ms": min(ms), "cpu_ms": sorted(cpu_ms)[len(cpu_ms) // 2], "peak_bytes": peak, "start_bytes": start, "loss": last[0],
                       "ms": [round(m, 3) for m in ms]}))

@@ -1,7 +1,8 @@
 // A GPT-2-124M-shaped training step on the GPU (12 layers, 12 heads, width 768, vocabulary
 // 50257), written with memgrad's ops: forward, backward, SGD update. Prints time per step,
 // tokens/s and the ledger's peak with its breakdown. gpt2_step.py runs the same model in PyTorch.
-//   bench_gpu_gpt2 [--batch 8] [--seq 1024] [--steps 10] [--tf32]
+// --fused-attention replaces the explicit masked softmax with scaled_dot_product_attention.
+//   bench_gpu_gpt2 [--batch 8] [--seq 1024] [--steps 10] [--tf32] [--fused-attention]
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -16,6 +17,7 @@ using namespace mg;
 namespace {
 const Device kGPU = cuda_device(0);
 constexpr int64_t kLayers = 12, kHeads = 12, kWidth = 768, kVocab = 50257, kContext = 1024;
+bool g_fused = false;
 
 struct Block {
   Tensor ln1_w, ln1_b, attn_w, attn_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, out_w, out_b;
@@ -62,9 +64,14 @@ Tensor forward(Model& m, const Tensor& idx, const Tensor& targets, const Tensor&
     Tensor h = layer_norm(x, {kWidth}, b.ln1_w, b.ln1_b);
     auto qkv = split(linear(h, b.attn_w, b.attn_b), kWidth, 2);
     auto heads = [&](const Tensor& t) { return t.view({B, T, kHeads, hd}).transpose(1, 2); };
-    Tensor att = matmul(heads(qkv[0]), heads(qkv[1]).transpose(-1, -2)) * (1.0 / std::sqrt(double(hd)));
-    att = softmax(masked_fill(att, mask, -INFINITY), -1);
-    Tensor y = matmul(att, heads(qkv[2])).transpose(1, 2).reshape({B, T, kWidth});
+    Tensor y;
+    if (g_fused) {
+      y = scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), true);
+    } else {
+      Tensor att = matmul(heads(qkv[0]), heads(qkv[1]).transpose(-1, -2)) * (1.0 / std::sqrt(double(hd)));
+      y = matmul(softmax(masked_fill(att, mask, -INFINITY), -1), heads(qkv[2]));
+    }
+    y = y.transpose(1, 2).reshape({B, T, kWidth});
     x = x + linear(y, b.proj_w, b.proj_b);
     h = gelu(linear(layer_norm(x, {kWidth}, b.ln2_w, b.ln2_b), b.fc_w, b.fc_b), GeluApprox::Tanh);
     x = x + linear(h, b.out_w, b.out_b);
@@ -85,6 +92,8 @@ int main(int argc, char** argv) {
       steps = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--tf32"))
       cuda::set_allow_tf32(true);
+    else if (!std::strcmp(argv[i], "--fused-attention"))
+      g_fused = true;
   }
   if (!cuda_available()) {
     std::printf("bench_gpu_gpt2: no CUDA device\n");
@@ -125,8 +134,8 @@ int main(int argc, char** argv) {
   }
   MemoryStats st = memory_stats(kGPU);
   const double ms = total_ms / double(steps);
-  std::printf("memgrad gpt2-124M step: batch %lld, seq %lld, tf32 %s\n", (long long)batch, (long long)seq,
-              cuda::allow_tf32() ? "on" : "off");
+  std::printf("memgrad gpt2-124M step: batch %lld, seq %lld, tf32 %s, %s attention\n", (long long)batch, (long long)seq,
+              cuda::allow_tf32() ? "on" : "off", g_fused ? "fused" : "explicit");
   std::printf("  %.1f ms/step, %.0f tokens/s, loss %.4f -> %.4f\n", ms, double(batch * seq) / ms * 1e3, first_loss,
               last_loss);
   std::printf("  peak allocated %.1f MiB; at peak:", double(st.peak_allocated) / (1 << 20));

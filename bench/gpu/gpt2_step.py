@@ -1,7 +1,8 @@
 """The GPT-2-124M-shaped training step of gpt2_step.cpp in PyTorch: the same model, the same
 explicit masked-softmax attention, forward + backward + SGD update, in float32 (TF32 optional).
 Runs eager and torch.compile; prints ms/step, tokens/s and torch.cuda.max_memory_allocated.
-    python3 gpt2_step.py [--batch 8] [--seq 1024] [--steps 10] [--tf32] [--no-compile]
+--sdpa uses F.scaled_dot_product_attention (is_causal) instead, as --fused-attention does there.
+    python3 gpt2_step.py [--batch 8] [--seq 1024] [--steps 10] [--tf32] [--no-compile] [--sdpa]
 """
 import argparse
 import math
@@ -11,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 L, H, D, V, CTX = 12, 12, 768, 50257, 1024
+SDPA = False
 
 
 def make_params(dev):
@@ -43,9 +45,12 @@ def forward(P, idx, targets, mask):
         h = F.layer_norm(x, (D,), P[f"{l}.ln1_w"], P[f"{l}.ln1_b"])
         q, k, v = F.linear(h, P[f"{l}.attn_w"], P[f"{l}.attn_b"]).split(D, 2)
         q, k, v = (t.view(B, T, H, hd).transpose(1, 2) for t in (q, k, v))
-        att = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(hd))
-        att = att.masked_fill(mask, float("-inf")).softmax(-1)
-        y = (att @ v).transpose(1, 2).reshape(B, T, D)
+        if SDPA:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(hd))
+            y = att.masked_fill(mask, float("-inf")).softmax(-1) @ v
+        y = y.transpose(1, 2).reshape(B, T, D)
         x = x + F.linear(y, P[f"{l}.proj_w"], P[f"{l}.proj_b"])
         h = F.gelu(F.linear(F.layer_norm(x, (D,), P[f"{l}.ln2_w"], P[f"{l}.ln2_b"]), P[f"{l}.fc_w"], P[f"{l}.fc_b"]),
                    approximate="tanh")
@@ -82,10 +87,14 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--tf32", action="store_true")
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--sdpa", action="store_true")
     a = ap.parse_args()
+    global SDPA
+    SDPA = a.sdpa
     torch.backends.cuda.matmul.allow_tf32 = a.tf32
     dev = torch.device("cuda")
-    print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}, tf32 {'on' if a.tf32 else 'off'}")
+    print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}, tf32 {'on' if a.tf32 else 'off'}, "
+          f"{'sdpa' if a.sdpa else 'explicit'} attention")
     P = make_params(dev)
     idx = torch.randint(0, V, (a.batch, a.seq), device=dev)
     targets = torch.randint(0, V, (a.batch, a.seq), device=dev)

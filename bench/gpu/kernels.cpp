@@ -1,10 +1,12 @@
 // Times every CUDA kernel variant against the device's measured peaks: device-to-device copy
-// bandwidth for memory-bound kernels, GEMM rate for matmul; then a GPT-2-124M-shaped training
-// step (forward, backward, SGD update) with time, tokens/s and peak memory. The optimizer rows
-// time the fused multi-tensor AdamW and SGD steps and the loss scaler's inf/NaN check.
+// bandwidth for memory-bound kernels, GEMM rate for matmul and conv2d (cuDNN and im2col); then a
+// GPT-2-124M-shaped training step (forward, backward, SGD update) with time, tokens/s and peak
+// memory. The optimizer rows time the fused multi-tensor AdamW and SGD steps and the loss
+// scaler's inf/NaN check.
 //   bench_gpu_kernels [--quick] [--json FILE]
 // Exits 77 when no CUDA device is present.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -82,9 +84,13 @@ int main(int argc, char** argv) {
     double ms = time_ms(f, reps), gbs = bytes / ms / 1e6;
     rows.push_back({op, variant, shape, ms, gbs, "GB/s", gbs / copy_gbs});
   };
-  auto gemm_row = [&](const std::string& op, const std::string& shape, double flops, const std::function<void()>& f) {
+  auto flop_row = [&](const std::string& op, const std::string& variant, const std::string& shape, double flops,
+                      const std::function<void()>& f) {
     double ms = time_ms(f, reps), tf = flops / ms / 1e9;
-    rows.push_back({op, "cublas", shape, ms, tf, "TFLOP/s", tf / gemm_tflops});
+    rows.push_back({op, variant, shape, ms, tf, "TFLOP/s", tf / gemm_tflops});
+  };
+  auto gemm_row = [&](const std::string& op, const std::string& shape, double flops, const std::function<void()>& f) {
+    flop_row(op, "cublas", shape, flops, f);
   };
 
   // ---- memory-bound kernels (bytes = what must cross DRAM at least once)
@@ -97,6 +103,8 @@ int main(int argc, char** argv) {
   mem_row("unary", "gelu bf16", "8192x768", e * 4, [&] { gelu(xh); });
   mem_row("binary", "add", "8192x768", e * 12, [&] { add(x, y); });
   mem_row("binary", "add bias (broadcast)", "8192x768", e * 8, [&] { add(x, b); });
+  mem_row("bias_gelu", "fused", "8192x768", e * 8, [&] { bias_gelu(x, b, GeluApprox::Tanh); });
+  mem_row("bias_gelu", "add, then gelu", "8192x768", e * 8, [&] { gelu(add(x, b), GeluApprox::Tanh); });
   mem_row("reduce", "sum rows", "8192x768", e * 4, [&] { sum(x, {1}); });
   mem_row("reduce", "sum cols", "8192x768", e * 4, [&] { sum(x, {0}); });
   mem_row("softmax", "rows", "8192x768", e * 8, [&] { softmax(x, -1); });
@@ -150,6 +158,59 @@ int main(int argc, char** argv) {
     gemm_row("matmul tf32", "8192x768 @ 768x3072", 2.0 * R * C * 4 * C, [&] { matmul(a, m); });
   }
   cuda::set_allow_tf32(false);
+  // ---- conv2d, every variant: a ResNet stage-1 3x3 convolution (batch 8 with --quick).
+  // Forward is 2*N*O*(C*9)*(H*W) FLOPs; backward twice that (input and weight gradients).
+  {
+    const int64_t N = quick ? 8 : 32, Cc = 64, Hh = 56, O = 64;
+    const double fwd = 2.0 * N * O * (Cc * 9) * (Hh * Hh);
+    const std::string shape = std::to_string(N) + "x64x56x56 3x3->64";
+    for (DType t : {kFloat32, kBFloat16}) {
+      Tensor cx = randn({N, Cc, Hh, Hh}, kGPU).to(t), cw = (randn({O, Cc, 3, 3}, kGPU) * 0.05).to(t);
+      Tensor up = randn({N, O, Hh, Hh}, kGPU).to(t);
+      for (const std::string& v : cuda::kernel_variants("conv2d")) {
+        cuda::set_kernel_variant("conv2d", v);
+        const std::string op = std::string("conv2d ") + dtype_name(t);
+        flop_row(op, v + " fwd", shape, fwd, [&] { conv2d(cx, cw, Tensor(), {1}, {1}); });
+        flop_row(op, v + " fwd+bwd", shape, 3 * fwd, [&] {
+          EnableGradGuard grad;
+          Tensor x = cx.detach().requires_grad_(), w = cw.detach().requires_grad_();  // fresh leaves: no accumulation
+          conv2d(x, w, Tensor(), {1}, {1}).backward(up);
+        });
+      }
+    }
+    cuda::set_kernel_variant("conv2d", cuda::kernel_variants("conv2d").front());
+  }
+
+  // ---- causal attention, GPT-2 small's heads (batch 8, 12 heads, 1024 x 64; batch 2 with --quick):
+  // fused (no [T, T] matrix) against the explicit matmul/mask/softmax/matmul. Both are credited
+  // with the causal FLOPs: 4 * BH * T(T+1)/2 * D forward, 2.5x that for backward.
+  {
+    const int64_t Bn = quick ? 2 : 8, Hn = 12, T = 1024, D = 64;
+    const double fwd = 4.0 * Bn * Hn * (T * (T + 1) / 2.0) * D;
+    const std::string shape = std::to_string(Bn) + "x12x1024x64 causal";
+    Tensor r = arange(0, T, 1, TensorOptions(kInt64).device(kGPU)), mask = gt(r.unsqueeze(0), r.unsqueeze(1));
+    for (DType t : {kFloat32, kBFloat16}) {
+      Tensor q = randn({Bn, Hn, T, D}, kGPU).to(t), k = randn({Bn, Hn, T, D}, kGPU).to(t),
+             v = randn({Bn, Hn, T, D}, kGPU).to(t), up = randn({Bn, Hn, T, D}, kGPU).to(t);
+      auto explicit_attention = [&](const Tensor& a, const Tensor& b, const Tensor& c) {
+        return matmul(softmax(masked_fill(matmul(a, b.transpose(-1, -2)) * 0.125, mask, -INFINITY), -1), c);
+      };
+      auto with_grad = [&](auto attention) {
+        EnableGradGuard grad;
+        Tensor a = q.detach().requires_grad_(), b = k.detach().requires_grad_(), c = v.detach().requires_grad_();
+        attention(a, b, c).backward(up);
+      };
+      const std::string op = std::string("attention ") + dtype_name(t);
+      flop_row(op, "fused fwd", shape, fwd, [&] { scaled_dot_product_attention(q, k, v, true); });
+      flop_row(op, "fused fwd+bwd", shape, 3.5 * fwd, [&] {
+        with_grad([](const Tensor& a, const Tensor& b, const Tensor& c) {
+          return scaled_dot_product_attention(a, b, c, true);
+        });
+      });
+      flop_row(op, "explicit fwd", shape, fwd, [&] { explicit_attention(q, k, v); });
+      flop_row(op, "explicit fwd+bwd", shape, 3.5 * fwd, [&] { with_grad(explicit_attention); });
+    }
+  }
 
   std::printf("\n%-16s %-22s %-22s %10s %12s %9s\n", "op", "variant", "shape", "ms", "rate", "of peak");
   for (auto& r : rows)

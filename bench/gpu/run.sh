@@ -44,12 +44,16 @@ echo "== time: kernels"
 echo "== time: GPT-2-124M step (batch 8, seq 1024)"
 steps=10
 [ -n "$quick" ] && steps=3
-for tf in "" --tf32; do
-  "$build/bench/gpu/bench_gpu_gpt2" --steps "$steps" $tf | tee -a "$out/gpt2.txt"
+for attn in "" --fused-attention; do
+  for tf in "" --tf32; do
+    "$build/bench/gpu/bench_gpu_gpt2" --steps "$steps" $tf $attn | tee -a "$out/gpt2.txt"
+  done
 done
 if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-  for tf in "" --tf32; do
-    python3 "$root/bench/gpu/gpt2_step.py" --steps "$steps" $tf | tee -a "$out/gpt2.txt"
+  for attn in "" --sdpa; do
+    for tf in "" --tf32; do
+      python3 "$root/bench/gpu/gpt2_step.py" --steps "$steps" $tf $attn | tee -a "$out/gpt2.txt"
+    done
   done
 else
   echo "PyTorch with CUDA not importable: the PyTorch comparison did not run" | tee -a "$out/gpt2.txt"

@@ -190,6 +190,28 @@ Tensor gelu(const Tensor& x, GeluApprox approx) {
                                     : unary_op("gelu", UnaryOp::GeluErf, x, Keep::Input, true);
 }
 
+Tensor bias_gelu(const Tensor& x, const Tensor& bias, GeluApprox approx) {
+  OpScope scope("gelu");
+  check_floating("bias_gelu", x);
+  check_same_device("bias_gelu", x, bias);
+  MG_CHECK(x.dim() >= 1 && bias.shape() == Shape{x.size(-1)}, ShapeError, "bias_gelu: expected a bias of shape [",
+           x.dim() ? x.size(-1) : 0, "] for input ", shape_str(x.shape()), ", got ", shape_str(bias.shape()));
+  const bool tanh = approx == GeluApprox::Tanh;
+  Tensor out = new_like(x);
+  kernels::run("gelu", x.device(), &Backend::bias_gelu, x, prepare(bias, x.dtype(), x.shape()), out, tanh);
+  if (autograd::any_requires_grad({x, bias})) {
+    SavedTensor sx(x), sb(bias);
+    autograd::record("gelu", {x, bias}, {out}, [=](const TensorList& g, const Node& node) {
+      Tensor xs = sx.get(), b = sb.get(), gi = new_like(xs);
+      kernels::run("gelu", xs.device(), &Backend::bias_gelu_backward, g[0], xs, prepare(b, xs.dtype(), xs.shape()), gi,
+                   tanh);
+      Tensor gb = node.needs_input_grad(1) ? grad_for(gi, b) : Tensor();
+      return TensorList{node.needs_input_grad(0) ? gi : Tensor(), gb};
+    });
+  }
+  return out;
+}
+
 Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {
   MG_CHECK(lo || hi, ValueError, "clamp: expected at least one of min and max, got neither");
   // Bounds are kept inside the dtype's range: converting an out-of-range double to int32 is undefined.

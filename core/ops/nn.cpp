@@ -195,7 +195,11 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
     MG_CHECK(bias.shape() == Shape{O}, ShapeError, "conv2d: expected a bias of shape [", O, "], got ",
              shape_str(bias.shape()));
   const int64_t K = g.c / G * g.kh * g.kw, L = g.oh * g.ow;
+  const double flops = 2.0 * double(g.n) * double(O) * double(K) * double(L);
   Tensor out = new_output({g.n, O, g.oh, g.ow}, input.dtype(), input.device());
+  // A direct convolution (cuDNN) is tried first on cuda; it may decline (kernel variant "im2col",
+  // dtype, size), and cpu and meta never ask, so their ledger is exactly the lowering's.
+  const bool direct = input.device().is_cuda();
   // Lower to GEMM: out[n, grp] = W[grp] @ im2col(x)[n, grp]; the columns are scratch.
   auto columns = [g, G, K, L](const Tensor& x) {
     MemoryScope scratch(Category::Workspace);
@@ -205,30 +209,50 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
   };
   {
     NoGradGuard ng;
-    Tensor col = columns(input);
-    Tensor w = weight.contiguous().view({G, O / G, K});
-    for (int64_t n = 0; n < g.n; ++n)
-      kernels::run("conv2d", input.device(), &Backend::matmul, w, col.select(0, n),
-                   out.select(0, n).view({G, O / G, L}));
+    bool done = false;
+    if (direct) {
+      MemoryScope scratch(Category::Workspace);  // contiguous copies, if any, are scratch like the columns
+      done = kernels::try_run(input.device(), &Backend::conv2d, input.contiguous(), weight.contiguous(), out, g, G);
+    }
+    if (!done) {
+      Tensor col = columns(input);
+      Tensor w = weight.contiguous().view({G, O / G, K});
+      for (int64_t n = 0; n < g.n; ++n)
+        kernels::run("conv2d", input.device(), &Backend::matmul, w, col.select(0, n),
+                     out.select(0, n).view({G, O / G, L}));
+    }
     if (bias.defined()) {
       Tensor o3 = out.view({g.n, O, L});
       kernels::run("conv2d", input.device(), &Backend::binary, kernels::BinaryOp::Add, o3,
                    prepare(bias.view({O, 1}), input.dtype(), o3.shape()), o3, 1.0);
     }
   }
-  count_flops(2.0 * double(g.n) * double(O) * double(K) * double(L));
+  count_flops(flops);
   if (autograd::any_requires_grad({input, weight, bias})) {
     SavedTensor sx(weight.requires_grad() ? input : Tensor()), sw(input.requires_grad() ? weight : Tensor());
     Shape xs = input.shape(), ws = weight.shape();
     autograd::record("conv2d", {input, weight, bias}, {out}, [=](const TensorList& grads, const Node& node) {
       Tensor go = grads[0].contiguous().view({g.n, G, O / G, L}), gx, gw, gb;
-      if (node.needs_input_grad(0)) {
+      // The direct kernels write whole gradients (allocated first, dropped before the lowering
+      // runs if declined) and count the FLOPs the lowering's matmuls would.
+      auto direct_grad = [&](auto entry, const Shape& shape, const Tensor& operand) {
+        if (!direct) return Tensor();
+        Tensor grad = new_output(shape, go.dtype(), go.device());
+        MemoryScope scratch(Category::Workspace);
+        if (!kernels::try_run(go.device(), entry, go.view({g.n, O, g.oh, g.ow}), operand.contiguous(), grad, g, G))
+          return Tensor();
+        count_flops(flops);
+        return grad;
+      };
+      if (node.needs_input_grad(0)) gx = direct_grad(&Backend::conv2d_backward_input, xs, sw.get());
+      if (node.needs_input_grad(0) && !gx.defined()) {
         Tensor w = sw.get().reshape({G, O / G, K});
         Tensor gcol = matmul(w.transpose(1, 2), go);  // [N, G, K, L]
         gx = zeros_output(xs, go.dtype(), go.device());
         kernels::run("conv2d_backward", go.device(), &Backend::col2im, gcol.contiguous(), gx, g);
       }
-      if (node.needs_input_grad(1)) {
+      if (node.needs_input_grad(1)) gw = direct_grad(&Backend::conv2d_backward_weight, ws, sx.get());
+      if (node.needs_input_grad(1) && !gw.defined()) {
         Tensor col = columns(sx.get());
         gw = sum(matmul(go, col.transpose(2, 3)), {0}).reshape(ws);  // [G, O/G, K] summed over N
       }

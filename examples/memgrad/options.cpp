@@ -43,6 +43,11 @@ void add_model_flags(CLI::App& app, ModelFlags& m) {
   app.add_option("--dropout", m.dropout, "GPT dropout probability")
       ->check(CLI::Range(0.0, 0.99))
       ->capture_default_str();
+  app.add_option("--attention", m.attention,
+                 "GPT attention core: composed (matmul, mask, softmax, dropout, matmul: keeps the [T, T] "
+                 "probabilities) or fused (one op that keeps a log-sum-exp per row)")
+      ->check(CLI::IsMember({"composed", "fused"}))
+      ->capture_default_str();
 }
 
 void add_step_flags(CLI::App& app, StepFlags& s) {
@@ -89,6 +94,7 @@ mg::plan::ModelSpec model_spec(const ModelFlags& m, int64_t seq) {
     throw UsageError("--seq " + std::to_string(seq) + " exceeds " + m.model + "'s " + std::to_string(c.block_size) +
                      " positions");
   c.dropout = m.dropout;
+  c.fused_attention = m.attention == "fused";
   if (c.n_embd % c.n_head != 0)
     throw UsageError("--n-embd " + std::to_string(c.n_embd) + " must be a multiple of --n-head " +
                      std::to_string(c.n_head));
@@ -102,7 +108,7 @@ std::string model_str(const mg::plan::ModelSpec& spec) {
   const auto& c = spec.gpt;
   return "GPT n_layer " + std::to_string(c.n_layer) + ", n_head " + std::to_string(c.n_head) + ", n_embd " +
          std::to_string(c.n_embd) + ", vocab " + std::to_string(c.vocab_size) + ", block " +
-         std::to_string(c.block_size);
+         std::to_string(c.block_size) + (c.fused_attention ? ", fused attention" : "");
 }
 
 mg::plan::StepOptions step_options(const StepFlags& s, int64_t steps) {

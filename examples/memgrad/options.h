@@ -22,6 +22,7 @@ struct ModelFlags {
   int64_t n_layer = 0, n_head = 0, n_embd = 0, vocab = 0;  // 0: the preset's value
   int64_t layers = 8, width = 256;                         // mlp
   double dropout = 0.0;
+  std::string attention = "composed";  // composed | fused (scaled_dot_product_attention)
 };
 
 struct StepFlags {

@@ -44,19 +44,24 @@ int run_plan(const PlanFlags& f) {
   }
   if (!f.compare) return 0;
 
-  // Each policy in float32 and both half precisions, all on meta, against no checkpointing in fp32.
+  // Each policy in float32 and both half precisions, all on meta, against no checkpointing in fp32;
+  // for a GPT also the other attention core without checkpointing.
   const int64_t n = spec.num_blocks();
+  const bool gpt = spec.kind == ModelSpec::Kind::GPT, fused = gpt && spec.gpt.fused_attention;
   struct Row {
     Policy policy;
     std::string precision;
+    bool fused;
   };
   std::vector<Row> rows;
-  for (const std::string precision : {"fp32", "fp16", "bf16"})
+  for (const std::string precision : {"fp32", "fp16", "bf16"}) {
     for (const Policy& p : {Policy::none(), Policy::sqrt_n(n), Policy::selective_only(), Policy::every_block(n)})
-      rows.push_back({p, precision});
+      rows.push_back({p, precision, fused});
+    if (gpt) rows.push_back({Policy::none(), precision, !fused});
+  }
   std::printf("\npolicies side by side (batch %lld x %lld, %s):\n", static_cast<long long>(f.step.batch),
               static_cast<long long>(f.step.seq), f.step.optimizer.c_str());
-  std::printf("  %-12s %-5s %11s %11s %11s %11s %9s %8s", "policy", "prec", "peak", "Activation", "Temporary",
+  std::printf("  %-14s %-5s %11s %11s %11s %11s %9s %8s", "policy", "prec", "peak", "Activation", "Temporary",
               "OptState", "recompute", "vs none");
   if (f.step.budget) std::printf(" %10s", "max batch");
   std::printf("\n");
@@ -64,9 +69,12 @@ int run_plan(const PlanFlags& f) {
   for (auto& row : rows) {
     StepFlags s = f.step;
     s.precision = row.precision;
-    const StepReport q = plan(spec, shape, step_options(s), row.policy);
+    ModelSpec row_spec = spec;
+    row_spec.gpt.fused_attention = row.fused;
+    const StepReport q = plan(row_spec, shape, step_options(s), row.policy);
     if (!none_peak) none_peak = q.peak;
-    std::printf("  %-12s %-5s %11s %11s %11s %11s %8.1f%% %+7.1f%%", row.policy.name.c_str(), row.precision.c_str(),
+    const std::string name = row.policy.name + (row.fused == fused ? "" : row.fused ? "+fused" : "+composed");
+    std::printf("  %-14s %-5s %11s %11s %11s %11s %8.1f%% %+7.1f%%", name.c_str(), row.precision.c_str(),
                 mg::format_bytes(q.peak).c_str(), mg::format_bytes(q.category(mg::Category::Activation)).c_str(),
                 mg::format_bytes(q.category(mg::Category::Temporary)).c_str(),
                 mg::format_bytes(q.category(mg::Category::OptimizerState)).c_str(),
@@ -74,10 +82,11 @@ int run_plan(const PlanFlags& f) {
                 100.0 * double(q.peak - none_peak) / double(none_peak));
     if (f.step.budget)
       std::printf(" %10lld", static_cast<long long>(
-                                 largest_batch(spec, shape, step_options(s), row.policy, int64_t(f.step.budget))));
+                                 largest_batch(row_spec, shape, step_options(s), row.policy, int64_t(f.step.budget))));
     std::printf("\n");
   }
-  std::printf("  (categories at each plan's peak; recompute: share of the step's FLOPs spent recomputing)\n");
+  std::printf("  (categories at each plan's peak; recompute: share of the step's FLOPs spent recomputing%s)\n",
+              gpt ? fused ? "; +composed: the textbook attention core" : "; +fused: --attention fused" : "");
   return 0;
 }
 

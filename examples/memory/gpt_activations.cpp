@@ -29,6 +29,11 @@
 // (4 as^2b): 36 sbh + 6 as^2b + 24 h^2 + 16 sb, with or without dropout (whose float32 output is
 // not saved: its half copy is).
 //
+// With fused attention (GPTConfig::fused_attention: one scaled_dot_product_attention op) the
+// [s, s] terms are gone. The op saves contiguous copies of q, k and v (3 d sbh, the c_attn output
+// itself is then freed), its output (d sbh) and a float32 log-sum-exp per row (4 asb):
+// 17 d sbh + 4 asb + 16 sb, dropout or not; under autocast 38 sbh + 4 asb + 24 h^2 + 16 sb.
+//
 //   gpt_activations [seq] [batch] [hidden] [heads]     defaults: GPT-2 small, 1024 1 768 12
 #include <cstdlib>
 #include <map>
@@ -51,10 +56,11 @@ struct Measured {
 // Activation bytes held at the end of forward (loss computed) for `layers` blocks; fills `by_op`
 // with the tensors owned by h.1.
 int64_t forward_activation(const Shape4& z, int64_t layers, mg::DType storage, bool autocast, double dropout,
-                           Measured* m) {
+                           bool fused, Measured* m) {
   mg::nn::GPTConfig c;
   c.vocab_size = 50304;  // GPT-2's vocabulary padded to a multiple of 64: logits rows are 512 B multiples
   c.block_size = z.s, c.n_layer = layers, c.n_head = z.a, c.n_embd = z.h, c.dropout = dropout;
+  c.fused_attention = fused;
   c.options = mg::TensorOptions().device(mg::kMeta).dtype(storage);
   mg::nn::GPT gpt(c);
   const mg::TensorOptions ids = mg::TensorOptions(mg::kInt64).device(mg::kMeta);
@@ -85,10 +91,10 @@ int64_t forward_activation(const Shape4& z, int64_t layers, mg::DType storage, b
   return demo::now(mg::Category::Activation, mg::kMeta) - before;
 }
 
-Measured measure(const Shape4& z, mg::DType storage, bool autocast, double dropout) {
+Measured measure(const Shape4& z, mg::DType storage, bool autocast, double dropout, bool fused = false) {
   Measured m;
-  const int64_t two = forward_activation(z, 2, storage, autocast, dropout, &m);
-  m.per_layer_by_difference = two - forward_activation(z, 1, storage, autocast, dropout, nullptr);
+  const int64_t two = forward_activation(z, 2, storage, autocast, dropout, fused, &m);
+  m.per_layer_by_difference = two - forward_activation(z, 1, storage, autocast, dropout, fused, nullptr);
   return m;
 }
 
@@ -97,7 +103,7 @@ Measured measure(const Shape4& z, mg::DType storage, bool autocast, double dropo
 int main(int argc, char** argv) {
   const Shape4 z{argc > 1 ? std::atoll(argv[1]) : 1024, argc > 2 ? std::atoll(argv[2]) : 1,
                  argc > 3 ? std::atoll(argv[3]) : 768, argc > 4 ? std::atoll(argv[4]) : 12};
-  const int64_t sbh = z.s * z.b * z.h, as2b = z.a * z.s * z.s * z.b, sb = z.s * z.b;
+  const int64_t sbh = z.s * z.b * z.h, as2b = z.a * z.s * z.s * z.b, sb = z.s * z.b, asb = z.a * z.s * z.b;
   const int64_t korthikanti = 34 * sbh + 5 * as2b;  // bytes: s b h (34 + 5 a s / h)
   std::printf("GPT layer, s = %lld, b = %lld, h = %lld, a = %lld: sbh = %lld, as^2b = %lld\n\n", (long long)z.s,
               (long long)z.b, (long long)z.h, (long long)z.a, (long long)sbh, (long long)as2b);
@@ -115,6 +121,8 @@ int main(int argc, char** argv) {
   Measured half = measure(z, mg::kFloat16, false, 0.1), autocast = measure(z, mg::kFloat32, true, 0.1);
   list("fp16 storage, dropout 0.1", half);
   list("autocast fp16 (float32 parameters), dropout 0.1", autocast);
+  Measured fused_half = measure(z, mg::kFloat16, false, 0.1, true);
+  list("fp16 storage, dropout 0.1, fused attention", fused_half);
 
   // 2. The totals per layer against the formula.
   struct Row {
@@ -130,13 +138,17 @@ int main(int argc, char** argv) {
       {"fp16 storage, dropout 0.1", half, 16 * d2 * sbh + 2 * d2 * as2b + 16 * sb},
       {"autocast fp16, dropout 0", measure(z, mg::kFloat32, true, 0.0), 36 * sbh + 6 * as2b + 24 * z.h * z.h + 16 * sb},
       {"autocast fp16, dropout 0.1", autocast, 36 * sbh + 6 * as2b + 24 * z.h * z.h + 16 * sb},
+      {"fused: fp32, dropout 0.1", measure(z, mg::kFloat32, false, 0.1, true), 17 * d4 * sbh + 4 * asb + 16 * sb},
+      {"fused: fp16 storage, dropout 0.1", fused_half, 17 * d2 * sbh + 4 * asb + 16 * sb},
+      {"fused: autocast fp16, dropout 0.1", measure(z, mg::kFloat32, true, 0.1, true),
+       38 * sbh + 4 * asb + 24 * z.h * z.h + 16 * sb},
   };
-  std::printf("%-28s %16s %16s %12s %14s\n", "per layer", "ledger (h.1)", "2 layers - 1", "x sbh", "/ Korthikanti");
+  std::printf("%-34s %16s %16s %12s %14s\n", "per layer", "ledger (h.1)", "2 layers - 1", "x sbh", "/ Korthikanti");
   for (const Row& r : rows)
-    std::printf("%-28s %16lld %16lld %12.3f %14.3f\n", r.name, (long long)r.m.block1,
+    std::printf("%-34s %16lld %16lld %12.3f %14.3f\n", r.name, (long long)r.m.block1,
                 (long long)r.m.per_layer_by_difference, double(r.m.block1) / double(sbh),
                 double(r.m.block1) / double(korthikanti));
-  std::printf("%-28s %16lld %16s %12.3f %14.3f\n\n", "Korthikanti: sbh(34+5as/h)", (long long)korthikanti, "",
+  std::printf("%-34s %16lld %16s %12.3f %14.3f\n\n", "Korthikanti: sbh(34+5as/h)", (long long)korthikanti, "",
               double(korthikanti) / double(sbh), 1.0);
 
   for (const Row& r : rows) {

@@ -14,12 +14,16 @@ const Backend& cpu_backend() {
     k.unary = cpu::unary;
     k.unary_backward = cpu::unary_backward;
     k.binary = cpu::binary;
+    k.bias_gelu = cpu::bias_gelu;
+    k.bias_gelu_backward = cpu::bias_gelu_backward;
     k.where = cpu::where;
     k.reduce = cpu::reduce;
     k.arg_reduce = cpu::arg_reduce;
     k.softmax = cpu::softmax;
     k.softmax_backward = cpu::softmax_backward;
     k.matmul = cpu::matmul;
+    k.attention = cpu::attention;
+    k.attention_backward = cpu::attention_backward;
     k.index_select = cpu::index_select;
     k.index_add = cpu::index_add;
     k.gather = cpu::gather;

@@ -199,6 +199,32 @@ void binary(BinaryOp op, const Tensor& x, const Tensor& y, const Tensor& out, do
   });
 }
 
+void bias_gelu(const Tensor& x, const Tensor& bias, const Tensor& out, bool tanh) {
+  dispatch_floating(x.dtype(), "bias_gelu", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = opmath_t<T>;
+    if (tanh)
+      map<T, T, T>(
+          out, [](A v, A b) { return kernels::gelu_tanh_f(v + b); }, x, bias);
+    else
+      map<T, T, T>(
+          out, [](A v, A b) { return kernels::gelu_erf_f(v + b); }, x, bias);
+  });
+}
+
+void bias_gelu_backward(const Tensor& grad, const Tensor& x, const Tensor& bias, const Tensor& grad_in, bool tanh) {
+  dispatch_floating(x.dtype(), "bias_gelu_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = opmath_t<T>;
+    if (tanh)
+      map<T, T, T, T>(
+          grad_in, [](A g, A v, A b) { return g * kernels::gelu_tanh_grad(v + b); }, grad, x, bias);
+    else
+      map<T, T, T, T>(
+          grad_in, [](A g, A v, A b) { return g * kernels::gelu_erf_grad(v + b); }, grad, x, bias);
+  });
+}
+
 void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
   dispatch(out.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;

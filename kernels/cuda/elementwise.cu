@@ -180,6 +180,18 @@ struct As {
   }
 };
 
+// GELU of x + bias, and its gradient (bias_gelu).
+template <class A>
+struct BiasGelu {
+  bool tanh;
+  __device__ A operator()(A v, A b) const { return tanh ? gelu_tanh_f(v + b) : gelu_erf_f(v + b); }
+};
+template <class A>
+struct BiasGeluGrad {
+  bool tanh;
+  __device__ A operator()(A g, A v, A b) const { return g * (tanh ? gelu_tanh_grad(v + b) : gelu_erf_grad(v + b)); }
+};
+
 struct Select {
   template <class U>
   __device__ U operator()(bool c, U u, U v) const {
@@ -313,6 +325,20 @@ void binary(BinaryOp op, const Tensor& x, const Tensor& y, const Tensor& out, do
       map<bool, T, T>("binary", out, As<A, CompareFn<A>>{{op}}, x, y);
     else
       map<T, T, T>("binary", out, As<A, BinaryFn<A>>{{op, A(alpha)}}, x, y);
+  });
+}
+
+void bias_gelu(const Tensor& x, const Tensor& bias, const Tensor& out, bool tanh) {
+  dispatch_floating(x.dtype(), "bias_gelu", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    map<T, T, T>("bias_gelu", out, BiasGelu<opmath_t<T>>{tanh}, x, bias);
+  });
+}
+
+void bias_gelu_backward(const Tensor& grad, const Tensor& x, const Tensor& bias, const Tensor& grad_in, bool tanh) {
+  dispatch_floating(x.dtype(), "bias_gelu_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    map<T, T, T, T>("bias_gelu_backward", grad_in, BiasGeluGrad<opmath_t<T>>{tanh}, grad, x, bias);
   });
 }
 

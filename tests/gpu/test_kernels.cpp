@@ -277,17 +277,124 @@ TEST_CASE("cuda: cross_entropy fused with softmax, ignore_index and label smooth
   CHECK_THROWS_AS(index_select(randn({4, 2}).to(kGPU), 0, tensor(std::vector<int64_t>{0, 4}).to(kGPU)), IndexError);
 }
 
-TEST_CASE("cuda: conv2d through im2col/col2im, and pooling, forward and backward") {
+namespace {
+// One conv2d configuration: input and weight shapes, stride, padding, dilation, groups.
+struct ConvCase {
+  const char* name;
+  Shape x, w;
+  std::vector<int64_t> stride, padding, dilation;
+  int64_t groups;
+  bool bias;
+};
+const ConvCase kConvCases[] = {
+    {"stride 2x1, dilation 1x2, groups 2", {2, 6, 13, 11}, {8, 3, 3, 2}, {2, 1}, {1, 1}, {1, 2}, 2, true},
+    {"3x3 same padding, odd channels", {3, 5, 17, 19}, {7, 5, 3, 3}, {1}, {1}, {1}, 1, true},
+    {"depthwise stride 2", {2, 8, 15, 15}, {8, 1, 3, 3}, {2}, {1}, {1}, 8, false},
+    {"depthwise multiplier 2", {2, 4, 10, 9}, {8, 1, 3, 3}, {1}, {1}, {1}, 4, true},
+    {"1x1", {1, 4, 9, 7}, {6, 4, 1, 1}, {1}, {0}, {1}, 1, false},
+    {"5x5 stride 3x2, padding 2x0, dilation 2x1", {2, 3, 20, 16}, {4, 3, 5, 5}, {3, 2}, {2, 0}, {2, 1}, 1, true},
+    {"groups 4, 16 -> 32 channels", {4, 16, 12, 12}, {32, 4, 3, 3}, {1}, {1}, {1}, 4, true},
+    {"stride 5 past a 4x4 window, padding 3", {2, 2, 7, 7}, {3, 2, 4, 4}, {5}, {3}, {1}, 1, true},
+};
+}  // namespace
+
+TEST_CASE("cuda: conv2d, every variant (cuDNN, im2col/col2im), forward and backward") {
   manual_seed(13);
+  const std::vector<std::string> variants = cuda::kernel_variants("conv2d");
+  REQUIRE(!variants.empty());
+  CHECK(variants.back() == "im2col");
+  for (const std::string& variant : variants) {
+    cuda::set_kernel_variant("conv2d", variant);
+    for (DType t : kFloats) {
+      // cuDNN and the cpu sum in other orders (and cuDNN's Winograd and FFT algorithms transform
+      // the data first); 16-bit gradients of the lowering also round its intermediate matmul
+      // results, so those get a few units in the last place more.
+      const double f32 = variant == "im2col" ? 1e-4 : 3e-4;
+      Tol tol = t == kFloat32 ? Tol{f32, f32} : t == kFloat16 ? Tol{2e-2, 2e-2} : Tol{4e-2, 4e-2};
+      for (const ConvCase& cc : kConvCases) {
+        Tensor x = randn(cc.x).to(t), w = (randn(cc.w) * 0.2).to(t), b = randn({cc.w[0]}).to(t);
+        const std::string name = "conv2d " + variant + " " + dtype_name(t) + " " + cc.name;
+        parity(
+            name, {x, w, b},
+            [&cc](const std::vector<Tensor>& in) {
+              return conv2d(in[0], in[1], cc.bias ? in[2] : Tensor(), cc.stride, cc.padding, cc.dilation, cc.groups);
+            },
+            true, tol);
+      }
+      // A non-contiguous input (the op makes it contiguous for either path).
+      Tensor x = randn({2, 6, 11, 13}).to(t), w = (randn({4, 6, 3, 3}) * 0.2).to(t);
+      parity(
+          "conv2d " + variant + " " + dtype_name(t) + " transposed input", {x, w},
+          [](const std::vector<Tensor>& in) { return conv2d(in[0].transpose(2, 3), in[1], Tensor(), {1}, {1}); }, true,
+          tol);
+    }
+    // float64 is not a cuDNN dtype: it declines, and the lowering runs.
+    Tensor x = randn({2, 3, 9, 8}).to(kFloat64), w = randn({4, 3, 3, 3}).to(kFloat64);
+    parity("conv2d " + variant + " float64", {x, w},
+           [](const std::vector<Tensor>& in) { return conv2d(in[0], in[1], Tensor(), {2}, {1}); }, true,
+           {1e-10, 1e-10});
+    // float32 on TF32 tensor cores when allowed (10-bit mantissa inputs, float32 accumulation).
+    cuda::set_allow_tf32(true);
+    Tensor xt = randn({4, 32, 17, 17}), wt = randn({64, 32, 3, 3}) * 0.1;
+    parity("conv2d " + variant + " tf32", {xt, wt},
+           [](const std::vector<Tensor>& in) { return conv2d(in[0], in[1], Tensor(), {1}, {1}); }, true, {1e-2, 5e-2});
+    cuda::set_allow_tf32(false);
+  }
+  cuda::set_kernel_variant("conv2d", variants.front());
+}
+
+TEST_CASE("cuda: conv2d's scratch is booked as Workspace and returned, cuDNN's and im2col's") {
+  manual_seed(14);
+  const int64_t N = 8, C = 16, H = 32, W = 32, O = 16;
+  Tensor xs = randn({N, C, H, W}), ws = randn({O, C, 3, 3}) * 0.1;
+  // The lowering's columns for the whole batch: N x (C * 3 * 3) x (H * W) float32, rounded to 512 B.
+  const int64_t columns = (N * C * 9 * H * W * 4 + 511) / 512 * 512;
+  for (const std::string& variant : cuda::kernel_variants("conv2d")) {
+    cuda::set_kernel_variant("conv2d", variant);
+    const MemoryStats base = memory_stats(kGPU);
+    Tensor x = xs.to(kGPU).requires_grad_(), w = ws.to(kGPU).requires_grad_();
+    reset_peak(kGPU);
+    Tensor y = conv2d(x, w, Tensor(), {1}, {1});
+    MemoryStats s = memory_stats(kGPU);
+    const int64_t fwd_peak = s.peak(Category::Workspace) - base.category(Category::Workspace);
+    CHECK_MESSAGE(s.category(Category::Workspace) == base.category(Category::Workspace), variant, ": forward");
+    // The lowering's scratch is exactly the columns; cuDNN's workspace (0 for some algorithms) is
+    // whatever its algorithm asks for, never exactly that: equality would mean cuDNN declined.
+    if (variant == "im2col")
+      CHECK_MESSAGE(fwd_peak == columns, variant, ": forward Workspace peak ", fwd_peak);
+    else
+      CHECK_MESSAGE(fwd_peak != columns, variant, ": forward Workspace peak ", fwd_peak, " = the im2col columns");
+    Tensor up = randn_as(y.shape(), kFloat32).to(kGPU);
+    reset_peak(kGPU);
+    const MemoryStats before = memory_stats(kGPU);
+    y.backward(up);
+    s = memory_stats(kGPU);
+    const int64_t bwd_peak = s.peak(Category::Workspace) - before.category(Category::Workspace);
+    const int64_t tmp_peak = s.peak(Category::Temporary) - before.category(Category::Temporary);
+    CHECK_MESSAGE(s.category(Category::Workspace) == before.category(Category::Workspace), variant, ": backward");
+    // The lowering's weight gradient takes the columns again as Workspace, and its input gradient
+    // the column gradients [N, G, K, L] as Temporary; cuDNN takes neither.
+    if (variant == "im2col") {
+      CHECK_MESSAGE(bwd_peak == columns, variant, ": backward Workspace peak ", bwd_peak);
+      CHECK_MESSAGE(tmp_peak >= columns, variant, ": backward Temporary peak ", tmp_peak);
+    } else {
+      CHECK_MESSAGE(bwd_peak != columns, variant, ": backward Workspace peak ", bwd_peak, " = the im2col columns");
+      CHECK_MESSAGE(tmp_peak < columns, variant, ": backward Temporary peak ", tmp_peak, " holds column gradients");
+    }
+    MESSAGE("conv2d ", variant, ": Workspace peak forward ", format_bytes(fwd_peak), ", backward ",
+            format_bytes(bwd_peak), " (im2col columns ", format_bytes(columns), ")");
+    CHECK(x.grad().defined());
+    CHECK(w.grad().defined());
+    x = Tensor(), w = Tensor(), y = Tensor(), up = Tensor();
+    CHECK_MESSAGE(memory_stats(kGPU).allocated == base.allocated, variant, ": everything returned");
+  }
+  cuda::set_kernel_variant("conv2d", cuda::kernel_variants("conv2d").front());
+}
+
+TEST_CASE("cuda: pooling, forward and backward") {
+  manual_seed(15);
   for (DType t : {kFloat32, kFloat16}) {
-    Tol tol = t == kFloat32 ? Tol{1e-4, 1e-4} : Tol{2e-2, 2e-2};
-    Tensor x = randn({2, 6, 13, 11}).to(t), w = (randn({8, 3, 3, 2}) * 0.2).to(t), b = randn({8}).to(t);
-    parity(
-        std::string("conv2d ") + dtype_name(t), {x, w, b},
-        [](const std::vector<Tensor>& in) {
-          return conv2d(in[0], in[1], in[2], {2, 1}, {1, 1}, {1, 2}, 2);
-        },
-        true, tol);
+    Tensor x = randn({2, 6, 13, 11}).to(t);
     parity("max_pool2d", {x}, [](const std::vector<Tensor>& in) { return max_pool2d(in[0], {3, 2}, {2, 1}, {1, 1}); });
     parity("avg_pool2d", {x}, [](const std::vector<Tensor>& in) { return avg_pool2d(in[0], {3, 3}, {2, 2}, {1, 0}); });
   }

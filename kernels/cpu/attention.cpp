@@ -1,0 +1,146 @@
+// Fused attention on the CPU: for each batch*head, blocks of query rows meet all the keys they
+// may see through Eigen GEMMs. The [rows, Tk] tile is per-thread scratch (like Eigen's packing
+// buffers, outside the ledger); no [Tq, Tk] tensor exists.
+#include <Eigen/Core>
+#include <cmath>
+#include <limits>
+
+#include <memgrad/kernels/cpu/cpu_kernels.h>
+#include <memgrad/kernels/cpu/loops.h>
+
+namespace mg::cpu {
+
+namespace {
+
+using kernels::AttentionParams;
+template <class A>
+using Mat = Eigen::Matrix<A, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+constexpr int64_t kBlockRows = 64;
+
+// Rows [r0, r0 + n) of the row-major [*, D] matrix at p, widened to A.
+template <class A, class T>
+Mat<A> rows(const T* p, int64_t r0, int64_t n, int64_t D) {
+  Mat<A> m(n, D);
+  for (int64_t i = 0; i < n * D; ++i) m.data()[i] = A(load(p[r0 * D + i]));
+  return m;
+}
+template <class T, class A>
+void store_rows(const Mat<A>& m, T* p, int64_t r0) {
+  for (int64_t i = 0; i < m.size(); ++i) p[r0 * m.cols() + i] = store<T>(m.data()[i]);
+}
+
+// Keys visible to query rows [i0, i0 + n): all, or those up to the last row when causal.
+int64_t visible_keys(const AttentionParams& p, int64_t i0, int64_t n, int64_t Tk) {
+  return p.causal ? std::min(Tk, i0 + n) : Tk;
+}
+
+// scale * Q K^T for query rows from i0, -inf where the causal mask hides a key.
+template <class A>
+Mat<A> scores(const Mat<A>& Q, const Mat<A>& K, int64_t i0, int64_t kn, const AttentionParams& p) {
+  Mat<A> S = A(p.scale) * (Q * K.topRows(kn).transpose());
+  if (p.causal)
+    for (int64_t r = 0; r < S.rows(); ++r)
+      for (int64_t j = i0 + r + 1; j < kn; ++j) S(r, j) = -std::numeric_limits<A>::infinity();
+  return S;
+}
+
+// S <- exp(S - lse) row by row: the probabilities (0 in rows that see no key).
+template <class A>
+void probabilities(Mat<A>& S, const A* lse) {
+  for (int64_t r = 0; r < S.rows(); ++r) {
+    const A shift = lse[r];
+    A* s = S.data() + r * S.cols();
+    if (std::isinf(shift))
+      std::fill(s, s + S.cols(), A(0));
+    else
+      for (int64_t j = 0; j < S.cols(); ++j) s[j] = exp_v(s[j] - shift);
+  }
+}
+
+// M(r, j) <- M(r, j) * keep / (1 - p) with the dropout mask of query i0 + r, key j of head bh.
+template <class A>
+void apply_dropout(Mat<A>& M, int64_t bh, int64_t i0, int64_t Tq, int64_t Tk, const AttentionParams& p) {
+  if (p.dropout_p == 0) return;
+  const A keep_scale = A(1.0 / (1.0 - p.dropout_p));
+  const float pf = float(p.dropout_p);
+  for (int64_t r = 0; r < M.rows(); ++r) {
+    const uint64_t base = uint64_t((bh * Tq + i0 + r) * Tk);
+    for (int64_t j = 0; j < M.cols(); ++j)
+      M(r, j) = kernels::random_uniform(p.seed, p.offset, base + uint64_t(j)) >= pf ? M(r, j) * keep_scale : A(0);
+  }
+}
+
+// Runs f(bh) for every batch*head, spread over the threads.
+template <class F>
+void for_each_head(int64_t BH, F f) {
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t bh = 0; bh < BH; ++bh) f(bh);
+}
+
+}  // namespace
+
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+               const AttentionParams& p) {
+  const int64_t BH = q.size(0), Tq = q.size(1), Tk = k.size(1), D = q.size(2);
+  dispatch_floating(q.dtype(), "attention", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = opmath_t<T>;
+    for_each_head(BH, [&](int64_t bh) {
+      const Mat<A> K = rows<A>(ptr<T>(k) + bh * Tk * D, 0, Tk, D), V = rows<A>(ptr<T>(v) + bh * Tk * D, 0, Tk, D);
+      A* L = ptr<A>(lse) + bh * Tq;
+      for (int64_t i0 = 0; i0 < Tq; i0 += kBlockRows) {
+        const int64_t n = std::min(kBlockRows, Tq - i0), kn = visible_keys(p, i0, n, Tk);
+        Mat<A> S = scores(rows<A>(ptr<T>(q) + bh * Tq * D, i0, n, D), K, i0, kn, p);
+        for (int64_t r = 0; r < n; ++r) {  // log-sum-exp, shifted by the row's max
+          const A m = kn ? S.row(r).maxCoeff() : -std::numeric_limits<A>::infinity();
+          A sum = 0;
+          if (!std::isinf(m))
+            for (int64_t j = 0; j < kn; ++j) sum += exp_v(S(r, j) - m);
+          L[i0 + r] = std::isinf(m) ? m : m + std::log(sum);
+        }
+        probabilities(S, L + i0);
+        apply_dropout(S, bh, i0, Tq, Tk, p);
+        store_rows(Mat<A>(S * V.topRows(kn)), ptr<T>(out) + bh * Tq * D, i0);
+      }
+    });
+  });
+}
+
+void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& lse, const Tensor& delta, const Tensor& grad_q, const Tensor& grad_k,
+                        const Tensor& grad_v, const AttentionParams& p) {
+  const int64_t BH = q.size(0), Tq = q.size(1), Tk = k.size(1), D = q.size(2);
+  dispatch_floating(q.dtype(), "attention_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = opmath_t<T>;
+    for_each_head(BH, [&](int64_t bh) {
+      const int64_t qo = bh * Tq * D, ko = bh * Tk * D;
+      const Mat<A> K = rows<A>(ptr<T>(k) + ko, 0, Tk, D), V = rows<A>(ptr<T>(v) + ko, 0, Tk, D);
+      Mat<A> dK = Mat<A>::Zero(Tk, D), dV = Mat<A>::Zero(Tk, D);
+      const A* L = ptr<A>(lse) + bh * Tq;
+      A* Dl = ptr<A>(delta) + bh * Tq;
+      for (int64_t i0 = 0; i0 < Tq; i0 += kBlockRows) {
+        const int64_t n = std::min(kBlockRows, Tq - i0), kn = visible_keys(p, i0, n, Tk);
+        const Mat<A> Q = rows<A>(ptr<T>(q) + qo, i0, n, D), dO = rows<A>(ptr<T>(grad_out) + qo, i0, n, D);
+        const Mat<A> dOxO = dO.cwiseProduct(rows<A>(ptr<T>(out) + qo, i0, n, D));
+        for (int64_t r = 0; r < n; ++r) Dl[i0 + r] = dOxO.row(r).sum();
+        Mat<A> P = scores(Q, K, i0, kn, p);
+        probabilities(P, L + i0);
+        Mat<A> Pd = P;  // the dropped-out probabilities that multiplied v
+        apply_dropout(Pd, bh, i0, Tq, Tk, p);
+        dV.topRows(kn).noalias() += Pd.transpose() * dO;
+        Mat<A> dP = dO * V.topRows(kn).transpose();
+        apply_dropout(dP, bh, i0, Tq, Tk, p);
+        for (int64_t r = 0; r < n; ++r) dP.row(r).array() -= Dl[i0 + r];
+        const Mat<A> dS = P.cwiseProduct(dP) * A(p.scale);
+        store_rows(Mat<A>(dS * K.topRows(kn)), ptr<T>(grad_q) + qo, i0);
+        dK.topRows(kn).noalias() += dS.transpose() * Q;
+      }
+      store_rows(dK, ptr<T>(grad_k) + ko, 0);
+      store_rows(dV, ptr<T>(grad_v) + ko, 0);
+    });
+  });
+}
+
+}  // namespace mg::cpu

@@ -73,6 +73,10 @@ case $case_name in
       expect_exit 0 "$bin" train "${small[@]}" --steps 2 --clip 0 --checkpoint "$policy"
       [ "$(grep -c ': exact$' out.txt)" -eq 2 ] || fail "--checkpoint $policy: planned != measured"
     done
+    for policy in none selective; do  # the fused attention core, with dropout (its mask comes from the RNG)
+      expect_exit 0 "$bin" train "${small[@]}" --steps 2 --clip 0 --checkpoint "$policy" --attention fused --dropout 0.1
+      [ "$(grep -c ': exact$' out.txt)" -eq 2 ] || fail "--attention fused --checkpoint $policy: planned != measured"
+    done
     expect_exit 0 "$bin" train --model mlp --layers 4 --width 64 --batch 8 --steps 2 --clip 0 --optimizer sgd \
       --momentum 0.9 --timeline ''
     [ "$(grep -c ': exact$' out.txt)" -eq 2 ] || fail "mlp: planned != measured"

@@ -343,8 +343,9 @@ size_t segment_size_for(const DeviceState& s, size_t size, bool small) {
 
 // A new segment on `stream` for a request of `size`: the standard size, else (under the limit) one of
 // just the request's size; when neither can be had, the cache is emptied once (after waiting for the
-// events of deferred frees, so their blocks can go too) and both are tried again.
-Segment* new_segment(DeviceState& s, const Block& b, bool small, const cuda::Stream& stream) {
+// events of deferred frees, so their blocks can go too) and both are tried again. Null, with
+// `may_defer`, when that wait freed deferred blocks: the caller then looks in its pool again.
+Segment* new_segment(DeviceState& s, const Block& b, bool small, const cuda::Stream& stream, bool may_defer) {
   const size_t size = b.size, preferred = segment_size_for(s, size, small);
   auto fits = [&](size_t n) { return s.stats.limit == 0 || s.stats.reserved + int64_t(n) <= s.stats.limit; };
   bool refused = false;
@@ -369,7 +370,11 @@ Segment* new_segment(DeviceState& s, const Block& b, bool small, const cuda::Str
       return seg;
     }
     if (attempt == 0) {
+      const bool deferred = !s.events.empty();
       process_events(s, true);
+      // A deferred block may now fit the request although its segment, still in use, cannot be
+      // returned: the caller looks in the pool again before anything is emptied.
+      if (deferred && may_defer) return nullptr;
       if (release_cached(s) == 0) break;
       ++s.stats.num_retries;
     }
@@ -395,22 +400,26 @@ Chunk* take_chunk(DeviceState& s, const Block& b, const cuda::Stream& stream) {
   if (s.stats.limit > 0 && s.stats.allocated + int64_t(b.size) > s.stats.limit) throw_oom(s, b, 0, false);
   bool small = b.size <= kSmallRequest;
   auto& pool = s.pool(small);
-  if (s.stats.caching) {
-    Segment probe_segment;
-    probe_segment.stream = stream;
-    Chunk probe{0, b.size, &probe_segment};
-    auto it = pool.lower_bound(&probe);
-    if (it != pool.end() && stream_key(*it) == stream_key(&probe)) {
-      Chunk* c = *it;
-      pool.erase(it);
-      ++s.stats.cache_hits;
+  for (bool first = true;; first = false) {
+    if (s.stats.caching) {
+      Segment probe_segment;
+      probe_segment.stream = stream;
+      Chunk probe{0, b.size, &probe_segment};
+      auto it = pool.lower_bound(&probe);
+      if (it != pool.end() && stream_key(*it) == stream_key(&probe)) {
+        Chunk* c = *it;
+        pool.erase(it);
+        ++s.stats.cache_hits;
+        split(s, c, b.size);
+        return c;
+      }
+    }
+    if (Segment* seg = new_segment(s, b, small, stream, first)) {
+      Chunk* c = seg->head;
       split(s, c, b.size);
       return c;
     }
   }
-  Chunk* c = new_segment(s, b, small, stream)->head;
-  split(s, c, b.size);
-  return c;
 }
 
 int64_t parse_size(const std::string& text) {
@@ -523,7 +532,7 @@ void release(Block* b) {
 }
 
 void record_stream(const Block* b, const cuda::Stream& stream) {
-  if (!b) return;
+  if (!b || !b->device.is_cuda()) return;  // one stream off cuda: nothing is ever deferred
   DeviceState& s = state(b->device);
   std::lock_guard<std::mutex> g(s.mu);
   Chunk* c = b->chunk;

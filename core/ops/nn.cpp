@@ -1,5 +1,6 @@
 // Neural-network ops: layer norm, dropout, losses, convolution and pooling.
 #include <memgrad/amp/autocast.h>
+#include <memgrad/core/cuda.h>
 #include <memgrad/core/flops.h>
 #include <memgrad/core/ops/op_util.h>
 #include <memgrad/core/random.h>
@@ -197,9 +198,9 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
   const int64_t K = g.c / G * g.kh * g.kw, L = g.oh * g.ow;
   const double flops = 2.0 * double(g.n) * double(O) * double(K) * double(L);
   Tensor out = new_output({g.n, O, g.oh, g.ow}, input.dtype(), input.device());
-  // A direct convolution (cuDNN) is tried first on cuda; it may decline (kernel variant "im2col",
-  // dtype, size), and cpu and meta never ask, so their ledger is exactly the lowering's.
-  const bool direct = input.device().is_cuda();
+  // A direct convolution (cuDNN) is tried first on cuda unless the kernel variant is "im2col"; it
+  // may decline (dtype, size), and cpu and meta never ask, so their ledger is exactly the lowering's.
+  const bool direct = input.device().is_cuda() && cuda::kernel_variant("conv2d") == "cudnn";
   // Lower to GEMM: out[n, grp] = W[grp] @ im2col(x)[n, grp]; the columns are scratch.
   auto columns = [g, G, K, L](const Tensor& x) {
     MemoryScope scratch(Category::Workspace);

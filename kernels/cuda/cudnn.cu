@@ -12,6 +12,9 @@
 
 #ifdef MG_WITH_CUDNN
 #include <cudnn.h>
+#if CUDNN_MAJOR < 8
+#error "memgrad's conv2d needs cuDNN 8 or later (bfloat16, CUDNN_FMA_MATH); configure with -DMG_CUDNN=OFF"
+#endif
 
 #include <climits>
 #include <memory>
@@ -46,14 +49,20 @@ void check(cudnnStatus_t s, const char* op, const char* what) {
   if (s != CUDNN_STATUS_SUCCESS) fail(s, op, what);
 }
 // A status saying that this algorithm cannot take this configuration (try the next one), rather
-// than a failure.
+// than a failure. Other bad-parameter statuses (null pointer, workspace too small, shape or
+// stream mismatch) are memgrad bugs and raise, instead of hiding behind the im2col fallback.
 bool unsupported(cudnnStatus_t s) {
 #if CUDNN_MAJOR >= 9
-  const int category = CUDNN_STATUS_CATEGORY(int(s));
-  return category == CUDNN_STATUS_NOT_SUPPORTED || category == CUDNN_STATUS_BAD_PARAM;
+  return CUDNN_STATUS_CATEGORY(int(s)) == CUDNN_STATUS_NOT_SUPPORTED || s == CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER;
 #else
-  return s == CUDNN_STATUS_NOT_SUPPORTED || s == CUDNN_STATUS_BAD_PARAM;
+  return s == CUDNN_STATUS_NOT_SUPPORTED;
 #endif
+}
+// check() for the describing and heuristic calls: false (decline) when cuDNN does not support
+// the configuration at all, e.g. bfloat16 on a GPU before Ampere.
+bool supported(cudnnStatus_t s, const char* op, const char* what) {
+  if (s != CUDNN_STATUS_SUCCESS && !unsupported(s)) fail(s, op, what);
+  return s == CUDNN_STATUS_SUCCESS;
 }
 
 // One handle per device, created on first use and kept for the process (its memory shows in
@@ -111,6 +120,7 @@ bool describe(Conv& c, const Tensor& x, const Tensor& w, const Tensor& y, const 
   if (kernel_variant_index("conv2d") != 0) return false;  // "im2col"
   const DType t = x.dtype();
   if (t != kFloat32 && t != kFloat16 && t != kBFloat16) return false;
+  if (w.dtype() != t || y.dtype() != t) return false;  // e.g. a gradient hook that changed the dtype
   if (!fits_int(x) || !fits_int(w) || !fits_int(y)) return false;
   for (int64_t v : {g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, groups})
     if (v > INT_MAX) return false;
@@ -128,20 +138,22 @@ bool describe(Conv& c, const Tensor& x, const Tensor& w, const Tensor& y, const 
   check(cudnnCreateTensorDescriptor(&c.y.d), op, "cudnnCreateTensorDescriptor");
   check(cudnnCreateFilterDescriptor(&c.w.d), op, "cudnnCreateFilterDescriptor");
   check(cudnnCreateConvolutionDescriptor(&c.conv.d), op, "cudnnCreateConvolutionDescriptor");
-  check(cudnnSetTensor4dDescriptor(c.x.d, CUDNN_TENSOR_NCHW, data, int(x.size(0)), int(x.size(1)), int(x.size(2)),
-                                   int(x.size(3))),
-        op, "cudnnSetTensor4dDescriptor (input)");
-  check(cudnnSetTensor4dDescriptor(c.y.d, CUDNN_TENSOR_NCHW, data, int(y.size(0)), int(y.size(1)), int(y.size(2)),
-                                   int(y.size(3))),
-        op, "cudnnSetTensor4dDescriptor (output)");
-  check(cudnnSetFilter4dDescriptor(c.w.d, data, CUDNN_TENSOR_NCHW, int(w.size(0)), int(w.size(1)), int(w.size(2)),
-                                   int(w.size(3))),
-        op, "cudnnSetFilter4dDescriptor");
-  check(cudnnSetConvolution2dDescriptor(c.conv.d, int(g.ph), int(g.pw), int(g.sh), int(g.sw), int(g.dh), int(g.dw),
-                                        CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
-        op, "cudnnSetConvolution2dDescriptor");
-  check(cudnnSetConvolutionGroupCount(c.conv.d, int(groups)), op, "cudnnSetConvolutionGroupCount");
-  check(cudnnSetConvolutionMathType(c.conv.d, math), op, "cudnnSetConvolutionMathType");
+  const bool described =
+      supported(cudnnSetTensor4dDescriptor(c.x.d, CUDNN_TENSOR_NCHW, data, int(x.size(0)), int(x.size(1)),
+                                           int(x.size(2)), int(x.size(3))),
+                op, "cudnnSetTensor4dDescriptor (input)") &&
+      supported(cudnnSetTensor4dDescriptor(c.y.d, CUDNN_TENSOR_NCHW, data, int(y.size(0)), int(y.size(1)),
+                                           int(y.size(2)), int(y.size(3))),
+                op, "cudnnSetTensor4dDescriptor (output)") &&
+      supported(cudnnSetFilter4dDescriptor(c.w.d, data, CUDNN_TENSOR_NCHW, int(w.size(0)), int(w.size(1)),
+                                           int(w.size(2)), int(w.size(3))),
+                op, "cudnnSetFilter4dDescriptor") &&
+      supported(cudnnSetConvolution2dDescriptor(c.conv.d, int(g.ph), int(g.pw), int(g.sh), int(g.sw), int(g.dh),
+                                                int(g.dw), CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+                op, "cudnnSetConvolution2dDescriptor") &&
+      supported(cudnnSetConvolutionGroupCount(c.conv.d, int(groups)), op, "cudnnSetConvolutionGroupCount") &&
+      supported(cudnnSetConvolutionMathType(c.conv.d, math), op, "cudnnSetConvolutionMathType");
+  if (!described) return false;
   int n = 0, o = 0, oh = 0, ow = 0;
   check(cudnnGetConvolution2dForwardOutputDim(c.conv.d, c.x.d, c.w.d, &n, &o, &oh, &ow), op,
         "cudnnGetConvolution2dForwardOutputDim");
@@ -150,14 +162,17 @@ bool describe(Conv& c, const Tensor& x, const Tensor& w, const Tensor& y, const 
   return true;
 }
 
-// Whether `bytes` more can be allocated under the memory limit of `d` (set_memory_limit). A
-// workspace past it is skipped, not tried: the refusal would be counted and recorded as an
-// out-of-memory event although the op then succeeds with a smaller workspace.
+// Whether a workspace of `bytes` can be had under the memory limit of `d` (set_memory_limit)
+// without the allocator's last resort: from a cached block, or from a segment of its own size
+// that fits under the limit. One past that is skipped, not tried: the attempt would empty the
+// cache and be counted and recorded as an out-of-memory event although the op then succeeds with
+// a smaller workspace. Without a limit, a device that is really full is found by trying.
 bool within_limit(const Device& d, size_t bytes) {
   if (bytes >= (size_t(1) << 40)) return false;  // cuDNN has answered absurd sizes
   const MemoryStats s = memory_stats(d);
-  const int64_t rounded = (int64_t(bytes) + 511) / 512 * 512;
-  return s.limit == 0 || s.allocated + rounded <= s.limit;
+  const int64_t rounded = int64_t(memory::round_size(bytes));
+  return s.limit == 0 ||
+         (s.allocated + rounded <= s.limit && (s.largest_free_block >= rounded || s.reserved + rounded <= s.limit));
 }
 
 // Runs the first algorithm of cuDNN's heuristic list that supports the configuration and whose
@@ -175,9 +190,9 @@ bool run_first_fit(Conv& c, const Tensor& written, const char* what, Size size, 
   check(cudnnSetStream(hd.h, stream), op, "cudnnSetStream");
   const List list{c, hd.h};
   int max = 0, count = 0;
-  check(list.max_count(&max), op, what);
+  if (!supported(list.max_count(&max), op, what)) return false;
   std::vector<Perf> perf(size_t(std::max(max, 1)));
-  check(list(int(perf.size()), &count, perf.data()), op, what);
+  if (!supported(list(int(perf.size()), &count, perf.data()), op, what)) return false;
   for (int i = 0; i < count; ++i) {
     const Perf& p = perf[size_t(i)];
     if (p.status != CUDNN_STATUS_SUCCESS) continue;

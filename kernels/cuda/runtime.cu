@@ -153,8 +153,11 @@ Stream Stream::create(int device) {
   cudaStream_t s = nullptr;
   check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
   return Stream(device, std::shared_ptr<void>(s, [device](void* h) {
+                  int current = device;  // the deleter may run in a release(): keep the caller's device
+                  cudaGetDevice(&current);
                   cudaSetDevice(device);
                   cudaStreamDestroy(static_cast<cudaStream_t>(h));
+                  cudaSetDevice(current);
                 }));
 }
 

@@ -266,16 +266,18 @@ TEST_CASE("cuda streams: record_stream keeps a block from reuse until the other 
   check_ledger(kGPU);
 
   Tensor z = empty({kSide, kSide}, kGPU);  // on a, the same size
-  if (!b.query())
-    CHECK(data_of(z) != xp);  // b was busy during the allocation: x's block was not on offer
-  else
-    WARN_MESSAGE(false, "stream b finished its matmuls before the allocation; the pointer check was skipped");
-  CHECK(memory_stats(kGPU).reserved >= before.reserved + kMatrixBytes);  // z needed a segment of its own
+  const bool busy = !b.query();            // still busy after the allocation, so during it too
+  if (busy) {
+    CHECK(data_of(z) != xp);                                               // x's block was not on offer
+    CHECK(memory_stats(kGPU).reserved >= before.reserved + kMatrixBytes);  // z needed a segment of its own
+  } else {
+    WARN_MESSAGE(false, "stream b finished its matmuls before the allocation; the reuse checks were skipped");
+  }
   check_ledger(kGPU);
 
   b.synchronize();
   Tensor w = empty({kSide, kSide}, kGPU);  // b is done: at this allocation x's block is free again
-  CHECK(data_of(w) == xp);
+  if (busy) CHECK(data_of(w) == xp);
   MemoryStats end = memory_stats(kGPU);
   CHECK(end.allocated == before.allocated + kMatrixBytes);  // z and w live, x gone
   CHECK(end.active == before.active + kMatrixBytes);
@@ -305,20 +307,41 @@ TEST_CASE("cuda streams: the out-of-memory retry waits for deferred frees") {
   cuda::StreamGuard on_a(a);
   empty_cache(kGPU);
   Tensor x = written_matrix();
+  void* xp = data_of(x);
   keep_busy_reading(b, x);
   cuda::record_stream(x, b);
   x = Tensor();
-  // Room for no new 64 MiB segment: only the segment x leaves behind, once b is done, can go.
+  // Room for no new 64 MiB segment: only x's block, once b is done, can serve the request.
   const MemoryStats before = memory_stats(kGPU);
   set_memory_limit(kGPU, before.reserved + kMatrixBytes / 2);
-  const bool busy = !b.query();
   Tensor y;
-  CHECK_NOTHROW(y = empty({kSide, kSide}, kGPU));
+  CHECK_NOTHROW(y = empty({kSide, kSide}, kGPU));  // x's block, once b is done (waited for if need be)
   set_memory_limit(kGPU, 0);
   CHECK(b.query());
-  if (busy)
-    CHECK(memory_stats(kGPU).num_retries == before.num_retries + 1);  // the retry, not the cache, found room
-  else
-    WARN_MESSAGE(false, "stream b finished its matmuls before the allocation; the retry check was skipped");
+  CHECK(data_of(y) == xp);
+  CHECK(memory_stats(kGPU).num_ooms == before.num_ooms);
+  check_ledger(kGPU);
+}
+
+TEST_CASE("cuda streams: the out-of-memory path reuses a deferred block whose segment stays in use") {
+  cuda::Stream a = cuda::Stream::create(0), b = cuda::Stream::create(0);
+  cuda::StreamGuard on_a(a);
+  empty_cache(kGPU);
+  Tensor big = written_matrix();
+  const int64_t n = int64_t(9) << 18;  // 9 MiB of float32
+  // One 20 MiB segment on a: x, then y, then 3 MiB free. y keeps the segment from being returned.
+  Tensor x = empty({n}, kGPU), y = empty({int64_t(8) << 18}, kGPU);
+  void* xp = data_of(x);
+  keep_busy_reading(b, big);
+  cuda::record_stream(x, b);
+  x = Tensor();  // deferred until b's matmuls are done
+  const MemoryStats before = memory_stats(kGPU);
+  set_memory_limit(kGPU, before.reserved);  // no new segment of any size
+  Tensor z;
+  CHECK_NOTHROW(z = empty({n}, kGPU));
+  set_memory_limit(kGPU, 0);
+  CHECK(b.query());
+  CHECK(data_of(z) == xp);  // the wait freed x's block, and the pool was searched again
+  CHECK(memory_stats(kGPU).num_ooms == before.num_ooms);
   check_ledger(kGPU);
 }

@@ -343,6 +343,30 @@ TEST_CASE("cuda: conv2d, every variant (cuDNN, im2col/col2im), forward and backw
   cuda::set_kernel_variant("conv2d", variants.front());
 }
 
+TEST_CASE("cuda: conv2d on a side stream: 16-bit tensor-core shapes and a batch slice at an odd offset") {
+  manual_seed(15);
+  cuda::Stream side = cuda::Stream::create(0);
+  cuda::StreamGuard on_side(side);  // cuDNN's handle, its workspace and the op all on this stream
+  for (const std::string& variant : cuda::kernel_variants("conv2d")) {
+    cuda::set_kernel_variant("conv2d", variant);
+    for (DType t : {kFloat16, kBFloat16}) {
+      Tol tol = t == kFloat16 ? Tol{2e-2, 2e-2} : Tol{4e-2, 4e-2};
+      Tensor x = randn({4, 32, 17, 17}).to(t), w = (randn({64, 32, 3, 3}) * 0.1).to(t);
+      parity(
+          "conv2d " + variant + " " + dtype_name(t) + " 32 -> 64 channels", {x, w},
+          [](const std::vector<Tensor>& in) { return conv2d(in[0], in[1], Tensor(), {1}, {1}); }, true, tol);
+      // Images 1..4 of 5 with 3 channels: contiguous, but 1734 bytes into the storage (2-byte aligned).
+      Tensor xs = randn({5, 3, 17, 17}).to(t), ws = (randn({8, 3, 3, 3}) * 0.2).to(t);
+      parity(
+          "conv2d " + variant + " " + dtype_name(t) + " batch slice", {xs, ws},
+          [](const std::vector<Tensor>& in) { return conv2d(in[0].slice(0, 1, 5), in[1], Tensor(), {1}, {1}); }, true,
+          tol);
+    }
+  }
+  cuda::set_kernel_variant("conv2d", cuda::kernel_variants("conv2d").front());
+  side.synchronize();
+}
+
 TEST_CASE("cuda: conv2d's scratch is booked as Workspace and returned, cuDNN's and im2col's") {
   manual_seed(14);
   const int64_t N = 8, C = 16, H = 32, W = 32, O = 16;

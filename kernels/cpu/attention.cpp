@@ -45,7 +45,7 @@ Mat<A> scores(const Mat<A>& Q, const Mat<A>& K, int64_t i0, int64_t kn, const At
   return S;
 }
 
-// S <- exp(S - lse) row by row: the probabilities (0 in rows that see no key).
+// S <- exp(S - lse) row by row: backward's probabilities from the saved lse (0 in rows that see no key).
 template <class A>
 void probabilities(Mat<A>& S, const A* lse) {
   for (int64_t r = 0; r < S.rows(); ++r) {
@@ -92,14 +92,19 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
       for (int64_t i0 = 0; i0 < Tq; i0 += kBlockRows) {
         const int64_t n = std::min(kBlockRows, Tq - i0), kn = visible_keys(p, i0, n, Tk);
         Mat<A> S = scores(rows<A>(ptr<T>(q) + bh * Tq * D, i0, n, D), K, i0, kn, p);
-        for (int64_t r = 0; r < n; ++r) {  // log-sum-exp, shifted by the row's max
+        for (int64_t r = 0; r < n; ++r) {  // softmax in place, one exp per score, and its log-sum-exp
+          A* row = S.data() + r * kn;
           const A m = kn ? S.row(r).maxCoeff() : -std::numeric_limits<A>::infinity();
+          L[i0 + r] = m;
+          if (std::isinf(m)) {  // no visible key
+            std::fill(row, row + kn, A(0));
+            continue;
+          }
           A sum = 0;
-          if (!std::isinf(m))
-            for (int64_t j = 0; j < kn; ++j) sum += exp_v(S(r, j) - m);
-          L[i0 + r] = std::isinf(m) ? m : m + std::log(sum);
+          for (int64_t j = 0; j < kn; ++j) sum += (row[j] = exp_v(row[j] - m));
+          for (int64_t j = 0; j < kn; ++j) row[j] /= sum;
+          L[i0 + r] = m + std::log(sum);
         }
-        probabilities(S, L + i0);
         apply_dropout(S, bh, i0, Tq, Tk, p);
         store_rows(Mat<A>(S * V.topRows(kn)), ptr<T>(out) + bh * Tq * D, i0);
       }

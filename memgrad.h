@@ -2,19 +2,19 @@
 // training memory goes. Include this one header for the whole public API.
 #pragma once
 
-#include <memgrad/amp/autocast.h>
 #include <memgrad/amp/grad_scaler.h>
 #include <memgrad/amp/master_weights.h>
 #include <memgrad/autograd/checkpoint.h>
 #include <memgrad/autograd/function.h>
-#include <memgrad/autograd/grad_mode.h>
 #include <memgrad/autograd/gradcheck.h>
 #include <memgrad/autograd/node.h>
+#include <memgrad/core/autocast.h>
 #include <memgrad/core/cuda.h>
 #include <memgrad/core/device.h>
 #include <memgrad/core/dtype.h>
 #include <memgrad/core/error.h>
 #include <memgrad/core/flops.h>
+#include <memgrad/core/grad_mode.h>
 #include <memgrad/core/memory.h>
 #include <memgrad/core/memory/batch_size.h>
 #include <memgrad/core/ops.h>

@@ -1,6 +1,6 @@
 #include <memgrad/amp/grad_scaler.h>
 
-#include <memgrad/autograd/grad_mode.h>
+#include <memgrad/core/grad_mode.h>
 #include <memgrad/core/memory.h>
 #include <memgrad/core/ops.h>
 #include <memgrad/kernels/backend.h>

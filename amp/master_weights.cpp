@@ -1,6 +1,6 @@
 #include <memgrad/amp/master_weights.h>
 
-#include <memgrad/autograd/grad_mode.h>
+#include <memgrad/core/grad_mode.h>
 #include <memgrad/core/memory.h>
 #include <memgrad/core/ops.h>
 

@@ -2,9 +2,9 @@
 
 #include <unordered_map>
 
-#include <memgrad/amp/autocast.h>
-#include <memgrad/autograd/grad_mode.h>
+#include <memgrad/core/autocast.h>
 #include <memgrad/core/flops.h>
+#include <memgrad/core/grad_mode.h>
 #include <memgrad/core/memory.h>
 #include <memgrad/core/random.h>
 

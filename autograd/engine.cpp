@@ -3,8 +3,8 @@
 #include <queue>
 #include <unordered_map>
 
-#include <memgrad/autograd/grad_mode.h>
 #include <memgrad/autograd/node.h>
+#include <memgrad/core/grad_mode.h>
 #include <memgrad/core/ops.h>
 
 namespace mg::autograd {

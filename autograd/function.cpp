@@ -1,5 +1,5 @@
 #include <memgrad/autograd/function.h>
-#include <memgrad/autograd/grad_mode.h>
+#include <memgrad/core/grad_mode.h>
 
 namespace mg::autograd {
 

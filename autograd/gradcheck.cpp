@@ -2,8 +2,8 @@
 
 #include <cmath>
 
-#include <memgrad/autograd/grad_mode.h>
 #include <memgrad/autograd/node.h>
+#include <memgrad/core/grad_mode.h>
 #include <memgrad/core/ops.h>
 
 namespace mg {

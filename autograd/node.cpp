@@ -2,16 +2,10 @@
 
 #include <atomic>
 
-#include <memgrad/autograd/grad_mode.h>
+#include <memgrad/core/grad_mode.h>
 #include <memgrad/core/ops.h>
 
 namespace mg {
-
-namespace {
-thread_local bool t_grad_enabled = true;
-}
-bool GradMode::is_enabled() { return t_grad_enabled; }
-void GradMode::set_enabled(bool on) { t_grad_enabled = on; }
 
 namespace autograd {
 

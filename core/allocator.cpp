@@ -15,8 +15,8 @@
 #include <vector>
 
 #include <memgrad/core/cuda.h>
+#include <memgrad/core/cuda/runtime_impl.h>
 #include <memgrad/core/error.h>
-#include <memgrad/kernels/cuda/runtime.h>
 
 namespace mg {
 

@@ -2,8 +2,8 @@
 
 #include <ostream>
 
+#include <memgrad/core/cuda/runtime_impl.h>
 #include <memgrad/core/error.h>
-#include <memgrad/kernels/cuda/runtime.h>
 
 namespace mg {
 

@@ -4,10 +4,10 @@
 #include <optional>
 #include <ostream>
 
-#include <memgrad/autograd/grad_mode.h>
 #include <memgrad/autograd/node.h>
+#include <memgrad/core/dispatch.h>
+#include <memgrad/core/grad_mode.h>
 #include <memgrad/core/ops.h>
-#include <memgrad/kernels/cpu/loops.h>
 
 namespace mg {
 
@@ -62,16 +62,16 @@ void* Tensor::raw_data() const {
 namespace detail {
 double load_as_double(const void* p, DType t) {
   double r = 0;
-  cpu::dispatch(t, [&](auto tag) {
+  dispatch(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    r = double(cpu::load(*static_cast<const T*>(p)));
+    r = double(load(*static_cast<const T*>(p)));
   });
   return r;
 }
 void store_from_double(void* p, DType t, double v) {
-  cpu::dispatch(t, [&](auto tag) {
+  dispatch(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    *static_cast<T*>(p) = cpu::store<T>(v);
+    *static_cast<T*>(p) = store<T>(v);
   });
 }
 }  // namespace detail

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include <memgrad/autograd/checkpoint.h>
-#include <memgrad/autograd/grad_mode.h>
+#include <memgrad/core/grad_mode.h>
 #include <memgrad/nn/init.h>
 #include <memgrad/nn/loss.h>
 

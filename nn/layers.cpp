@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include <memgrad/autograd/grad_mode.h>
+#include <memgrad/core/grad_mode.h>
 #include <memgrad/nn/init.h>
 
 namespace mg::nn {

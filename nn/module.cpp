@@ -3,7 +3,7 @@
 #include <functional>
 #include <set>
 
-#include <memgrad/autograd/grad_mode.h>
+#include <memgrad/core/grad_mode.h>
 #include <memgrad/core/ops.h>
 
 namespace mg::nn {

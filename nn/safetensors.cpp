@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include <memgrad/autograd/grad_mode.h>
+#include <memgrad/core/grad_mode.h>
 #include <memgrad/core/ops.h>
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assumes a little-endian host");

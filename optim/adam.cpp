@@ -2,8 +2,8 @@
 
 #include <cmath>
 
+#include <memgrad/kernels/update_rules.h>
 #include <memgrad/optim/multi_tensor_impl.h>
-#include <memgrad/optim/update_rules.h>
 
 namespace mg::optim {
 
@@ -30,7 +30,7 @@ void Adam::update(const Hyperparameters& o, const std::vector<ParamUpdate>& para
   const bool amsgrad = o.at("amsgrad") != 0;
   const double lr = o.at("lr"), b1 = o.at("beta1"), b2 = o.at("beta2");
   kernels::TensorLists lists(5);  // params, grads, exp_avg, exp_avg_sq, max_exp_avg_sq
-  std::vector<rules::AdamScalars> scalars;
+  std::vector<kernels::rules::AdamScalars> scalars;
   for (const ParamUpdate& u : params) {
     const Tensor& param = *u.param;
     lists[0].push_back(param), lists[1].push_back(param.grad());

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include <memgrad/autograd/grad_mode.h>
+#include <memgrad/core/grad_mode.h>
 #include <memgrad/core/ops.h>
 
 namespace mg::optim {

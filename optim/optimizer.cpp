@@ -4,7 +4,7 @@
 #include <ostream>
 #include <sstream>
 
-#include <memgrad/autograd/grad_mode.h>
+#include <memgrad/core/grad_mode.h>
 #include <memgrad/core/memory.h>
 #include <memgrad/core/ops.h>
 

@@ -1,7 +1,7 @@
 #include <memgrad/optim/sgd.h>
 
+#include <memgrad/kernels/update_rules.h>
 #include <memgrad/optim/multi_tensor_impl.h>
-#include <memgrad/optim/update_rules.h>
 
 namespace mg::optim {
 
@@ -24,11 +24,11 @@ SGD::SGD(std::vector<ParamGroup> groups, const SGDOptions& options) : Optimizer(
 
 void SGD::update(const Hyperparameters& o, const std::vector<ParamUpdate>& params) {
   kernels::TensorLists lists(3);  // params, grads, momentum buffers
-  std::vector<rules::SGDScalars> scalars;
+  std::vector<kernels::rules::SGDScalars> scalars;
   for (const ParamUpdate& u : params) {
-    rules::SGDScalars s{o.at("lr"),           o.at("momentum"),      o.at("dampening"),
-                        o.at("weight_decay"), o.at("nesterov") != 0, o.at("maximize") != 0,
-                        u.state->step == 0};
+    kernels::rules::SGDScalars s{o.at("lr"),           o.at("momentum"),      o.at("dampening"),
+                                 o.at("weight_decay"), o.at("nesterov") != 0, o.at("maximize") != 0,
+                                 u.state->step == 0};
     lists[2].push_back(s.momentum != 0 ? state_tensor(*u.state, *u.param, *u.name, "momentum_buffer") : Tensor());
     ++u.state->step;
     lists[0].push_back(*u.param), lists[1].push_back(u.param->grad());

@@ -4,8 +4,8 @@
 #include <limits>
 #include <optional>
 
-#include <memgrad/amp/autocast.h>
 #include <memgrad/autograd/checkpoint.h>
+#include <memgrad/core/autocast.h>
 #include <memgrad/nn/loss.h>
 #include <memgrad/optim/clip.h>
 

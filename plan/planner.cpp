@@ -8,8 +8,8 @@
 #include <sstream>
 #include <tuple>
 
-#include <memgrad/amp/autocast.h>
 #include <memgrad/autograd/checkpoint.h>
+#include <memgrad/core/autocast.h>
 #include <memgrad/core/error.h>
 #include <memgrad/core/flops.h>
 #include <memgrad/core/random.h>

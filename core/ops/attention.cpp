@@ -2,7 +2,7 @@
 // log-sum-exp instead of the probabilities, and backward recomputes them tile by tile.
 #include <cmath>
 
-#include <memgrad/amp/autocast.h>
+#include <memgrad/core/autocast.h>
 #include <memgrad/core/flops.h>
 #include <memgrad/core/ops/op_util.h>
 #include <memgrad/core/random.h>

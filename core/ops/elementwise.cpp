@@ -4,7 +4,7 @@
 #include <cfloat>
 #include <cmath>
 
-#include <memgrad/amp/autocast.h>
+#include <memgrad/core/autocast.h>
 #include <memgrad/core/ops/op_util.h>
 
 namespace mg {

@@ -1,5 +1,5 @@
 // matmul with torch.matmul's rules, and linear (x W^T + b) as one op that saves only x and W.
-#include <memgrad/amp/autocast.h>
+#include <memgrad/core/autocast.h>
 #include <memgrad/core/flops.h>
 #include <memgrad/core/ops/op_util.h>
 

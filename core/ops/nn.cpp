@@ -1,5 +1,5 @@
 // Neural-network ops: layer norm, dropout, losses, convolution and pooling.
-#include <memgrad/amp/autocast.h>
+#include <memgrad/core/autocast.h>
 #include <memgrad/core/cuda.h>
 #include <memgrad/core/flops.h>
 #include <memgrad/core/ops/op_util.h>

@@ -1,7 +1,7 @@
 // Helpers shared by the op entry points (private to core/ops).
 #pragma once
-#include <memgrad/autograd/grad_mode.h>
 #include <memgrad/autograd/node.h>
+#include <memgrad/core/grad_mode.h>
 #include <memgrad/core/ops.h>
 #include <memgrad/kernels/backend.h>
 

@@ -1,6 +1,6 @@
 // Reductions and the softmax family. Kernels see the input as a contiguous [outer, r, inner]
 // block; reductions over several non-adjacent dims first move those dims to the end.
-#include <memgrad/amp/autocast.h>
+#include <memgrad/core/autocast.h>
 #include <memgrad/core/ops/op_util.h>
 
 namespace mg {

@@ -1,6 +1,6 @@
 // Views share storage with their base; conversions copy. Each records its backward.
+#include <memgrad/core/cuda/runtime_impl.h>
 #include <memgrad/core/ops/op_util.h>
-#include <memgrad/kernels/cuda/runtime.h>
 
 namespace mg {
 

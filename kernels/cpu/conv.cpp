@@ -1,6 +1,4 @@
 // Convolution lowering (im2col / col2im) and 2-d pooling on contiguous NCHW tensors.
-#include <limits>
-
 #include <memgrad/kernels/cpu/cpu_kernels.h>
 #include <memgrad/kernels/cpu/loops.h>
 
@@ -76,15 +74,7 @@ void max_pool2d(const Tensor& x, const Tensor& out, const Tensor& indices, const
       const T* img = xp + p * g.h * g.w;
       for (int64_t oy = 0; oy < g.oh; ++oy)
         for (int64_t ox = 0; ox < g.ow; ++ox) {
-          auto best = -std::numeric_limits<double>::infinity();
-          int64_t bi = -1;
-          for (int64_t ki = 0; ki < g.kh; ++ki)
-            for (int64_t kj = 0; kj < g.kw; ++kj) {
-              int64_t iy = oy * g.sh - g.ph + ki * g.dh, ix = ox * g.sw - g.pw + kj * g.dw;
-              if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
-              double v = double(load(img[iy * g.w + ix]));
-              if (bi < 0 || v > best || is_nan(v)) best = v, bi = iy * g.w + ix;
-            }
+          int64_t bi = max_pool_argmax(g, oy, ox, [&](int64_t i) { return double(load(img[i])); });
           int64_t o = p * g.oh * g.ow + oy * g.ow + ox;
           op[o] = img[bi];
           ip[o] = bi;

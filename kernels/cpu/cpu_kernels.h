@@ -1,8 +1,11 @@
-// The CPU backend's kernels, one family per file; backend.cpp gathers them into the table.
+// The CPU backend's kernels, one family per file; backend.cpp gathers them into the table. The
+// CPU has no optional (library) kernels: conv2d lowers to im2col + GEMM.
 #pragma once
 #include <memgrad/kernels/backend.h>
 
 namespace mg::cpu {
 using namespace mg::kernels;
-#include <memgrad/kernels/backend_functions.h>
+#define MG_KERNEL(name, ret, ...) ret name(__VA_ARGS__);
+#define MG_OPTIONAL_KERNEL(name, ret, ...)
+#include <memgrad/kernels/kernel_list.h>
 }  // namespace mg::cpu

@@ -1,4 +1,4 @@
-// Building blocks of the CPU kernels: dtype dispatch, load/store with half conversion, and
+// Building blocks of the CPU kernels (dtype dispatch is core/dispatch.h): a vectorizable exp and
 // a strided N-operand loop that coalesces dims and runs rows in parallel with OpenMP.
 #pragma once
 #include <algorithm>
@@ -11,80 +11,10 @@
 #include <type_traits>
 #include <utility>
 
+#include <memgrad/core/dispatch.h>
 #include <memgrad/core/tensor.h>
 
 namespace mg::cpu {
-
-template <class T>
-struct Tag {
-  using type = T;
-};
-
-// Calls f(Tag<T>{}) for the C++ type T of `t`.
-template <class F>
-void dispatch(DType t, F&& f) {
-  switch (t) {
-    case kBool:
-      return f(Tag<bool>{});
-    case kInt32:
-      return f(Tag<int32_t>{});
-    case kInt64:
-      return f(Tag<int64_t>{});
-    case kFloat16:
-      return f(Tag<Half>{});
-    case kBFloat16:
-      return f(Tag<BFloat16>{});
-    case kFloat32:
-      return f(Tag<float>{});
-    case kFloat64:
-      return f(Tag<double>{});
-  }
-}
-// Floating dtypes only; others raise DTypeError naming `op` (and f is never instantiated for them).
-template <class F>
-void dispatch_floating(DType t, const char* op, F&& f) {
-  MG_CHECK(is_floating(t), DTypeError, op, ": expected a floating dtype, got ", t);
-  dispatch(t, [&](auto tag) {
-    if constexpr (!std::is_integral_v<typename decltype(tag)::type>) f(tag);
-  });
-}
-
-// Arithmetic type for storage type T: float for the 16-bit types.
-template <class T>
-struct OpMath {
-  using type = T;
-};
-template <>
-struct OpMath<Half> {
-  using type = float;
-};
-template <>
-struct OpMath<BFloat16> {
-  using type = float;
-};
-template <class T>
-using opmath_t = typename OpMath<T>::type;
-
-template <class T>
-inline opmath_t<T> load(const T& v) {
-  if constexpr (std::is_same_v<T, Half>)
-    return half_to_float(v.bits);
-  else if constexpr (std::is_same_v<T, BFloat16>)
-    return bfloat16_to_float(v.bits);
-  else
-    return v;
-}
-template <class T, class V>
-inline T store(V v) {
-  if constexpr (std::is_same_v<T, Half>)
-    return Half{float_to_half(float(v))};
-  else if constexpr (std::is_same_v<T, BFloat16>)
-    return BFloat16{float_to_bfloat16(float(v))};
-  else if constexpr (std::is_same_v<T, bool>)
-    return v != V(0);
-  else
-    return T(v);
-}
 
 // NaN test that compiles (to false) for integer types.
 template <class A>
@@ -175,6 +105,18 @@ void for_each_row(const Shape& shape, const std::array<const Strides*, N>& strid
   }
 }
 
+// Calls f(line, base, stride) for every (outer, inner) line of length r of a contiguous
+// [outer, r, inner] tensor, in parallel: the layout of reductions and softmax.
+template <class F>
+void for_each_line(int64_t outer, int64_t r, int64_t inner, F f) {
+  int64_t lines = outer * inner;
+#pragma omp parallel for if (lines * r >= kParallelGrain && lines > 1)
+  for (int64_t l = 0; l < lines; ++l) {
+    int64_t o = l / inner, i = l % inner;
+    f(l, o * r * inner + i, inner);
+  }
+}
+
 namespace detail {
 template <class Out, class... In, class F, size_t N, size_t... I>
 void map_run(Out* o, const std::tuple<const In*...>& in, const std::array<int64_t, N>& p, int64_t n,
@@ -190,9 +132,6 @@ void map_run(Out* o, const std::tuple<const In*...>& in, const std::array<int64_
 }  // namespace detail
 
 // Elementwise map: out[i] = f(load(in[i])...), for inputs already expanded to out's shape.
-template <class, class T>
-using Each = T;  // expands a parameter pack into that many T
-
 template <class Out, class... In, class F>
 void map(const Tensor& out, F f, const Each<In, Tensor>&... in) {
   constexpr size_t N = 1 + sizeof...(In);

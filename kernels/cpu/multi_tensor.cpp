@@ -1,4 +1,4 @@
-// Multi-tensor ops: optimizer updates (the element rules of optim/update_rules.h, one tensor after
+// Multi-tensor ops: optimizer updates (the element rules of kernels/update_rules.h, one tensor after
 // another, elements in parallel) and the loss scaler's inf/NaN check with unscaling.
 #include <array>
 #include <cmath>
@@ -27,28 +27,28 @@ void for_each_element(const char* op, const TensorLists& lists, size_t j, F&& f)
 
 }  // namespace
 
-void sgd_update(const TensorLists& lists, const std::vector<optim::rules::SGDScalars>& scalars) {
+void sgd_update(const TensorLists& lists, const std::vector<rules::SGDScalars>& scalars) {
   for (size_t j = 0; j < scalars.size(); ++j) {
-    const optim::rules::SGDScalars& s = scalars[j];
+    const rules::SGDScalars& s = scalars[j];
     for_each_element<3>("SGD", lists, j, [&](auto p, int64_t i) {
       using T = std::decay_t<decltype(*p[0])>;
       using A = opmath_t<T>;
       A x = load(p[0][i]), b = p[2] ? load(p[2][i]) : A(0);
-      optim::rules::sgd<A>(x, load(p[1][i]), b, s);
+      rules::sgd<A>(x, load(p[1][i]), b, s);
       p[0][i] = store<T>(x);
       if (p[2]) p[2][i] = store<T>(b);
     });
   }
 }
 
-void adam_update(const TensorLists& lists, const std::vector<optim::rules::AdamScalars>& scalars) {
+void adam_update(const TensorLists& lists, const std::vector<rules::AdamScalars>& scalars) {
   for (size_t j = 0; j < scalars.size(); ++j) {
-    const optim::rules::AdamScalars& s = scalars[j];
+    const rules::AdamScalars& s = scalars[j];
     for_each_element<5>("Adam", lists, j, [&](auto p, int64_t i) {
       using T = std::decay_t<decltype(*p[0])>;
       using A = opmath_t<T>;
       A x = load(p[0][i]), m = load(p[2][i]), v = load(p[3][i]), w = p[4] ? load(p[4][i]) : A(0);
-      optim::rules::adam<A>(x, load(p[1][i]), m, v, w, s);
+      rules::adam<A>(x, load(p[1][i]), m, v, w, s);
       p[0][i] = store<T>(x), p[2][i] = store<T>(m), p[3][i] = store<T>(v);
       if (p[4]) p[4][i] = store<T>(w);
     });

@@ -12,24 +12,22 @@
 #include <utility>
 
 #include <memgrad/core/cuda.h>
+#include <memgrad/core/dispatch.h>
 #include <memgrad/kernels/backend.h>
-#include <memgrad/kernels/cpu/loops.h>
 #include <memgrad/kernels/host_device.h>
 
 namespace mg::cuda {
 
 using namespace mg::kernels;
-using cpu::dispatch;
-using cpu::dispatch_floating;
-using cpu::opmath_t;
-using cpu::Tag;
 
 // Raises DeviceError naming `op` when the last launch failed.
 void check_launch(const char* op);
 // Makes t's device current and returns its current stream.
 cudaStream_t stream_for(const Tensor& t);
+// Threads per block of most kernels (the row kernels: a block per row).
+constexpr int kThreads = 256;
 // Blocks for a grid-stride loop over `work` items with `threads` per block.
-int grid_for(int64_t work, int threads = 256);
+int grid_for(int64_t work, int threads = kThreads);
 // Raises IndexError (with `op`'s message) unless every index is in [0, size) or equals `ignore`.
 void check_indices(const char* op, const Tensor& index, int64_t size, int64_t ignore = INT64_MIN);
 
@@ -149,7 +147,7 @@ inline bool aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t
 
 // Elementwise map for inputs already expanded to out's shape (any strides).
 template <class Out, class... In, class F>
-void map(const char* op, const Tensor& out, F f, const cpu::Each<In, Tensor>&... in) {
+void map(const char* op, const Tensor& out, F f, const Each<In, Tensor>&... in) {
   const int64_t n = out.numel();
   if (n == 0) return;
   constexpr int N = 1 + sizeof...(In);

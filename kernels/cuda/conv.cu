@@ -49,15 +49,7 @@ __global__ void max_pool_kernel(const T* x, T* out, int64_t* indices, Conv2dGeom
   MG_GRID_LOOP(e, total) {
     int64_t ox = e % g.ow, oy = (e / g.ow) % g.oh, p = e / (g.oh * g.ow);
     const T* img = x + p * g.h * g.w;
-    double best = -INFINITY;
-    int64_t bi = -1;
-    for (int64_t ki = 0; ki < g.kh; ++ki)
-      for (int64_t kj = 0; kj < g.kw; ++kj) {
-        int64_t iy = oy * g.sh - g.ph + ki * g.dh, ix = ox * g.sw - g.pw + kj * g.dw;
-        if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
-        double v = double(dload(img[iy * g.w + ix]));
-        if (bi < 0 || v > best || v != v) best = v, bi = iy * g.w + ix;
-      }
+    int64_t bi = max_pool_argmax(g, oy, ox, [&](int64_t i) { return double(dload(img[i])); });
     out[e] = img[bi];
     indices[e] = bi;
   }

@@ -1,17 +1,12 @@
 // The CUDA backend's kernels (same contracts as the CPU ones), one family per .cu file; backend.cpp
-// gathers them into the table. Plain C++ declarations, so backend.cpp builds without nvcc.
+// gathers them into the table. Plain C++ declarations, so backend.cpp builds without nvcc. The
+// optional entries are cuDNN's convolutions (cudnn.cu).
 #pragma once
 #include <memgrad/kernels/backend.h>
 
 namespace mg::cuda {
 using namespace mg::kernels;
-
-#include <memgrad/kernels/backend_functions.h>
-
-// cuDNN convolution (cudnn.cu): the Backend's optional direct conv2d entries.
-bool conv2d(const Tensor& x, const Tensor& weight, const Tensor& out, const Conv2dGeometry& g, int64_t groups);
-bool conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const Tensor& grad_x, const Conv2dGeometry& g,
-                           int64_t groups);
-bool conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Tensor& grad_weight, const Conv2dGeometry& g,
-                            int64_t groups);
+#define MG_KERNEL(name, ret, ...) ret name(__VA_ARGS__);
+#define MG_OPTIONAL_KERNEL MG_KERNEL
+#include <memgrad/kernels/kernel_list.h>
 }  // namespace mg::cuda

@@ -4,7 +4,7 @@
 // per-tensor scalars of up to Batch::kMax tensors of one dtype. Each block walks chunks of kChunk
 // elements across the batch, so one launch covers tensors of any mix of sizes; the batch is a
 // __grid_constant__ argument, read in place rather than copied per thread. The element math is
-// optim/update_rules.h, the same functions the CPU backend calls.
+// kernels/update_rules.h, the same functions the CPU backend calls.
 #include <vector>
 
 #include <memgrad/kernels/cuda/cuda_kernels.h>
@@ -14,8 +14,7 @@ namespace mg::cuda {
 
 namespace {
 
-constexpr int64_t kChunk = 16384;  // elements a block updates before moving to its next chunk
-constexpr int kThreads = 256;
+constexpr int64_t kChunk = 16384;   // elements a block updates before moving to its next chunk
 constexpr int kMaxBlocks = 1024;    // blocks stride over the chunks beyond this
 constexpr size_t kArgBytes = 3840;  // batch + functor stay under the classic 4 KiB of kernel arguments
 
@@ -89,11 +88,11 @@ void for_each_dtype(const char* op, const TensorLists& lists, const std::vector<
 
 struct SGDElement {
   template <class T>
-  __device__ __forceinline__ void operator()(const Batch<T, 3, optim::rules::SGDScalars>& b, int j, int64_t i) const {
+  __device__ __forceinline__ void operator()(const Batch<T, 3, rules::SGDScalars>& b, int j, int64_t i) const {
     using A = opmath_t<T>;
     T *p = b.ptr[0][j], *buf = b.ptr[2][j];
     A x = dload(p[i]), m = buf ? A(dload(buf[i])) : A(0);
-    optim::rules::sgd<A>(x, dload(b.ptr[1][j][i]), m, b.scalars[j]);
+    rules::sgd<A>(x, dload(b.ptr[1][j][i]), m, b.scalars[j]);
     p[i] = dstore<T>(x);
     if (buf) buf[i] = dstore<T>(m);
   }
@@ -101,11 +100,11 @@ struct SGDElement {
 
 struct AdamElement {
   template <class T>
-  __device__ __forceinline__ void operator()(const Batch<T, 5, optim::rules::AdamScalars>& b, int j, int64_t i) const {
+  __device__ __forceinline__ void operator()(const Batch<T, 5, rules::AdamScalars>& b, int j, int64_t i) const {
     using A = opmath_t<T>;
     T *p = b.ptr[0][j], *m = b.ptr[2][j], *v = b.ptr[3][j], *vmax = b.ptr[4][j];
     A x = dload(p[i]), mi = dload(m[i]), vi = dload(v[i]), wi = vmax ? A(dload(vmax[i])) : A(0);
-    optim::rules::adam<A>(x, dload(b.ptr[1][j][i]), mi, vi, wi, b.scalars[j]);
+    rules::adam<A>(x, dload(b.ptr[1][j][i]), mi, vi, wi, b.scalars[j]);
     p[i] = dstore<T>(x), m[i] = dstore<T>(mi), v[i] = dstore<T>(vi);
     if (vmax) vmax[i] = dstore<T>(wi);
   }
@@ -127,12 +126,12 @@ struct UnscaleElement {
 
 }  // namespace
 
-void sgd_update(const TensorLists& lists, const std::vector<optim::rules::SGDScalars>& scalars) {
+void sgd_update(const TensorLists& lists, const std::vector<rules::SGDScalars>& scalars) {
   if (lists.empty() || lists[0].empty()) return;
   for_each_dtype<3>("SGD", lists, scalars, SGDElement{});
 }
 
-void adam_update(const TensorLists& lists, const std::vector<optim::rules::AdamScalars>& scalars) {
+void adam_update(const TensorLists& lists, const std::vector<rules::AdamScalars>& scalars) {
   if (lists.empty() || lists[0].empty()) return;
   for_each_dtype<5>("Adam", lists, scalars, AdamElement{});
 }

@@ -6,8 +6,8 @@
 
 #include <cstdio>
 
+#include <memgrad/core/cuda/runtime_impl.h>
 #include <memgrad/core/device.h>
-#include <memgrad/kernels/cuda/runtime.h>
 
 int main(int argc, char** argv) {
   doctest::Context context(argc, argv);

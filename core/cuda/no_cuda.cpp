@@ -1,7 +1,7 @@
 // Built when MG_CUDA is OFF: the cuda device type exists, and using it says why it can't.
 #include <memgrad/core/cuda.h>
+#include <memgrad/core/cuda/runtime_impl.h>
 #include <memgrad/core/error.h>
-#include <memgrad/kernels/cuda/runtime.h>
 
 namespace mg::cuda {
 namespace {

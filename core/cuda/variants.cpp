@@ -1,5 +1,5 @@
 // The device-independent parts of the CUDA runtime API: record_stream, the TF32 switch and the
-// kernel-variant registry (the rest lives in kernels/cuda/runtime.cu, or no_cuda.cpp without CUDA).
+// kernel-variant registry (the rest lives in core/cuda/runtime.cu, or no_cuda.cpp without CUDA).
 #include <memgrad/core/cuda.h>
 
 #include <algorithm>

@@ -1,8 +1,8 @@
-#include <memgrad/amp/autocast.h>
+#include <memgrad/core/autocast.h>
 
 #include <unordered_map>
 
-#include <memgrad/autograd/grad_mode.h>
+#include <memgrad/core/grad_mode.h>
 
 namespace mg::amp {
 

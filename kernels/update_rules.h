@@ -5,7 +5,7 @@
 #pragma once
 #include <memgrad/kernels/host_device.h>
 
-namespace mg::optim::rules {
+namespace mg::kernels::rules {
 
 MG_HD float sqrt_of(float x) { return ::sqrtf(x); }  // global: mg::sqrt (a tensor op) would hide it
 MG_HD double sqrt_of(double x) { return ::sqrt(x); }
@@ -49,4 +49,4 @@ MG_HD void adam(T& p, T g, T& m, T& v, T& vmax, const AdamScalars& s) {
   p = p + T(-s.step_size) * (m / denom);
 }
 
-}  // namespace mg::optim::rules
+}  // namespace mg::kernels::rules

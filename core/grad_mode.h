@@ -1,4 +1,5 @@
-// Whether ops record history. Thread-local, like PyTorch's grad mode.
+// Whether ops record history (autograd). Thread-local, like PyTorch's grad mode; it lives in core
+// because kernels run with it off and the layers below autograd set it.
 #pragma once
 
 namespace mg {

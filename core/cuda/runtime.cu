@@ -8,10 +8,10 @@
 #include <vector>
 
 #include <memgrad/core/cuda.h>
+#include <memgrad/core/cuda/runtime_impl.h>
 #include <memgrad/core/error.h>
 #include <memgrad/core/memory.h>
 #include <memgrad/core/ops.h>
-#include <memgrad/kernels/cuda/runtime.h>
 
 namespace mg::cuda {
 namespace {

@@ -1,0 +1,159 @@
+// Layer norm over the rows of a contiguous [rows, n] view: a block per row, or a warp per row
+// (variant "warp"), with shuffle reductions; the backward's weight and bias sums run by columns.
+#include <memgrad/kernels/cuda/cuda_kernels.h>
+#include <memgrad/kernels/cuda/common.cuh>
+
+namespace mg::cuda {
+
+namespace {
+
+// ---- layer norm. kWarpRow: a warp per row (8 rows per block), else a block per row.
+template <bool kWarpRow, class A, class Op>
+__device__ __forceinline__ A row_reduce(A v, Op op, A* shared) {
+  if constexpr (kWarpRow)
+    return warp_reduce(v, op);
+  else
+    return block_reduce(v, op, shared);
+}
+
+template <bool kWarpRow, class T>
+__global__ void layer_norm_kernel(const T* x, const T* w, const T* b, T* y, float* mean, float* rstd, int64_t rows,
+                                  int64_t n, double eps) {
+  using A = opmath_t<T>;
+  __shared__ A shared[32];
+  const int lanes = kWarpRow ? 32 : blockDim.x, lane = kWarpRow ? threadIdx.x % 32 : threadIdx.x;
+  const int64_t per_block = kWarpRow ? blockDim.x / 32 : 1;
+  for (int64_t base = blockIdx.x * per_block; base < rows; base += int64_t(gridDim.x) * per_block) {
+    int64_t i = base + (kWarpRow ? threadIdx.x / 32 : 0);
+    if (i >= rows) continue;  // whole warps only (kWarpRow), so shuffles stay converged
+    const T* row = x + i * n;
+    A s = 0;
+    for (int64_t j = lane; j < n; j += lanes) s += dload(row[j]);
+    A mu = row_reduce<kWarpRow>(s, SumOp{}, shared) / A(n);
+    A ss = 0;
+    for (int64_t j = lane; j < n; j += lanes) {
+      A d = dload(row[j]) - mu;
+      ss += d * d;
+    }
+    A rs = A(1) / sqrt(row_reduce<kWarpRow>(ss, SumOp{}, shared) / A(n) + A(eps));
+    if (lane == 0) mean[i] = float(mu), rstd[i] = float(rs);
+    for (int64_t j = lane; j < n; j += lanes) {
+      A v = (A(dload(row[j])) - mu) * rs;
+      if (w) v *= dload(w[j]);
+      if (b) v += dload(b[j]);
+      y[i * n + j] = dstore<T>(v);
+    }
+  }
+}
+
+template <class A>
+struct Pair {
+  A a, b;
+};
+template <class A>
+__device__ __forceinline__ Pair<A> shfl_xor(Pair<A> p, int o) {
+  return {__shfl_xor_sync(0xffffffffu, p.a, o), __shfl_xor_sync(0xffffffffu, p.b, o)};
+}
+struct SumPair {
+  template <class A>
+  __device__ __forceinline__ Pair<A> operator()(Pair<A> x, Pair<A> y) const {
+    return {x.a + y.a, x.b + y.b};
+  }
+};
+
+template <class T>
+__global__ void layer_norm_grad_x_kernel(const T* g, const T* x, const float* mean, const float* rstd, const T* w,
+                                         T* gx, int64_t rows, int64_t n) {
+  using A = opmath_t<T>;
+  __shared__ Pair<A> shared[32];
+  for (int64_t i = blockIdx.x; i < rows; i += gridDim.x) {
+    const T *row = x + i * n, *grow = g + i * n;
+    A mu = mean[i], rs = rstd[i];
+    Pair<A> acc{0, 0};
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+      A gv = A(dload(grow[j])) * (w ? A(dload(w[j])) : A(1));
+      acc.a += gv;
+      acc.b += gv * (A(dload(row[j])) - mu) * rs;
+    }
+    acc = block_reduce(acc, SumPair{}, shared);
+    A mean_g = acc.a / A(n), mean_gx = acc.b / A(n);
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+      A gv = A(dload(grow[j])) * (w ? A(dload(w[j])) : A(1));
+      A xh = (A(dload(row[j])) - mu) * rs;
+      gx[i * n + j] = dstore<T>(rs * (gv - mean_g - xh * mean_gx));
+    }
+  }
+}
+
+// Column sums over rows, blocks of 32 x 8 like reduce_cols_kernel.
+template <class T>
+__global__ void layer_norm_grad_wb_kernel(const T* g, const T* x, const float* mean, const float* rstd, T* gw, T* gb,
+                                          int64_t rows, int64_t n) {
+  using A = opmath_t<T>;
+  __shared__ Pair<A> part[8][33];
+  for (int64_t b = blockIdx.x; b < (n + 31) / 32; b += gridDim.x) {
+    int64_t j = b * 32 + threadIdx.x;
+    Pair<A> acc{0, 0};
+    if (j < n)
+      for (int64_t i = threadIdx.y; i < rows; i += blockDim.y) {
+        A gv = dload(g[i * n + j]);
+        acc.a += gv * (A(dload(x[i * n + j])) - A(mean[i])) * A(rstd[i]);
+        acc.b += gv;
+      }
+    __syncthreads();
+    part[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && j < n) {
+      for (int y = 1; y < int(blockDim.y); ++y) acc = SumPair{}(acc, part[y][threadIdx.x]);
+      if (gw) gw[j] = dstore<T>(acc.a);
+      if (gb) gb[j] = dstore<T>(acc.b);
+    }
+  }
+}
+
+const bool kRegistered = [] {
+  register_kernel_variants("layer_norm", {"block", "warp"});
+  return true;
+}();
+
+}  // namespace
+
+void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out, const Tensor& mean,
+                const Tensor& rstd, double eps) {
+  const int64_t n = x.size(x.dim() - 1), rows = x.numel() / std::max<int64_t>(n, 1);
+  if (rows == 0) return;
+  cudaStream_t s = stream_for(out);
+  const bool warp_row = kernel_variant_index("layer_norm") == 1;
+  dispatch_floating(x.dtype(), "layer_norm", [&](auto xt) {
+    using T = typename decltype(xt)::type;
+    const T *w = dptr_or_null<T>(weight), *b = dptr_or_null<T>(bias);
+    if (warp_row)
+      layer_norm_kernel<true><<<grid_for(rows, 8), 256, 0, s>>>(dptr<T>(x), w, b, dptr<T>(out), dptr<float>(mean),
+                                                                dptr<float>(rstd), rows, n, eps);
+    else
+      layer_norm_kernel<false><<<grid_for(rows, 1), kThreads, 0, s>>>(dptr<T>(x), w, b, dptr<T>(out), dptr<float>(mean),
+                                                                      dptr<float>(rstd), rows, n, eps);
+  });
+  check_launch("layer_norm");
+}
+
+void layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                         const Tensor& weight, const Tensor& grad_x, const Tensor& grad_weight,
+                         const Tensor& grad_bias) {
+  const int64_t n = x.size(x.dim() - 1), rows = x.numel() / std::max<int64_t>(n, 1);
+  cudaStream_t s = stream_for(x);
+  dispatch_floating(x.dtype(), "layer_norm_backward", [&](auto xt) {
+    using T = typename decltype(xt)::type;
+    const T *g = dptr<T>(grad), *xp = dptr<T>(x);
+    const float *mp = dptr<float>(mean), *rp = dptr<float>(rstd);
+    if (grad_x.defined() && rows > 0)
+      layer_norm_grad_x_kernel<<<grid_for(rows, 1), kThreads, 0, s>>>(g, xp, mp, rp, dptr_or_null<T>(weight),
+                                                                      dptr<T>(grad_x), rows, n);
+    if ((grad_weight.defined() || grad_bias.defined()) && n > 0)
+      layer_norm_grad_wb_kernel<<<grid_for((n + 31) / 32, 1), dim3(32, 8), 0, s>>>(
+          g, xp, mp, rp, dptr_or_null<T>(grad_weight), dptr_or_null<T>(grad_bias), rows, n);
+  });
+  check_launch("layer_norm_backward");
+}
+
+}  // namespace mg::cuda

@@ -1,0 +1,122 @@
+// The kernel list: every entry of the Backend table, written once. Each includer defines
+//   MG_KERNEL(name, return type, parameters...)           an entry every backend implements
+//   MG_OPTIONAL_KERNEL(name, return type, parameters...)  an entry a backend may leave null
+// and includes this file, which undefines both again: backend.h declares the table from it, each
+// backend declares and registers its functions from it, and missing_kernels() checks it by name.
+// Tensors arrive with their final shapes (broadcast inputs are expanded views with zero strides)
+// and arbitrary strides unless a comment says otherwise. No include guard on purpose.
+
+// ---- elementwise (cpu/elementwise.cpp, cuda/elementwise.cu)
+// dst[i] = convert(src[i]); src is expanded to dst's shape.
+MG_KERNEL(copy, void, const Tensor& src, const Tensor& dst)
+MG_KERNEL(fill, void, const Tensor& dst, double value)
+// dst[i] = start + i * step, in row-major order of a contiguous dst.
+MG_KERNEL(fill_range, void, const Tensor& dst, double start, double step)
+// Counter-based random fills: element i uses counter offset + i of generator `seed`.
+MG_KERNEL(uniform, void, const Tensor& dst, uint64_t seed, uint64_t offset, double lo, double hi)
+MG_KERNEL(normal, void, const Tensor& dst, uint64_t seed, uint64_t offset, double mean, double std)
+MG_KERNEL(randint, void, const Tensor& dst, uint64_t seed, uint64_t offset, int64_t lo, int64_t hi)
+MG_KERNEL(unary, void, UnaryOp op, const Tensor& x, const Tensor& out, UnaryParams p)
+// grad_in = grad * d op(x)/dx, where `saved` is x, or the output for Exp/Tanh/Sigmoid/Sqrt/Rsqrt.
+MG_KERNEL(unary_backward, void, UnaryOp op, const Tensor& grad, const Tensor& saved, const Tensor& grad_in,
+          UnaryParams p)
+// out = a op (alpha * b) for Add/Sub, a op b otherwise; comparisons write bool.
+MG_KERNEL(binary, void, BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, double alpha)
+// GELU with the bias add before it fused: out = gelu(x + bias), grad_in = grad * gelu'(x + bias);
+// bias is expanded to x's shape; `tanh` picks the tanh approximation over the erf form.
+MG_KERNEL(bias_gelu, void, const Tensor& x, const Tensor& bias, const Tensor& out, bool tanh)
+MG_KERNEL(bias_gelu_backward, void, const Tensor& grad, const Tensor& x, const Tensor& bias, const Tensor& grad_in,
+          bool tanh)
+MG_KERNEL(where, void, const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out)
+// out = x * keep / (1 - p), keep drawn from the counter-based generator.
+MG_KERNEL(dropout, void, const Tensor& x, const Tensor& out, double p, uint64_t seed, uint64_t offset)
+
+// ---- reductions (cpu/reduce.cpp, cuda/reduce.cu)
+// Reduces the contiguous x of shape [outer, r, inner] over r into out [outer, inner].
+MG_KERNEL(reduce, void, ReduceOp op, const Tensor& x, const Tensor& out, int64_t outer, int64_t r, int64_t inner)
+// Same layout; writes the max/min value and its index (int64) along r.
+MG_KERNEL(arg_reduce, void, ReduceOp op, const Tensor& x, const Tensor& values, const Tensor& indices, int64_t outer,
+          int64_t r, int64_t inner)
+
+// ---- softmax (cpu/softmax.cpp, cuda/softmax.cu): contiguous x/out of shape [outer, r, inner], along r
+MG_KERNEL(softmax, void, const Tensor& x, const Tensor& out, int64_t outer, int64_t r, int64_t inner, bool log)
+MG_KERNEL(softmax_backward, void, const Tensor& grad, const Tensor& out, const Tensor& grad_in, int64_t outer,
+          int64_t r, int64_t inner, bool log)
+
+// ---- losses (cpu/loss.cpp, cuda/loss.cu)
+// logits contiguous [N, C], target int64 [N]; loss float [N] (0 for ignored rows).
+MG_KERNEL(cross_entropy, void, const Tensor& logits, const Tensor& target, const Tensor& loss, int64_t ignore_index,
+          double smoothing)
+// grad_logits = grad_loss[n] * (softmax - smoothed one-hot); zero rows for ignored targets.
+MG_KERNEL(cross_entropy_backward, void, const Tensor& grad_loss, const Tensor& logits, const Tensor& target,
+          const Tensor& grad_logits, int64_t ignore_index, double smoothing)
+
+// ---- normalization (cpu/norm.cpp, cuda/norm.cu)
+// Rows of the contiguous x [rows, n]; mean and rstd are float32 [rows]; weight/bias may be undefined.
+MG_KERNEL(layer_norm, void, const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
+          const Tensor& mean, const Tensor& rstd, double eps)
+MG_KERNEL(layer_norm_backward, void, const Tensor& grad, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+          const Tensor& weight, const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias)
+
+// ---- matmul (cpu/matmul.cpp, cuda/matmul.cu)
+// Batched GEMM: out[b] = a[b] @ b[b]; a [B, M, K], b [B, K, N], out [B, M, N] contiguous.
+MG_KERNEL(matmul, void, const Tensor& a, const Tensor& b, const Tensor& out)
+
+// ---- attention (cpu/attention.cpp, cuda/attention.cu)
+// Contiguous q [BH, Tq, D], k and v [BH, Tk, D] -> out [BH, Tq, D] and lse [BH, Tq], each row's
+// log-sum-exp of the scaled, masked scores (-inf for a row with no key); lse and delta below
+// are float32, float64 for float64 inputs.
+MG_KERNEL(attention, void, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+          const AttentionParams& p)
+// Gradients of q, k, v (same layouts) from grad_out and the forward's out and lse: the
+// probabilities are recomputed tile by tile, never stored. delta ([BH, Tq]) is scratch
+// for rowsum(grad_out * out), allocated by the op so every device books the same bytes.
+MG_KERNEL(attention_backward, void, const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v,
+          const Tensor& out, const Tensor& lse, const Tensor& delta, const Tensor& grad_q, const Tensor& grad_k,
+          const Tensor& grad_v, const AttentionParams& p)
+
+// ---- indexing (cpu/index.cpp, cuda/index.cu)
+// out = x.index_select(dim, index); index int64 1-d, checked in range.
+MG_KERNEL(index_select, void, const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out)
+// dst.index_select(dim, index) += src (repeated indices add up).
+MG_KERNEL(index_add, void, const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src)
+MG_KERNEL(gather, void, const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out)
+MG_KERNEL(scatter_add, void, const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src)
+
+// ---- convolution lowering and pooling (cpu/conv.cpp, cuda/conv.cu)
+// x [N, C, H, W] contiguous -> col [N, C*kh*kw, oh*ow]; col2im adds back into a zeroed x.
+MG_KERNEL(im2col, void, const Tensor& x, const Tensor& col, const Conv2dGeometry& g)
+MG_KERNEL(col2im, void, const Tensor& col, const Tensor& x, const Conv2dGeometry& g)
+// Pooling on contiguous [N, C, H, W]; max pooling records flat argmax indices (int64) per output.
+MG_KERNEL(max_pool2d, void, const Tensor& x, const Tensor& out, const Tensor& indices, const Conv2dGeometry& g)
+MG_KERNEL(max_pool2d_backward, void, const Tensor& grad, const Tensor& indices, const Tensor& grad_x)
+MG_KERNEL(avg_pool2d, void, const Tensor& x, const Tensor& out, const Conv2dGeometry& g)
+MG_KERNEL(avg_pool2d_backward, void, const Tensor& grad, const Tensor& grad_x, const Conv2dGeometry& g)
+
+// ---- direct convolution (cuda/cudnn.cu), for backends with a library for it: left null, or
+// returning false (variant or configuration not supported), the op lowers to im2col + GEMM.
+// x [N, C, H, W], weight [O, C/groups, kh, kw] and out [N, O, oh, ow], all contiguous; no bias.
+MG_OPTIONAL_KERNEL(conv2d, bool, const Tensor& x, const Tensor& weight, const Tensor& out, const Conv2dGeometry& g,
+                   int64_t groups)
+// grad_x (zeroed by the callee as needed) from grad_out and weight; grad_weight from grad_out and x.
+MG_OPTIONAL_KERNEL(conv2d_backward_input, bool, const Tensor& grad_out, const Tensor& weight, const Tensor& grad_x,
+                   const Conv2dGeometry& g, int64_t groups)
+MG_OPTIONAL_KERNEL(conv2d_backward_weight, bool, const Tensor& grad_out, const Tensor& x, const Tensor& grad_weight,
+                   const Conv2dGeometry& g, int64_t groups)
+
+// ---- multi-tensor ops (cpu/multi_tensor.cpp, cuda/multi_tensor.cu): optimizers and loss
+// scaling. One call covers many tensors, which the CUDA backend updates in one fused launch per
+// batch. The operands of tensor j (lists[k][j]) are contiguous and share its size and dtype; an
+// optional operand may be undefined.
+// One optimizer step, rules::sgd with scalars[j] on every element of tensor j.
+// lists = {params, grads, momentum buffers (optional)}.
+MG_KERNEL(sgd_update, void, const TensorLists& lists, const std::vector<rules::SGDScalars>& scalars)
+// rules::adam; lists = {params, grads, exp_avg, exp_avg_sq, max_exp_avg_sq (optional)}.
+MG_KERNEL(adam_update, void, const TensorLists& lists, const std::vector<rules::AdamScalars>& scalars)
+// Sets found_inf (float32 [1]) to 1 when an element of the contiguous floating tensors is inf or
+// NaN (never clears it); unless inv_scale == 1, then multiplies them in place as t.mul_(inv_scale).
+MG_KERNEL(non_finite_check_and_unscale, void, const std::vector<Tensor>& tensors, const Tensor& found_inf,
+          double inv_scale)
+
+#undef MG_KERNEL
+#undef MG_OPTIONAL_KERNEL

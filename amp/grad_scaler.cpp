@@ -43,7 +43,7 @@ bool check_and_unscale(const std::vector<Tensor>& tensors, double inv_scale) {
       MemoryScope scope(Category::Temporary, "GradScaler.found_inf");
       flag = zeros({1}, TensorOptions(kFloat32).device(device));
     }
-    kernels::run("GradScaler.unscale_", device, &kernels::Backend::non_finite_check_and_unscale, list, flag, inv_scale);
+    kernels::run(device, &kernels::Backend::non_finite_check_and_unscale, list, flag, inv_scale);
     if (!device.is_meta()) found |= flag.item<float>() != 0;  // meta: the flag's bytes, no values
     if (inv_scale != 1.0)
       for (auto& t : list) t.storage()->bump_version();

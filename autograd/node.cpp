@@ -4,6 +4,7 @@
 
 #include <memgrad/core/grad_mode.h>
 #include <memgrad/core/ops.h>
+#include <memgrad/core/tensor_impl.h>
 
 namespace mg {
 
@@ -14,7 +15,7 @@ std::atomic<uint64_t> g_sequence{0};
 thread_local std::vector<std::pair<SavedTensorHooks::Pack, SavedTensorHooks::Unpack>> t_saved_hooks;
 }  // namespace
 
-Node::Node(std::string name) : name_(std::move(name)), sequence_nr_(g_sequence++) {}
+Node::Node(Op op, std::string label) : op_(op), label_(std::move(label)), sequence_nr_(g_sequence++) {}
 
 // ---- saved tensors
 
@@ -77,7 +78,7 @@ TensorList FunctionNode::apply(TensorList&& grad_outputs) {
   return fn_(grad_outputs, *this);
 }
 
-AccumulateGrad::AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : Node("AccumulateGrad"), leaf_(leaf) {}
+AccumulateGrad::AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : Node(Op::none, "AccumulateGrad"), leaf_(leaf) {}
 
 TensorList AccumulateGrad::apply(TensorList&& grads) {
   auto leaf = leaf_.lock();
@@ -130,9 +131,10 @@ Edge gradient_edge(const Tensor& t) {
   return {acc, 0};
 }
 
-std::shared_ptr<Node> record(const char* name, const TensorList& inputs, const TensorList& outputs, BackwardFn fn) {
+std::shared_ptr<Node> record(Op op, const TensorList& inputs, const TensorList& outputs, BackwardFn fn,
+                             std::string label) {
   if (!any_requires_grad(inputs)) return nullptr;
-  auto node = std::make_shared<FunctionNode>(name, std::move(fn));
+  auto node = std::make_shared<FunctionNode>(op, std::move(label), std::move(fn));
   for (auto& t : inputs) node->next_edges().push_back(gradient_edge(t));
   for (uint32_t i = 0; i < outputs.size(); ++i) {
     auto* o = outputs[i].impl();

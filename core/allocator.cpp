@@ -67,7 +67,7 @@ using memory::Segment;
 
 thread_local std::optional<Category> t_category;
 thread_local std::string t_owner;
-thread_local const char* t_op = nullptr;
+thread_local Op t_op = Op::none;
 
 uintptr_t stream_key(const Chunk* c) { return reinterpret_cast<uintptr_t>(c->segment->stream.handle()); }
 
@@ -457,12 +457,12 @@ MemoryScope::~MemoryScope() {
 Category current_category(Category fallback) { return t_category.value_or(fallback); }
 const std::string& current_owner() { return t_owner; }
 
-OpScope::OpScope(const char* op) : prev_(t_op) { t_op = op; }
+OpScope::OpScope(Op op) : prev_(t_op) { t_op = op; }
 OpScope::~OpScope() { t_op = prev_; }
 
 namespace memory {
 
-const char* current_op() { return t_op; }
+Op current_op() { return t_op; }
 
 int64_t limit_from_env(const std::string& spec, DeviceType type) {
   static const char* names[] = {"cpu", "cuda", "meta"};
@@ -493,8 +493,8 @@ Block* allocate(const Device& d, size_t nbytes, Category fallback) {
   b->size = round_size(nbytes);
   b->device = d;
   b->category = current_category(fallback);
-  b->op = t_op;
-  b->owner = t_owner.empty() && t_op ? std::string(t_op) : t_owner;
+  b->op = t_op == Op::none ? nullptr : op_name(t_op);
+  b->owner = t_owner.empty() && b->op ? std::string(b->op) : t_owner;
   // The block belongs to the stream it is allocated on (on cuda, the thread's current stream).
   cuda::Stream stream = d.is_cuda() ? cuda::current_stream(d.index) : cuda::Stream();
   std::lock_guard<std::mutex> g(s.mu);

@@ -26,6 +26,7 @@
 
 #include <memgrad/core/device.h>
 #include <memgrad/core/memory.h>
+#include <memgrad/core/op.h>
 
 namespace mg {
 
@@ -71,8 +72,8 @@ void record_stream(const Block* b, const cuda::Stream& stream);
 void set_category(Block* b, Category c);
 // Moves a live block to another owner label (e.g. a gradient buffer becomes "<param>.grad").
 void set_owner(Block* b, const std::string& owner);
-// The op whose allocations follow (for owner labels of op outputs); see OpScope.
-const char* current_op();
+// The op whose allocations follow (for owner labels of op outputs); Op::none outside every OpScope.
+Op current_op();
 // The limit for a device of `type` that an MG_MEMORY_LIMIT value `spec` asks for (0: none); see
 // set_memory_limit. Throws ValueError for a malformed value.
 int64_t limit_from_env(const std::string& spec, DeviceType type);
@@ -81,11 +82,13 @@ int64_t limit_from_env(const std::string& spec, DeviceType type);
 // Marks allocations made inside an op with the op's name.
 class OpScope {
  public:
-  explicit OpScope(const char* op);
+  explicit OpScope(Op op);
   ~OpScope();
+  OpScope(const OpScope&) = delete;
+  OpScope& operator=(const OpScope&) = delete;
 
  private:
-  const char* prev_;
+  Op prev_;
 };
 
 }  // namespace mg

@@ -1,5 +1,7 @@
 #include <memgrad/core/tensor.h>
 
+#include <memgrad/core/tensor_impl.h>
+
 #include <iomanip>
 #include <optional>
 #include <ostream>
@@ -35,6 +37,28 @@ int64_t Tensor::size(int64_t dim) const {
 int64_t Tensor::stride(int64_t dim) const {
   MG_CHECK(this->dim() > 0, IndexError, "stride: a 0-d tensor has no dims, asked for dim ", dim);
   return strides()[size_t(wrap_dim(dim, this->dim(), "stride"))];
+}
+
+TensorImpl* Tensor::checked() const {
+  if (!impl_) throw ValueError("Tensor: expected a defined tensor, got an undefined one");
+  return impl_.get();
+}
+const Shape& Tensor::shape() const { return checked()->shape; }
+const Strides& Tensor::strides() const { return checked()->strides; }
+DType Tensor::dtype() const { return checked()->dtype; }
+Device Tensor::device() const { return checked()->storage->device(); }
+int64_t Tensor::storage_offset() const { return checked()->offset; }
+const std::shared_ptr<Storage>& Tensor::storage() const { return checked()->storage; }
+bool Tensor::requires_grad() const { return checked()->requires_grad; }
+const std::shared_ptr<autograd::Node>& Tensor::grad_fn() const { return checked()->grad_fn; }
+
+void Tensor::set_data(const Tensor& src) const {
+  TensorImpl *i = checked(), *s = src.checked();
+  i->storage = s->storage;
+  i->shape = s->shape;
+  i->strides = s->strides;
+  i->offset = s->offset;
+  i->dtype = s->dtype;
 }
 
 bool Tensor::is_contiguous() const {

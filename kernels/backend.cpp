@@ -1,5 +1,7 @@
 #include <memgrad/kernels/backend.h>
 
+#include <memgrad/core/allocator.h>
+
 namespace mg::kernels {
 
 std::vector<std::string> missing_kernels(const Backend& b) {
@@ -9,6 +11,12 @@ std::vector<std::string> missing_kernels(const Backend& b) {
 #define MG_OPTIONAL_KERNEL(name, ...)
 #include <memgrad/kernels/kernel_list.h>
   return missing;
+}
+
+void no_kernel(const Device& device, const char* kernel) {
+  Op op = memory::current_op();
+  throw NotImplementedError(
+      detail::str(op == Op::none ? kernel : op_name(op), ": no kernel ", kernel, " for device ", device, " yet"));
 }
 
 }  // namespace mg::kernels

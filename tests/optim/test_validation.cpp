@@ -218,3 +218,26 @@ TEST_CASE("validation: a step that runs out of memory creating its state changes
   for (size_t i = 0; i < params.size(); ++i) CHECK(equal(params[i], ref_params[i]));
   CHECK(contents(opt) == contents(reference));
 }
+
+TEST_CASE("validation: GradScaler.load_state_dict checks counts before casting them") {
+  amp::GradScaler scaler;
+  const auto good = scaler.state_dict();
+  for (auto [key, value] : std::vector<std::pair<const char*, double>>{{"growth_interval", 1e30},
+                                                                       {"growth_interval", std::nan("")},
+                                                                       {"growth_interval", 0},
+                                                                       {"growth_interval", 2.5},
+                                                                       {"_growth_tracker", -1},
+                                                                       {"_growth_tracker", 2000},
+                                                                       {"_growth_tracker", 1e300}}) {
+    CAPTURE(key);
+    CAPTURE(value);
+    auto bad = good;
+    bad[key] = value;
+    expect_error<ValueError>([&] { scaler.load_state_dict(bad); }, {"GradScaler", key});
+    CHECK(scaler.state_dict() == good);
+  }
+  auto ok = good;
+  ok["_growth_tracker"] = 1999;
+  scaler.load_state_dict(ok);
+  CHECK(scaler.growth_tracker() == 1999);
+}

@@ -23,9 +23,18 @@ Tensor make_tensor(std::shared_ptr<Storage> storage, Shape shape, Strides stride
   return Tensor(std::move(impl));
 }
 
-Tensor empty_with(const Shape& shape, DType dtype, const Device& device, Category fallback) {
+size_t nbytes_of(const Shape& shape, DType dtype) {
   for (auto d : shape) MG_CHECK(d >= 0, ShapeError, "empty: expected non-negative sizes, got ", shape_str(shape));
-  auto st = std::make_shared<Storage>(device, size_t(numel_of(shape)) * dtype_size(dtype), fallback);
+  const int64_t n = numel_of(shape);
+  contiguous_strides(shape);  // a zero-size tensor's strides can overflow where its count does not
+  const size_t item = dtype_size(dtype);
+  MG_CHECK(size_t(n) <= SIZE_MAX / item, ShapeError, "empty: shape ", shape_str(shape), " of ", dtype,
+           " needs 2^64 bytes or more");
+  return size_t(n) * item;
+}
+
+Tensor empty_with(const Shape& shape, DType dtype, const Device& device, Category fallback) {
+  auto st = std::make_shared<Storage>(device, nbytes_of(shape, dtype), fallback);
   return make_tensor(std::move(st), shape, contiguous_strides(shape), 0, dtype);
 }
 

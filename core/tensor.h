@@ -163,6 +163,10 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
 // Creates a tensor header over `storage` (used by ops and factories).
 Tensor make_tensor(std::shared_ptr<Storage> storage, Shape shape, Strides strides, int64_t offset, DType dtype);
+// Bytes of a contiguous tensor of `shape` and `dtype`. Throws ShapeError naming the shape when a
+// size is negative or the element count or byte count overflows; a count too large for any device
+// is left to the allocator, which raises OutOfMemoryError.
+size_t nbytes_of(const Shape& shape, DType dtype);
 // A fresh contiguous tensor allocated under the scope's category, else `fallback`.
 Tensor empty_with(const Shape& shape, DType dtype, const Device& device, Category fallback);
 

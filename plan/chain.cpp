@@ -6,6 +6,7 @@
 
 #include <memgrad/autograd/checkpoint.h>
 #include <memgrad/core/autocast.h>
+#include <memgrad/core/random.h>
 #include <memgrad/nn/loss.h>
 #include <memgrad/optim/clip.h>
 
@@ -124,29 +125,41 @@ double train_step(const ChainModel& model, optim::Optimizer* opt, amp::GradScale
                   const StepOptions& options) {
   MG_CHECK(options.accum >= 1, ValueError, "plan::train_step: expected accum >= 1, got ", options.accum);
   model.module().zero_grad();
-  const std::optional<DType> half = autocast_dtype(options.precision);
-  double total = 0;
-  Tensor x, y, loss;  // live until the next micro-batch replaces them, as in a Python loop
-  for (int64_t i = 0; i < options.accum; ++i) {
-    std::tie(x, y) = batch(i);
-    {
-      std::optional<amp::AutocastGuard> autocast;
-      if (half) autocast.emplace(*half);
-      loss = model.loss(x, y, policy);
+  // A step that fails (out of memory, say) leaves no trace, so that it can be retried or run
+  // smaller: gradients cleared again, the generator rewound, the scaler as it was. The optimizer's
+  // step is all-or-nothing itself, and it is the last thing that changes a parameter.
+  const uint64_t offset = default_generator().offset();
+  const std::optional<amp::GradScaler> scaler_before = scaler ? std::optional(*scaler) : std::nullopt;
+  try {
+    const std::optional<DType> half = autocast_dtype(options.precision);
+    double total = 0;
+    Tensor x, y, loss;  // live until the next micro-batch replaces them, as in a Python loop
+    for (int64_t i = 0; i < options.accum; ++i) {
+      std::tie(x, y) = batch(i);
+      {
+        std::optional<amp::AutocastGuard> autocast;
+        if (half) autocast.emplace(*half);
+        loss = model.loss(x, y, policy);
+      }
+      if (options.accum > 1) loss = loss * (1.0 / double(options.accum));
+      total += loss.is_meta() ? std::numeric_limits<double>::quiet_NaN() : loss.item<double>();
+      (scaler ? scaler->scale(loss) : loss).backward();
     }
-    if (options.accum > 1) loss = loss * (1.0 / double(options.accum));
-    total += loss.is_meta() ? std::numeric_limits<double>::quiet_NaN() : loss.item<double>();
-    (scaler ? scaler->scale(loss) : loss).backward();
+    if (scaler && opt) scaler->unscale_(*opt);
+    if (options.clip_norm > 0) optim::clip_grad_norm_(model.module().parameters(), options.clip_norm);
+    if (scaler && opt) {
+      scaler->step(*opt);
+      scaler->update();
+    } else if (opt) {
+      opt->step();
+    }
+    return total;
+  } catch (...) {
+    model.module().zero_grad();
+    default_generator().set_offset(offset);
+    if (scaler) *scaler = *scaler_before;
+    throw;
   }
-  if (scaler && opt) scaler->unscale_(*opt);
-  if (options.clip_norm > 0) optim::clip_grad_norm_(model.module().parameters(), options.clip_norm);
-  if (scaler && opt) {
-    scaler->step(*opt);
-    scaler->update();
-  } else if (opt) {
-    opt->step();
-  }
-  return total;
 }
 
 }  // namespace mg::plan

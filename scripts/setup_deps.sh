@@ -2,6 +2,8 @@
 # As root it runs apt-get (one update, one install); otherwise it prints the command and stops.
 
 MG_PACKAGES=(g++ cmake make ccache libeigen3-dev doctest-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev libfmt-dev)
+# The fuzz targets (tests/fuzz): clang, its libFuzzer (libclang_rt.fuzzer in libclang-rt-14-dev) and OpenMP.
+MG_FUZZ_PACKAGES=(clang libclang-rt-14-dev libomp-dev)
 
 mg_install_packages() {
   local missing=() p

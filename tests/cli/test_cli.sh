@@ -116,6 +116,62 @@ case $case_name in
         fail "${f%%:*}: the loss did not fall below ${f#*:} of its first value"
     done
     ;;
+  hostile)  # values out of range exit 2 (never clamped), files checked before any work, lying states refused
+    # Each would clamp or wrap and then train (99999999999999999999 steps: for ever); the timeout says so.
+    for flags in "--steps 99999999999999999999" "--seed -1" "--seed 18446744073709551616" "--lr nan" "--lr inf" \
+      "--lr 0" "--clip -1" "--dropout nan" "--batch -5" "--warmup 1e3" "--memory-limit -1" \
+      "--memory-limit 99999999999999999999" "--memory-limit 10EB" "--budget 0x10" "--n-embd 010x"; do
+      # shellcheck disable=SC2086
+      expect_exit 2 timeout 60 "$bin" train "${small[@]}" --steps 1 $flags
+      expect_output "^--"
+    done
+    expect_exit 2 "$bin" plan --top 2147483648
+    expect_output "expected an integer in \[0, 2147483647\], got 2147483648"
+    # Range errors print their bounds readably (CLI11 printed DBL_MAX with 309 digits).
+    expect_exit 2 "$bin" train --clip -1
+    expect_output "expected a number >= 0, got -1"
+    grep -qE '[0-9]{25}' out.txt && fail "a number of 25 digits or more in the message"
+    # A leading zero is decimal, not octal.
+    expect_exit 0 "$bin" train "${small[@]}" --steps 010 --log steps.csv --quiet
+    [ "$(tail -n 1 steps.csv | cut -d, -f1)" = 10 ] || fail "--steps 010 did not run 10 steps"
+    # Files written at the end are checked before anything runs.
+    mkdir folder
+    for save in /nonexistent/dir/x.safetensors folder; do
+      expect_exit 2 "$bin" train "${small[@]}" --steps 2 --save "$save"
+      expect_output "^memgrad: --save"
+      grep -q "^step" out.txt && fail "--save $save was checked only after training"
+    done
+    expect_exit 2 "$bin" train "${small[@]}" --steps 2 --timeline /nonexistent/t.html
+    # The batch (and the MLP's teacher) is in the ledger: a limit stops it at once, as out of memory.
+    expect_exit 3 timeout 60 "$bin" train --batch 100000000 --memory-limit 1GiB --timeline ''
+    expect_output "\(Input\)"
+    expect_exit 3 timeout 60 "$bin" train --model mlp --width 1000000 --memory-limit 1GiB --timeline ''
+    expect_output "for \"data.teacher\" \(Input\)"
+    # A state whose metadata lies (same-length edits keep the header valid).
+    expect_exit 0 "$bin" train "${small[@]}" --steps 17 --save state.safetensors
+    rm -f state.safetensors.tmp.*  # none is left; a stale one of a dead saver is removed by the next save
+    ( exit 0 ) &
+    dead=$!
+    wait "$dead"
+    touch "state.safetensors.tmp.$dead"
+    expect_exit 0 "$bin" train "${small[@]}" --steps 17 --save state.safetensors
+    [ -e "state.safetensors.tmp.$dead" ] && fail "the temporary file of a dead saver was left"
+    edit() { cp state.safetensors edited.safetensors && perl -0777 -pi -e "$1" edited.safetensors; }
+    edit 's/"memgrad.step":"17"/"memgrad.step":"-7"/'
+    expect_exit 2 "$bin" train "${small[@]}" --steps 20 --resume edited.safetensors
+    expect_output "memgrad.step is '-7', expected an integer in"
+    edit 's/"memgrad.rng_seed":"1337"/"memgrad.rng_seed":"abcd"/'
+    expect_exit 2 "$bin" train "${small[@]}" --steps 20 --resume edited.safetensors
+    expect_output "memgrad.rng_seed is 'abcd'"
+    edit 's/"memgrad.step":"17"/"memgrad.step":"99"/'
+    expect_exit 2 "$bin" train "${small[@]}" --steps 20 --resume edited.safetensors
+    expect_output "already at step 99"
+    head -c 100 state.safetensors >edited.safetensors
+    expect_exit 2 "$bin" train "${small[@]}" --steps 20 --resume edited.safetensors
+    expect_output "^memgrad: --resume edited.safetensors: load_safetensors"
+    expect_exit 0 "$bin" train "${small[@]}" --steps 18 --resume state.safetensors
+    expect_output "resumed at step 17"
+    ;;
   *)
     fail "unknown case $case_name"
     ;;

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <limits>
 
 #include "report.h"
 
@@ -11,7 +12,9 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
   add_model_flags(app, f.model);
   add_step_flags(app, f.step);
   app.add_flag("!--no-compare", f.compare, "skip the side-by-side table of policies");
-  app.add_option("--top", f.top, "owners to list at the peak")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--top", f.top, "owners to list at the peak")
+      ->transform(integer_in(0, std::numeric_limits<int>::max()))
+      ->capture_default_str();
 }
 
 int run_plan(const PlanFlags& f) {

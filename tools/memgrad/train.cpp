@@ -24,7 +24,10 @@ constexpr bool kBuiltWithCuda = false;
 #endif
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// Batches drawn from (seed, step, micro-batch) alone, so a resumed run sees the same data.
+// Batches drawn from (seed, step, micro-batch) alone, so a resumed run sees the same data. Each
+// batch (and the MLP's teacher matrix) is allocated in the ledger first, as Input, and filled in
+// place: a --memory-limit covers it, and a batch too large for the machine is an OutOfMemoryError
+// at once instead of std::bad_alloc after filling host vectors for a while.
 class Data {
  public:
   Data(const mg::plan::ModelSpec& spec, uint64_t seed, const mg::Device& device)
@@ -33,10 +36,15 @@ class Data {
       for (const char* c = kCorpus; *c; ++c) tokens_.push_back(int64_t(static_cast<unsigned char>(*c)));
       split_ = int64_t(tokens_.size()) * 9 / 10;  // the last tenth is held out for evaluation
     } else {
+      const int64_t n = spec.mlp_width;
+      {
+        mg::MemoryScope scope(mg::Category::Input, "data.teacher");
+        teacher_ = mg::empty({n, n});
+      }
       std::mt19937_64 rng(seed ^ 0x7eac4e5ULL);
-      std::normal_distribution<float> normal(0.f, 1.f / std::sqrt(float(spec.mlp_width)));
-      teacher_.resize(size_t(spec.mlp_width * spec.mlp_width));
-      for (auto& w : teacher_) w = normal(rng);
+      std::normal_distribution<float> normal(0.f, 1.f / std::sqrt(float(n)));
+      float* w = teacher_.data_ptr<float>();
+      for (int64_t i = 0; i < n * n; ++i) w[i] = normal(rng);
     }
   }
   bool is_gpt() const { return spec_.kind == mg::plan::ModelSpec::Kind::GPT; }
@@ -47,25 +55,28 @@ class Data {
     std::mt19937_64 rng(key);
     if (is_gpt()) {
       const int64_t T = s.seq_len, begin = eval ? split_ : 0, end = eval ? int64_t(tokens_.size()) : split_;
-      std::vector<int64_t> x, y;
+      mg::Tensor x = mg::empty({s.batch, T}, mg::kInt64), y = mg::empty({s.batch, T}, mg::kInt64);
+      int64_t *px = x.data_ptr<int64_t>(), *py = y.data_ptr<int64_t>();
       for (int64_t b = 0; b < s.batch; ++b) {
-        const int64_t start = begin + int64_t(rng() % uint64_t(end - begin - T - 1));
-        x.insert(x.end(), tokens_.begin() + start, tokens_.begin() + start + T);
-        y.insert(y.end(), tokens_.begin() + start + 1, tokens_.begin() + start + T + 1);
+        const auto window = tokens_.begin() + begin + int64_t(rng() % uint64_t(end - begin - T - 1));
+        std::copy(window, window + T, px + b * T);
+        std::copy(window + 1, window + T + 1, py + b * T);
       }
-      return {to_device(mg::tensor(x, {s.batch, T})), to_device(mg::tensor(y, {s.batch, T}))};
+      return {to_device(x), to_device(y)};
     }
     const int64_t n = spec_.mlp_width;
     std::normal_distribution<float> normal(0.f, 1.f);
-    std::vector<float> x(size_t(s.batch * n)), y(size_t(s.batch * n), 0.f);
-    for (auto& v : x) v = normal(rng);
+    mg::Tensor x = mg::empty({s.batch, n}), y = mg::empty({s.batch, n});
+    float *px = x.data_ptr<float>(), *py = y.data_ptr<float>();
+    const float* w = teacher_.data_ptr<float>();
+    for (int64_t i = 0; i < s.batch * n; ++i) px[i] = normal(rng);
     for (int64_t b = 0; b < s.batch; ++b)
       for (int64_t i = 0; i < n; ++i) {
         float acc = 0;
-        for (int64_t j = 0; j < n; ++j) acc += x[size_t(b * n + j)] * teacher_[size_t(j * n + i)];
-        y[size_t(b * n + i)] = std::max(acc, 0.f);
+        for (int64_t j = 0; j < n; ++j) acc += px[b * n + j] * w[j * n + i];
+        py[b * n + i] = std::max(acc, 0.f);
       }
-    return {to_device(mg::tensor(x, {s.batch, n})), to_device(mg::tensor(y, {s.batch, n}))};
+    return {to_device(x), to_device(y)};
   }
   int64_t corpus_bytes() const { return int64_t(tokens_.size()); }
 
@@ -76,7 +87,7 @@ class Data {
   mg::Device device_;
   std::vector<int64_t> tokens_;
   int64_t split_ = 0;
-  std::vector<float> teacher_;
+  mg::Tensor teacher_;  // MLP: [width, width] on the cpu
 };
 
 std::unique_ptr<mg::optim::Optimizer> make_optimizer(const TrainFlags& f, const mg::nn::NamedTensors& params) {
@@ -116,28 +127,66 @@ void save_state(const std::string& path, int64_t step, const std::string& signat
                             {"memgrad.run", signature}});
 }
 
-int64_t load_state(const std::string& path, const std::string& signature, mg::nn::Module& model,
-                   mg::optim::Optimizer& opt, mg::amp::GradScaler* scaler) {
+// A state written by save_state, read and checked before the model is built: a bad file, a
+// different run or metadata that does not parse is a usage error (exit 2) naming --resume.
+struct SavedState {
+  mg::nn::StateDict tensors;
+  int64_t step = 0;
+  uint64_t rng_seed = 0, rng_offset = 0;
+};
+
+SavedState read_state(const std::string& path, const std::string& signature) {
+  const std::string flag = "--resume " + path + ": ";
+  SavedState s;
   mg::nn::Metadata meta;
-  mg::nn::StateDict all = mg::nn::load_safetensors(path, &meta);
+  try {
+    s.tensors = mg::nn::load_safetensors(path, &meta);
+  } catch (const mg::OutOfMemoryError&) {
+    throw;
+  } catch (const mg::Error& e) {
+    throw UsageError(flag + e.what());
+  }
   for (const char* key : {"memgrad.step", "memgrad.rng_seed", "memgrad.rng_offset", "memgrad.run"})
-    if (!meta.count(key)) throw mg::IOError(path + ": not a memgrad training state (no '" + key + "' in its metadata)");
+    if (!meta.count(key)) throw UsageError(flag + "not a memgrad training state (no '" + key + "' in its metadata)");
   if (meta["memgrad.run"] != signature)
     throw UsageError("--resume " + path + " was saved by a different run:\n  saved: " + meta["memgrad.run"] +
                      "\n  now:   " + signature);
-  mg::nn::StateDict m, o;
-  std::map<std::string, double> s;
-  for (auto& [k, t] : all) {
-    if (k.rfind("model.", 0) == 0) m[k.substr(6)] = t;
-    if (k.rfind("optim.", 0) == 0) o[k.substr(6)] = t;
-    if (k.rfind("scaler.", 0) == 0) s[k.substr(7)] = t.item<double>();
+  auto bad = [&](const char* key, const char* expected) {
+    return UsageError(flag + "its metadata " + key + " is '" + meta[key] + "', expected " + expected);
+  };
+  const auto step = parse_integer<int64_t>(meta["memgrad.step"]);
+  if (!step || *step < 0 || *step > kMaxCount) throw bad("memgrad.step", "an integer in [0, 2^62]");
+  const auto seed = parse_integer<uint64_t>(meta["memgrad.rng_seed"]);
+  if (!seed) throw bad("memgrad.rng_seed", "an integer in [0, 2^64 - 1]");
+  const auto offset = parse_integer<uint64_t>(meta["memgrad.rng_offset"]);
+  if (!offset) throw bad("memgrad.rng_offset", "an integer in [0, 2^64 - 1]");
+  s.step = *step, s.rng_seed = *seed, s.rng_offset = *offset;
+  return s;
+}
+
+// Loads `s` into the model, the optimizer and the scaler (each validates its part) and positions the
+// default generator; returns the saved step.
+int64_t apply_state(const SavedState& s, const std::string& path, mg::nn::Module& model, mg::optim::Optimizer& opt,
+                    mg::amp::GradScaler* scaler) {
+  try {
+    mg::nn::StateDict m, o;
+    std::map<std::string, double> sc;
+    for (auto& [k, t] : s.tensors) {
+      if (k.rfind("model.", 0) == 0) m[k.substr(6)] = t;
+      if (k.rfind("optim.", 0) == 0) o[k.substr(6)] = t;
+      if (k.rfind("scaler.", 0) == 0) sc[k.substr(7)] = t.item<double>();
+    }
+    model.load_state_dict(m);
+    opt.load_state_dict(o);
+    if (scaler) scaler->load_state_dict(sc);
+  } catch (const mg::OutOfMemoryError&) {
+    throw;
+  } catch (const mg::Error& e) {
+    throw UsageError("--resume " + path + ": " + e.what());
   }
-  model.load_state_dict(m);
-  opt.load_state_dict(o);
-  if (scaler) scaler->load_state_dict(s);
-  mg::default_generator().manual_seed(std::stoull(meta["memgrad.rng_seed"]));
-  mg::default_generator().set_offset(std::stoull(meta["memgrad.rng_offset"]));
-  return std::stoll(meta["memgrad.step"]);
+  mg::default_generator().manual_seed(s.rng_seed);
+  mg::default_generator().set_offset(s.rng_offset);
+  return s.step;
 }
 
 // A line that redraws itself on a terminal, or a plain line every `every` steps otherwise.
@@ -193,33 +242,39 @@ void add_train_flags(CLI::App& app, TrainFlags& f) {
   add_step_flags(app, f.step);
   app.add_option("--device", f.device, "auto (cuda when a GPU is present), cpu or cuda[:N]")->capture_default_str();
   app.add_option("-n,--steps", f.steps, "optimizer steps in total (a resumed run continues to this step)")
-      ->check(CLI::PositiveNumber)
+      ->transform(integer_in(1, kMaxCount))
       ->capture_default_str();
-  app.add_option("--lr", f.lr, "learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--lr", f.lr, "learning rate")->transform(number_in(0.0, INFINITY, true))->capture_default_str();
   app.add_option("--warmup", f.warmup, "steps of linear learning-rate warmup (0: none), then constant")
-      ->check(CLI::NonNegativeNumber)
+      ->transform(integer_in(0, kMaxCount))
       ->capture_default_str();
-  app.add_option("--memory-limit", f.memory_limit, "act like a device of this size, e.g. 64MiB (out of memory: exit 3)")
-      ->transform(CLI::AsSizeValue(true));
-  app.add_option("--seed", f.seed, "seed of parameters, data and dropout")->capture_default_str();
+  byte_size(app.add_option("--memory-limit", f.memory_limit,
+                           "act like a device of this size, e.g. 64MiB (out of memory: exit 3)"));
+  app.add_option("--seed", f.seed, "seed of parameters, data and dropout")
+      ->transform(any_uint64())
+      ->capture_default_str();
   app.add_option("--save", f.save, "write the training state (safetensors) here at the end");
   app.add_option("--resume", f.resume, "continue from a state written by --save (same model and step flags)")
       ->check(CLI::ExistingFile);
   app.add_option("--timeline", f.timeline, "HTML memory timeline of the first steps ('' for none)")
       ->capture_default_str();
   app.add_option("--timeline-steps", f.timeline_steps, "steps the timeline covers")
-      ->check(CLI::PositiveNumber)
+      ->transform(integer_in(1, kMaxCount))
       ->capture_default_str();
   app.add_option("--log", f.log, "CSV of step, loss, tokens/s and allocated bytes");
   app.add_option("--log-every", f.log_every, "print a line every N steps when not on a terminal (0: about 20 lines)")
-      ->check(CLI::NonNegativeNumber);
+      ->transform(integer_in(0, kMaxCount));
   app.add_option("--sample", f.sample, "GPT: bytes of text to generate at the end (0: none)")
-      ->check(CLI::NonNegativeNumber)
+      ->transform(integer_in(0, kMaxCount))
       ->capture_default_str();
   app.add_flag("-q,--quiet", f.quiet, "no progress lines");
 }
 
 int run_train(const TrainFlags& f) {
+  // Files written later (the state at the end, the timeline after a few steps) are checked first.
+  if (!f.save.empty()) check_writable("--save", f.save);
+  if (!f.log.empty()) check_writable("--log", f.log);
+  if (!f.timeline.empty()) check_writable("--timeline", f.timeline);
   mg::Device device = mg::kCPU;
   try {
     device = f.device == "auto" ? (mg::cuda_available() ? mg::cuda_device(0) : mg::kCPU) : mg::Device(f.device);
@@ -237,6 +292,17 @@ int run_train(const TrainFlags& f) {
   if (spec.kind == mg::plan::ModelSpec::Kind::GPT && spec.gpt.vocab_size < 256)
     throw UsageError("--vocab " + std::to_string(spec.gpt.vocab_size) +
                      ": memgrad train reads bytes, so the GPT needs a vocabulary of at least 256");
+  auto tokens = mg::checked_mul(f.step.batch, spec.kind == mg::plan::ModelSpec::Kind::GPT ? f.step.seq : 1);
+  if (tokens) tokens = mg::checked_mul(*tokens, f.step.accum);
+  if (!tokens)
+    throw UsageError("--batch " + std::to_string(f.step.batch) + " x --seq " + std::to_string(f.step.seq) +
+                     " x --accum " + std::to_string(f.step.accum) + ": more than 2^63 - 1 tokens per step");
+  const std::string signature = run_signature(f, spec);
+  std::optional<SavedState> saved;
+  if (!f.resume.empty()) saved = read_state(f.resume, signature);
+  if (saved && saved->step >= f.steps)
+    throw UsageError("--steps " + std::to_string(f.steps) + ": the state is already at step " +
+                     std::to_string(saved->step));
   Data data(spec, f.seed, device);
   if (data.is_gpt() && f.step.seq + 1 >= data.corpus_bytes() / 10)
     throw UsageError("--seq " + std::to_string(f.step.seq) + " is too long for the " +
@@ -250,11 +316,9 @@ int run_train(const TrainFlags& f) {
   std::optional<mg::amp::GradScaler> scaler;
   if (f.step.precision == "fp16") scaler.emplace();
 
-  const std::string signature = run_signature(f, spec);
   std::optional<mg::optim::LinearWarmupLR> warmup;  // made before a resume overwrites the lr with its scheduled value
   if (f.warmup) warmup.emplace(*opt, f.warmup);
-  const int64_t first =
-      f.resume.empty() ? 1 : load_state(f.resume, signature, model, *opt, scaler ? &*scaler : nullptr) + 1;
+  const int64_t first = saved ? apply_state(*saved, f.resume, model, *opt, scaler ? &*scaler : nullptr) + 1 : 1;
   for (int64_t t = 1; warmup && t < first; ++t) warmup->step();  // the schedule's position at the saved step
   std::printf("memgrad train: %s, %s parameters, on %s\n", model_str(spec).c_str(),
               thousands(model.num_parameters()).c_str(), device.str().c_str());
@@ -264,9 +328,6 @@ int run_train(const TrainFlags& f) {
               static_cast<long long>(f.step.accum), f.step.optimizer.c_str(), f.lr, f.step.precision.c_str(),
               policy.name.c_str(), policy.str().c_str(), static_cast<unsigned long long>(f.seed),
               f.resume.empty() ? "" : (", resumed at step " + std::to_string(first - 1)).c_str());
-  if (first > f.steps)
-    throw UsageError("--steps " + std::to_string(f.steps) + ": the state is already at step " +
-                     std::to_string(first - 1));
 
   std::ofstream log;
   if (!f.log.empty()) {
@@ -276,7 +337,7 @@ int run_train(const TrainFlags& f) {
   }
   if (!f.timeline.empty()) mg::record_history(true, 1000000);
   const mg::plan::StepOptions options = step_options(f.step);
-  const int64_t tokens_per_step = f.step.batch * (data.is_gpt() ? f.step.seq : 1) * f.step.accum;  // mlp: rows
+  const int64_t tokens_per_step = *tokens;  // mlp: rows
   Progress progress(first, f.steps, f.log_every ? f.log_every : std::max<int64_t>(1, (f.steps - first + 1) / 20),
                     f.quiet, data.is_gpt() ? "tok" : "rows");
   double loss = 0, train_seconds = 0;

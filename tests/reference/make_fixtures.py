@@ -164,6 +164,30 @@ TORCH_OPS["mlp"] = mlp
 TORCH_OPS["convnet"] = convnet
 
 
+def optimizer_steps(make):
+    """Copies of the parameters (the first half of the inputs) with their gradients (the second
+    half), stepped a["steps"] times; returns the parameters."""
+    def f(x, a):
+        n = len(x) // 2
+        params = [p.detach().clone().requires_grad_() for p in x[:n]]
+        for p, g in zip(params, x[n:]):
+            p.grad = g.detach().clone()
+        opt = make(params, a)
+        for _ in range(a["steps"]):
+            opt.step()
+        return tuple(p.detach() for p in params)
+    return f
+
+
+TORCH_OPS["sgd_step"] = optimizer_steps(lambda p, a: torch.optim.SGD(
+    p, lr=a["lr"], momentum=a["momentum"], dampening=a["dampening"], weight_decay=a["weight_decay"],
+    nesterov=a["nesterov"], maximize=a["maximize"]))
+for _name, _cls in [("adam_step", torch.optim.Adam), ("adamw_step", torch.optim.AdamW)]:
+    TORCH_OPS[_name] = optimizer_steps((lambda cls: lambda p, a: cls(
+        p, lr=a["lr"], betas=(a["beta1"], a["beta2"]), weight_decay=a["weight_decay"], amsgrad=a["amsgrad"],
+        maximize=a["maximize"]))(_cls))
+
+
 # ---------------------------------------------------------------- running a case
 
 def apply_view(t, steps):

@@ -12,9 +12,13 @@
 // files): its mg call, then its cases.
 //
 //   MG_OP_CASES(layer_norm) {
-//     call([](const Tensors& x, const Args& a) { return mg::layer_norm(x[0], shape_arg(a, ...), ...); });
+//     call([](const Tensors& x, const Args& a) {
+//       return mg::layer_norm(x[0], ints_arg(a, "normalized_shape"), x[1], x[2], float_arg(a, "eps"));
+//     });
 //     add_case("layer_norm_affine", {U({3, 4, 6}), U({6}), U({6})}, {{"normalized_shape", {6}}, {"eps", 1e-5}});
 //   }
+//
+// and its entry in TORCH_OPS of tests/reference/make_fixtures.py (see docs/kernels.md, "Testing").
 //
 // Why a macro that writes the TEST_CASEs, rather than a loop over the list at run time: doctest
 // filters on TEST_CASE names, and only TEST_CASEs registered at static initialisation have names

@@ -11,9 +11,15 @@ namespace mg::optest {
 
 namespace {
 
+// TF32 on for the case, off again however the case ends.
+struct Tf32For {
+  explicit Tf32For(bool on) { cuda::set_allow_tf32(on); }
+  ~Tf32For() { cuda::set_allow_tf32(false); }
+};
+
 void run_on_both(const Case& c, DType t, const std::string& variant) {
   const Device gpu = cuda_device(0);
-  cuda::set_allow_tf32(c.tf32);
+  Tf32For tf32(c.tf32);
   Tensors cpu_leaves = make_leaves(c, t, kCPU, true), gpu_leaves = make_leaves(c, t, gpu, true);
   Tensors cpu_out = forward(c, cpu_leaves), gpu_out = forward(c, gpu_leaves);
   const Tol tol = c.cuda_tol ? c.cuda_tol(t, variant) : tol_for(t);
@@ -31,7 +37,6 @@ void run_on_both(const Case& c, DType t, const std::string& variant) {
                    "gradient of input " + std::to_string(i));
     }
   }
-  cuda::set_allow_tf32(false);
 }
 
 }  // namespace

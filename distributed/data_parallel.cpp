@@ -17,13 +17,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A fresh buffer for communication, booked under `category` and the owner `owner` (absolute: the
-// label does not nest inside whatever scope the caller, e.g. backward, runs in).
+// A fresh buffer for communication, booked under `category` and the owner `owner` (in the end
+// absolute: the label does not stay nested inside whatever scope the caller, e.g. backward, runs in).
 Tensor comm_buffer(int64_t n, DType dtype, const Device& device, Category category, const std::string& owner,
                    bool zeroed) {
   Tensor t;
   {
-    MemoryScope scope(category);
+    MemoryScope scope(category, owner);
     t = zeroed ? zeros({n}, TensorOptions(dtype).device(device)) : empty({n}, TensorOptions(dtype).device(device));
   }
   t.storage()->set_category(category);
@@ -57,6 +57,7 @@ struct DataParallel::Impl {
     Tensor optimized;          // what the optimizer updates for it here: `slice`, or its float32 master
     uint64_t hook = 0;
     bool ready = false;
+    bool used = false;  // had a gradient of its own on this rank in this step
   };
   struct Bucket {
     BucketLayout layout;
@@ -110,10 +111,16 @@ struct DataParallel::Impl {
     Bucket& b = buckets[k];
     const BucketLayout& l = b.layout;
     bool missing = false;
-    for (size_t j : l.params) missing = missing || !params[j].tensor.grad().defined();
+    for (size_t j : l.params) {
+      const bool has = params[j].tensor.grad().defined();
+      missing = missing || !has;
+      params[j].used = params[j].used || has;
+    }
     if (options.zero_stage_ < 2) {
       b.buffer = reusable_buffer(b);
-      if (!b.buffer.defined()) {
+      if (b.buffer.defined()) {
+        b.buffer.storage()->set_owner("ddp.bucket." + std::to_string(k));
+      } else {
         b.buffer =
             comm_buffer(l.elements, l.dtype, b.device, Category::Gradient, "ddp.bucket." + std::to_string(k), missing);
         for (size_t j : l.params) {  // the gradients move into the bucket; .grad becomes a view of it
@@ -149,7 +156,8 @@ struct DataParallel::Impl {
   }
 
   // The bucket's existing memory when every gradient in it is already its view (they were zeroed in
-  // place instead of dropped), so the all-reduce runs on it without a copy.
+  // place instead of dropped; or the bucket holds one parameter, whose gradient buffer is the bucket),
+  // so the all-reduce runs on it without a copy.
   Tensor reusable_buffer(const Bucket& b) const {
     std::shared_ptr<Storage> storage;
     int64_t base = 0;
@@ -184,9 +192,18 @@ struct DataParallel::Impl {
     for (size_t k = 0; k < buckets.size(); ++k) complete(k);
     for (auto& b : buckets) b.ready = 0, b.launched = b.done = false;
     next = 0;
+    // A parameter no rank gave a gradient keeps none (its bucket carried zeros for it), as in one process.
+    std::vector<double> used;
+    for (const Param& p : params) used.push_back(p.used ? 1.0 : 0.0);
+    used = group->all_reduce(std::move(used), ReduceOp::Max);
     NoGradGuard ng;
-    for (Param& p : params) {
+    for (size_t i = 0; i < params.size(); ++i) {
+      Param& p = params[i];
       p.ready = false;
+      if (used[i] == 0) {
+        p.tensor.set_grad(Tensor());
+        continue;
+      }
       if (options.zero_stage_ == 0 || !p.slice.defined()) continue;
       const auto [begin, end] = slice(p, rank);
       p.slice.set_grad(options.zero_stage_ == 1 ? p.tensor.grad().view({-1}).narrow(0, begin, end - begin)
@@ -322,7 +339,7 @@ void DataParallel::zero_grad(bool set_to_none) {
     else
       t.grad().zero_();
   };
-  for (auto& p : m.params) clear(p.tensor), clear(p.slice);
+  for (auto& p : m.params) clear(p.tensor), clear(p.slice), p.used = false;
   if (m.masters)
     for (auto& t : m.masters->parameters()) clear(t);
   for (auto& b : m.buckets)

@@ -90,8 +90,8 @@ class DataParallel {
   // later micro-batch's (as DDP's no_sync); stage 2 reduces every micro-batch regardless.
   void prepare_backward(bool sync = true);
   // Call after each backward: launches the buckets the hooks did not (those with parameters that got
-  // no gradient: missing gradients count as zeros), waits for every reduction, and gives the
-  // optimizer's parameters their (reduced, summed over ranks) gradients.
+  // no gradient here: they count as zeros), waits for every reduction, and gives the optimizer's
+  // parameters their gradients, summed over ranks. A parameter no rank gave a gradient keeps none.
   void finish_backward();
   // True on every rank when `flag` is true on any (e.g. inf/NaN in one rank's slice of the gradients).
   bool any_rank(bool flag) const;

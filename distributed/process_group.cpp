@@ -111,6 +111,10 @@ double ProcessGroup::all_reduce(double value, ReduceOp op) {
   host_all_reduce(&value, 1, op);
   return value;
 }
+std::vector<double> ProcessGroup::all_reduce(std::vector<double> values, ReduceOp op) {
+  host_all_reduce(values.data(), int64_t(values.size()), op);
+  return values;
+}
 std::vector<int64_t> ProcessGroup::all_gather(const std::vector<int64_t>& values) {
   std::vector<int64_t> out(values.size() * size_t(size_));
   host_all_gather(values.data(), int64_t(values.size()), out.data());

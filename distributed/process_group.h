@@ -72,6 +72,7 @@ class ProcessGroup {
   // Host values, outside the ledger (losses, flags, norms, byte counts). They run in order with
   // the tensor collectives already issued, and return the result.
   double all_reduce(double value, ReduceOp op = ReduceOp::Sum);
+  std::vector<double> all_reduce(std::vector<double> values, ReduceOp op = ReduceOp::Sum);  // elementwise
   // Every rank's `values` (the same length on every rank), rank after rank.
   std::vector<int64_t> all_gather(const std::vector<int64_t>& values);
   // Rank `root`'s `bytes` on every rank.

@@ -12,6 +12,7 @@
 
 using namespace mg;
 namespace dist = mg::distributed;
+using dist::BucketLayout;
 
 namespace {
 
@@ -296,6 +297,62 @@ TEST_CASE("data parallel: at world size 1 every stage trains as plain training d
     INFO("ZeRO-" << zero);
     CHECK(difference(train({one.get(), zero, 2, 1.0}, 2), plain) < 1e-6);
     CHECK(difference(train({one.get(), zero, 2, 0.0}, 2), train({nullptr, 0, 2, 0.0}, 2)) == 0.0);
+  }
+}
+
+TEST_CASE("data parallel: a bucket is reduced while backward still runs, as soon as its gradients are ready") {
+  auto one = dist::simulated_group();
+  manual_seed(2);
+  plan::ChainModel chain(tiny_gpt(0.0), kCPU);
+  const nn::NamedTensors named = chain.module().named_parameters();
+  dist::DataParallel dp(named, *one, dist::DataParallelOptions().bucket_bytes(2048));
+  const size_t n = dp.buckets().size();
+  REQUIRE(n > 2);
+  CHECK(dp.buckets()[0].params[0] == named.size() - 1);  // the last parameters, which backward reaches first
+  CHECK(dp.buckets()[n - 1].params.back() == 0);         // the embedding, reached last
+  // When backward reaches the embedding, bucket 0 is already out and the last one is not.
+  std::map<std::string, int64_t> owners;
+  Tensor wte = named[0].second;
+  wte.register_hook([&owners](const Tensor&) {
+    owners = memory_by_owner(kCPU);
+    return Tensor();
+  });
+  auto [x, y] = batch(0, 0);
+  dp.prepare_backward();
+  chain.loss(x, y, plan::Policy::none()).backward();
+  dp.finish_backward();
+  CHECK(owners.count("ddp.bucket.0") == 1);
+  CHECK(owners.count("ddp.bucket." + std::to_string(n - 1)) == 0);
+  // Afterwards every gradient lives in its bucket: .grad is a view of the bucket's memory.
+  const MemoryStats s = memory_stats(kCPU);
+  for (size_t k = 0; k < n; ++k) {
+    const BucketLayout& l = dp.buckets()[k];
+    for (size_t j : l.params)
+      CHECK(named[j].second.grad().storage()->block()->owner == "ddp.bucket." + std::to_string(k));
+    CHECK(memory_by_owner(kCPU).at("ddp.bucket." + std::to_string(k)) ==
+          int64_t(memory::round_size(size_t(l.elements) * 4)));
+  }
+  CHECK(s.category(Category::Gradient) > 0);
+}
+
+TEST_CASE("data parallel: parameters without a gradient keep none, as in one process") {
+  auto one = dist::simulated_group();
+  for (int zero : {0, 1, 2}) {
+    INFO("ZeRO-" << zero);
+    Tensor used = ones({4}).requires_grad_(), unused = ones({3}).requires_grad_();
+    dist::DataParallel dp({{"used", used}, {"unused", unused}}, *one, dist::DataParallelOptions().zero_stage(zero));
+    optim::SGD opt(dp.optimizer_parameters(), optim::SGDOptions(0.5).weight_decay(0.1));
+    dp.prepare_backward();
+    (used * 2.0).sum().backward();
+    dp.finish_backward();
+    const nn::NamedTensors stepped = dp.optimizer_parameters();
+    CHECK(stepped[0].second.grad().defined());
+    CHECK(!stepped[1].second.grad().defined());
+    CHECK(!unused.grad().defined());
+    opt.step();
+    dp.gather_parameters();
+    CHECK(unused.to_vector<float>() == std::vector<float>(3, 1.0f));  // no decay: not stepped
+    CHECK(used.to_vector<float>()[0] == doctest::Approx(1.0 - 0.5 * (2.0 + 0.1)));
   }
 }
 

@@ -46,7 +46,7 @@ int64_t optimizer_state_bytes_per_parameter(OptimizerKind kind, bool masters) {
   return own + (masters ? 4 : 0);
 }
 
-std::string zero_table(const ModelSpec& model, const InputShape& input, const StepOptions& step) {
+std::string zero_table(const ModelSpec& model, const InputShape& input, const StepOptions& step, const Policy& policy) {
   std::string out;
   char line[256];
   auto add = [&out, &line](int n) { out.append(line, size_t(std::max(0, std::min(n, int(sizeof line) - 1)))); };
@@ -57,14 +57,15 @@ std::string zero_table(const ModelSpec& model, const InputShape& input, const St
   for (int stage = 0; stage <= 2; ++stage) {
     StepOptions o = step;
     o.zero_stage = stage;
-    const StepReport r = plan(model, input, o, Policy::none());
+    const StepReport r = plan(model, input, o, policy);
     add(std::snprintf(
         line, sizeof line, "  %-7d %14lld %14lld %14lld %14lld %14lld%s\n", stage, static_cast<long long>(r.peak),
         static_cast<long long>(r.category(Category::Parameter)), static_cast<long long>(r.category(Category::Gradient)),
         static_cast<long long>(r.category(Category::OptimizerState)),
         static_cast<long long>(r.category(Category::Workspace)), stage == step.zero_stage ? "   <- --zero" : ""));
   }
-  out += "  (no checkpointing; categories at each peak; Workspace: the buckets being reduced or gathered)\n\n";
+  out += "  (checkpoint " + policy.name +
+         "; categories at each peak; Workspace: the buckets being reduced or gathered)\n\n";
   out += "bytes per parameter one rank holds between steps (parameters + gradients + optimizer state),\n";
   add(std::snprintf(line, sizeof line, "the ledger on meta / ZeRO's formula (Rajbhandari et al. 2020), N = %lld:\n",
                     static_cast<long long>(step.world_size)));

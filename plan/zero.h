@@ -30,8 +30,8 @@ double zero_bytes_per_parameter(double p, double g, double k, int stage, int64_t
 // k for an optimizer: its own state (SGD 0, momentum 4, Adam and AdamW 8), plus 4 for float32 masters.
 int64_t optimizer_state_bytes_per_parameter(OptimizerKind kind, bool masters);
 
-// What `memgrad plan --world-size N --zero S` adds: the planned peak of one rank at each stage, and the
-// bytes per parameter (ledger against the paper) for float32 and for float16 with masters.
-std::string zero_table(const ModelSpec& model, const InputShape& input, const StepOptions& step);
+// What `memgrad plan --world-size N --zero S` adds: the planned peak of one rank at each stage under
+// `policy`, and the bytes per parameter (ledger against the paper) for float32 and for float16 with masters.
+std::string zero_table(const ModelSpec& model, const InputShape& input, const StepOptions& step, const Policy& policy);
 
 }  // namespace mg::plan

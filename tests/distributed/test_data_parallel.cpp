@@ -183,54 +183,72 @@ TEST_CASE("data parallel [mpi]: the gathered state resumes at another world size
   CHECK(difference(ranks, alone) == 0.0);
 }
 
+// Micro-batch g of step s for a model of `spec` (token ids for a GPT, rows for an MLP).
+std::pair<Tensor, Tensor> batch_for(const plan::ModelSpec& spec, int64_t s, int64_t g) {
+  if (spec.kind == plan::ModelSpec::Kind::GPT) return batch(s, g);
+  std::mt19937_64 rng(uint64_t(s) * 1000 + uint64_t(g));
+  std::normal_distribution<float> normal;
+  std::vector<float> x(size_t(kShape.batch * spec.mlp_width)), y(x.size());
+  for (auto& v : x) v = normal(rng);
+  for (auto& v : y) v = normal(rng);
+  return {tensor(x, {kShape.batch, spec.mlp_width}), tensor(y, {kShape.batch, spec.mlp_width})};
+}
+
 TEST_CASE(
     "data parallel [mpi]: each rank's ledger holds the bytes the formula gives, and the planner predicts its peaks") {
   dist::ProcessGroup& g = dist::world();
   const int n = g.size(), r = g.rank();
   const int64_t bucket = 2048;
-  std::vector<int64_t> state_by_stage;
-  for (int zero : {0, 1, 2}) {
-    INFO("ZeRO-" << zero);
-    const MemoryStats base = memory_stats(kCPU);
-    int64_t peaks[2] = {0, 0}, state_bytes = 0;
-    Formula f;
-    {
-      manual_seed(5);
-      plan::ChainModel chain(tiny_gpt(), kCPU);
-      const nn::NamedTensors named = chain.module().named_parameters();
-      dist::DataParallel dp(named, g, dist::DataParallelOptions().zero_stage(zero).bucket_bytes(bucket));
-      optim::AdamW opt(dp.optimizer_parameters());
-      plan::StepOptions o;
-      for (int step = 0; step < 2; ++step) {
-        chain.module().zero_grad();
-        dp.zero_grad();
-        reset_peak(kCPU);
-        plan::train_step(
-            chain, &opt, nullptr, [step](int64_t m) { return batch(step, m); }, plan::Policy::none(), o, &dp);
-        peaks[step] = memory_stats(kCPU).peak_allocated - base.allocated;
+  // The GPT's sizes split evenly; the MLP's 129 x 129 weights do not, so the last rank holds less.
+  for (const plan::ModelSpec& spec : {tiny_gpt(), plan::ModelSpec::mlp(2, 129)}) {
+    const bool gpt = spec.kind == plan::ModelSpec::Kind::GPT;
+    INFO(std::string(gpt ? "GPT" : "MLP"));
+    std::vector<int64_t> state_by_stage;
+    for (int zero : {0, 1, 2}) {
+      INFO("ZeRO-" << zero);
+      const MemoryStats base = memory_stats(kCPU);
+      int64_t peaks[2] = {0, 0}, state_bytes = 0;
+      {
+        manual_seed(5);
+        plan::ChainModel chain(spec, kCPU);
+        const nn::NamedTensors named = chain.module().named_parameters();
+        dist::DataParallel dp(named, g, dist::DataParallelOptions().zero_stage(zero).bucket_bytes(bucket));
+        optim::AdamW opt(dp.optimizer_parameters());
+        plan::StepOptions o;
+        for (int step = 0; step < 2; ++step) {
+          chain.module().zero_grad();
+          dp.zero_grad();
+          reset_peak(kCPU);
+          plan::train_step(
+              chain, &opt, nullptr, [&spec, step](int64_t m) { return batch_for(spec, step, m); }, plan::Policy::none(),
+              o, &dp);
+          peaks[step] = memory_stats(kCPU).peak_allocated - base.allocated;
+        }
+        const MemoryStats s = memory_stats(kCPU);
+        const Formula f = formula(named, n, r, zero, bucket, 4, false);
+        auto held = [&](Category c) { return s.category(c) - base.category(c); };
+        CHECK(held(Category::Parameter) == f.parameter);
+        CHECK(held(Category::Gradient) == f.gradient);
+        CHECK(held(Category::OptimizerState) == f.state);
+        CHECK(held(Category::Workspace) == 0);  // communication buffers are gone between steps
+        state_bytes = held(Category::OptimizerState);
+        // The shard table names each rank's slices and the state bytes its ledger holds for them.
+        const std::string table = dp.shard_table(opt);
+        const auto [begin, end] = dp.slice(0, r);
+        CHECK(table.find("[" + std::to_string(begin) + ", " + std::to_string(end) + "): ") != std::string::npos);
       }
-      const MemoryStats s = memory_stats(kCPU);
-      f = formula(named, n, r, zero, bucket, 4, false);
-      auto held = [&](Category c) { return s.category(c) - base.category(c); };
-      CHECK(held(Category::Parameter) == f.parameter);
-      CHECK(held(Category::Gradient) == f.gradient);
-      CHECK(held(Category::OptimizerState) == f.state);
-      CHECK(held(Category::Workspace) == 0);  // communication buffers are gone between steps
-      state_bytes = held(Category::OptimizerState);
-      // The shard table names each rank's slices and the state bytes its ledger holds for them.
-      const std::string table = dp.shard_table(opt);
-      const auto [begin, end] = dp.slice(0, r);
-      CHECK(table.find("[" + std::to_string(begin) + ", " + std::to_string(end) + "): ") != std::string::npos);
+      state_by_stage.push_back(state_bytes);
+      const std::vector<int64_t> every = g.all_gather(std::vector<int64_t>{state_bytes});
+      if (zero > 0) CHECK((every.front() != every.back()) == !gpt);  // uneven slices: per-rank bytes differ
+      for (int64_t steps : {1, 2}) {  // the simulated rank on meta, planned without any process
+        plan::StepOptions o;
+        o.steps = steps, o.world_size = n, o.rank = r, o.zero_stage = zero, o.bucket_bytes = bucket;
+        CHECK(plan::plan(spec, kShape, o).peak == peaks[steps - 1]);
+      }
     }
-    state_by_stage.push_back(state_bytes);
-    for (int64_t steps : {1, 2}) {  // the simulated rank on meta, planned without any process
-      plan::StepOptions o;
-      o.steps = steps, o.world_size = n, o.rank = r, o.zero_stage = zero, o.bucket_bytes = bucket;
-      CHECK(plan::plan(tiny_gpt(), kShape, o).peak == peaks[steps - 1]);
-    }
+    CHECK(state_by_stage[1] < state_by_stage[0]);  // sharded: about 1/N of the state
+    CHECK(state_by_stage[2] == state_by_stage[1]);
   }
-  CHECK(state_by_stage[1] < state_by_stage[0]);  // sharded: about 1/N of the state
-  CHECK(state_by_stage[2] == state_by_stage[1]);
 }
 
 TEST_CASE("data parallel [mpi]: half parameters step through float32 master slices; inf on one rank skips on all") {

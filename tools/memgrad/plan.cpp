@@ -58,7 +58,7 @@ int run_plan(const PlanFlags& f) {
     std::printf("  largest batch within %s: %lld\n", mg::format_bytes(int64_t(f.step.budget)).c_str(),
                 static_cast<long long>(b));
   }
-  if (data_parallel) std::printf("\n%s", zero_table(spec, shape, options).c_str());
+  if (data_parallel) std::printf("\n%s", zero_table(spec, shape, options, chosen).c_str());
   if (!f.compare) return 0;
 
   // Each policy in float32 and both half precisions, all on meta, against no checkpointing in fp32;

@@ -45,7 +45,8 @@ for ((r = 1; r <= rounds; ++r)); do
 done
 
 median() { sort -n -k"$2" "$1" | awk -v k="$2" '{ v[NR] = $k } END { print v[int((NR + 1) / 2)] }'; }
-echo "memgrad train ${flags[*]}; $rounds rounds, medians; $cores cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "memgrad train ${flags[*]}; $rounds rounds, medians; $cores cores, OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-unset}," \
+  "load $(cut -d' ' -f1-3 /proc/loadavg)"
 printf "%-28s %12s %22s\n" "run" "ms / step" "blocked on comm (%)"
 printf "%-28s %12s %22s\n" "1 process, --accum 2" "$(median "$out/one" 1)" "-"
 for z in 0 1 2; do

@@ -133,7 +133,7 @@ namespace {
 class SimulatedGroup : public ProcessGroup {
  public:
   using ProcessGroup::ProcessGroup;
-  std::string backend() const override { return "simulated"; }
+  std::string backend() const override { return size() == 1 ? "local" : "simulated"; }
 
  protected:
   void check_device(const Device& d) const override {

@@ -55,7 +55,7 @@ class ProcessGroup {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
-  virtual std::string backend() const = 0;  // "mpi", "nccl", "simulated"
+  virtual std::string backend() const = 0;  // "mpi", "nccl", "simulated" (a rank of a plan), "local" (alone)
 
   // In place: every rank's `t` becomes the reduction of all ranks' `t`.
   Work all_reduce(const Tensor& t, ReduceOp op = ReduceOp::Sum);

@@ -351,6 +351,15 @@ TEST_CASE("data parallel: a bucket is reduced while backward still runs, as soon
           int64_t(memory::round_size(size_t(l.elements) * 4)));
   }
   CHECK(s.category(Category::Gradient) > 0);
+  // The optimizer's per-parameter table counts each gradient's own bytes, not its bucket's (a
+  // gradient alone in its bucket is the whole block, rounded as the ledger rounds).
+  optim::SGD opt(dp.optimizer_parameters());
+  int64_t grads = 0;
+  for (const BucketLayout& l : dp.buckets())
+    for (size_t j : l.params)
+      grads += l.params.size() == 1 ? int64_t(memory::round_size(named[j].second.nbytes()))
+                                    : int64_t(named[j].second.nbytes());
+  CHECK(opt.state_report().grad_bytes == grads);
 }
 
 TEST_CASE("data parallel: parameters without a gradient keep none, as in one process") {

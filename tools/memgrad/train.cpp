@@ -252,7 +252,7 @@ int run_train(const TrainFlags& f) {
   if (f.memory_limit) mg::set_memory_limit(device, int64_t(f.memory_limit));
   const mg::plan::ModelSpec spec = model_spec(f.model, f.step.seq);
   const mg::plan::InputShape shape = input_shape(f.step);
-  const mg::plan::Policy policy = memgrad_cli::policy(f.step, spec, true);
+  const mg::plan::Policy policy = memgrad_cli::policy(step_flags, spec, rank == 0);
   if (spec.kind == mg::plan::ModelSpec::Kind::GPT && spec.gpt.vocab_size < 256)
     throw UsageError("--vocab " + std::to_string(spec.gpt.vocab_size) +
                      ": memgrad train reads bytes, so the GPT needs a vocabulary of at least 256");

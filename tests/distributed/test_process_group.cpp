@@ -87,7 +87,7 @@ TEST_CASE("process group [mpi]: host values, outside the ledger") {
 TEST_CASE("process group [mpi]: bad arguments raise typed errors on every rank and leak nothing") {
   dist::ProcessGroup& g = dist::world();
   const int n = g.size();
-  Tensor a = zeros({6}), b = zeros({4});
+  Tensor a = zeros({3 * int64_t(n)});
   const int64_t before = cpu_allocated();
   CHECK_THROWS_AS(g.reduce_scatter(zeros({5}), zeros({6 * n + 1})), ShapeError);
   CHECK_THROWS_AS(g.all_gather(zeros({5}), zeros({3})), ShapeError);
@@ -95,7 +95,7 @@ TEST_CASE("process group [mpi]: bad arguments raise typed errors on every rank a
   CHECK_THROWS_AS(g.all_reduce(zeros({4, 4}).t()), ValueError);  // not contiguous
   CHECK_THROWS_AS(g.all_gather(zeros({6}, TensorOptions(kFloat64)), zeros({3})), DTypeError);
   CHECK_THROWS_AS(g.broadcast(a, n), ValueError);
-  CHECK_THROWS_AS(g.reduce_scatter(a.narrow(0, 0, 3), a), ValueError);  // output inside the input
+  CHECK_THROWS_AS(g.reduce_scatter(a.narrow(0, 0, 3), a), ValueError);  // the output inside the input
   CHECK(cpu_allocated() == before);
   // The group is still usable.
   Tensor one = ones({1});

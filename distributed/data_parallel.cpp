@@ -85,10 +85,6 @@ struct DataParallel::Impl {
     const int64_t begin = std::min(p.numel, int64_t(r) * p.chunk);
     return {begin, std::min(p.numel, begin + p.chunk)};
   }
-  int64_t slice_size(const Param& p) const {
-    auto [b, e] = slice(p, rank);
-    return e - b;
-  }
 
   void wait(Work& w) {
     const auto t0 = Clock::now();

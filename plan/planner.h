@@ -128,7 +128,7 @@ std::optional<DType> autocast_dtype(Precision p);
 // N * accum would run: batch(g), loss / (N * accum), gradients summed across ranks by `dp`. Each
 // micro-batch g draws its random numbers (dropout) from the step's generator offset + g * 2^40, and
 // the step ends at + N * accum * 2^40, with or without `dp`, so N ranks draw the masks one process
-// does. The returned loss is the global one, on every rank.
+// does (the 64-bit counters last 2^24 micro-batches). The returned loss is the global one, on every rank.
 double train_step(const ChainModel& model, optim::Optimizer* opt, amp::GradScaler* scaler,
                   const std::function<std::pair<Tensor, Tensor>(int64_t)>& batch, const Policy& policy,
                   const StepOptions& options, distributed::DataParallel* dp = nullptr);

@@ -84,29 +84,33 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
   auto leaf = leaf_.lock();
   if (!leaf || !grads[0].defined()) return {};
   NoGradGuard no_grad;
-  Tensor g = grads[0];
-  grads.clear();
-  for (auto& h : leaf->leaf_hooks)
-    if (Tensor r = h(g); r.defined()) g = r;
   Tensor self(leaf);
-  Tensor cur = self.grad();
-  if (!cur.defined()) {
-    // Take the incoming buffer when nothing else refers to it; otherwise copy it.
-    bool sole = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 && g.is_contiguous() &&
-                g.dtype() == leaf->dtype && g.storage_offset() == 0 &&
-                size_t(g.numel()) * g.element_size() == g.storage()->nbytes();
-    Tensor owned;
-    {
-      MemoryScope scope(Category::Gradient);
-      owned = sole ? g : g.to(leaf->dtype).clone();
+  {  // the incoming buffers are released before the post-accumulate hooks run
+    Tensor g = grads[0];
+    grads.clear();
+    for (auto& h : leaf->leaf_hooks)
+      if (Tensor r = h(g); r.defined()) g = r;
+    Tensor cur = self.grad();
+    if (!cur.defined()) {
+      // Take the incoming buffer when nothing else refers to it; otherwise copy it.
+      bool sole = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 && g.is_contiguous() &&
+                  g.dtype() == leaf->dtype && g.storage_offset() == 0 &&
+                  size_t(g.numel()) * g.element_size() == g.storage()->nbytes();
+      Tensor owned;
+      {
+        MemoryScope scope(Category::Gradient);
+        owned = sole ? g : g.to(leaf->dtype).clone();
+      }
+      owned.storage()->set_category(Category::Gradient);
+      if (auto* param_block = leaf->storage->block())  // the ledger names the buffer after its parameter
+        owned.storage()->set_owner(param_block->owner.empty() ? "grad" : param_block->owner + ".grad");
+      self.set_grad(owned);
+    } else {
+      cur.add_(g);
     }
-    owned.storage()->set_category(Category::Gradient);
-    if (auto* param_block = leaf->storage->block())  // the ledger names the buffer after its parameter
-      owned.storage()->set_owner(param_block->owner.empty() ? "grad" : param_block->owner + ".grad");
-    self.set_grad(owned);
-  } else {
-    cur.add_(g);
   }
+  const auto hooks = leaf->post_accumulate_hooks;  // a hook may remove itself
+  for (auto& [id, h] : hooks) h(self);
   return {};
 }
 

@@ -1,5 +1,7 @@
 #include <memgrad/core/tensor.h>
 
+#include <atomic>
+
 #include <memgrad/core/tensor_impl.h>
 
 #include <iomanip>
@@ -198,6 +200,23 @@ void Tensor::register_hook(GradHook hook) {
     i->grad_fn->pre_hooks()[i->output_nr].push_back(std::move(hook));
   else
     i->leaf_hooks.push_back(std::move(hook));
+}
+
+uint64_t Tensor::register_post_accumulate_grad_hook(PostAccumulateGradHook hook) {
+  auto* i = checked();
+  MG_CHECK(!i->grad_fn && i->requires_grad, AutogradError,
+           "register_post_accumulate_grad_hook: expected a leaf tensor that requires grad, got ",
+           i->grad_fn ? "the output of " + i->grad_fn->name() : std::string("a tensor that does not require grad"));
+  static std::atomic<uint64_t> next_id{1};
+  const uint64_t id = next_id++;
+  i->post_accumulate_hooks.emplace_back(id, std::move(hook));
+  return id;
+}
+
+void Tensor::remove_post_accumulate_grad_hook(uint64_t id) {
+  auto& hooks = checked()->post_accumulate_hooks;
+  for (auto it = hooks.begin(); it != hooks.end(); ++it)
+    if (it->first == id) return void(hooks.erase(it));
 }
 
 // ---- printing

@@ -5,6 +5,7 @@
 #include <iosfwd>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <memgrad/core/device.h>
@@ -21,6 +22,7 @@ class Node;
 }
 class Tensor;
 using GradHook = std::function<Tensor(const Tensor&)>;  // returns a replacement or undefined
+using PostAccumulateGradHook = std::function<void(const Tensor& leaf)>;
 
 struct TensorOptions {
   DType dtype_ = kFloat32;
@@ -95,6 +97,11 @@ class Tensor {
   Tensor& retain_grad();  // keep .grad on a non-leaf
   // `hook(grad)` runs when this tensor's gradient is computed; a defined result replaces it.
   void register_hook(GradHook hook);
+  // On a leaf: `hook(leaf)` runs each time a backward pass has accumulated into leaf.grad() (once per
+  // backward, after all of that pass's contributions), as torch's register_post_accumulate_grad_hook.
+  // Data parallelism uses it to reduce gradients while backward still runs. Returns an id for removal.
+  uint64_t register_post_accumulate_grad_hook(PostAccumulateGradHook hook);
+  void remove_post_accumulate_grad_hook(uint64_t id);  // unknown ids are ignored
 
   // ---- views (no copies; share storage)
   Tensor view(const Shape& shape) const;

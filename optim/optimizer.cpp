@@ -15,10 +15,12 @@
 namespace mg::optim {
 
 namespace {
-// Bytes the ledger counts for t's storage (rounded allocator blocks), as memory_stats does.
+// Bytes the ledger counts for t's storage (rounded allocator blocks), as memory_stats does. A view
+// into a larger block (a gradient in a data-parallel bucket, a ZeRO slice) counts its own bytes.
 int64_t ledger_bytes(const Tensor& t) {
   if (!t.defined()) return 0;
   const Block* b = t.storage()->block();
+  if (t.nbytes() < t.storage()->nbytes()) return int64_t(t.nbytes());
   return int64_t(b ? b->size : t.storage()->nbytes());
 }
 }  // namespace

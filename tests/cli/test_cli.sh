@@ -21,6 +21,18 @@ expect_exit() {
 expect_output() { grep -qE -- "$1" out.txt || fail "expected output matching '$1'"; }
 # The loss column of a --log CSV from step $2 on.
 losses_from() { awk -F, -v s="$2" 'NR > 1 && $1 >= s { print $1, $2 }' "$1"; }
+# same_losses A B TOL [FROM]: every step of A (from FROM on) is in B with the same loss, to a relative
+# TOL (0: to every printed digit).
+same_losses() {
+  awk -F, -v tol="$3" -v from="${4:-0}" '
+    FNR == 1 { file++; next }
+    file == 1 && $1 >= from { want[$1] = $2; n++ }
+    file == 2 && ($1 in want) { d = $2 - want[$1]; if (d < 0) d = -d; m = $2 < 0 ? -$2 : $2
+                                if (d > tol * (m > 1 ? m : 1)) bad = 1; seen++ }
+    END { exit bad || n == 0 || seen != n }' "$1" "$2" || fail "$1 and $2: losses differ beyond $3"
+}
+# Two processes under mpirun (as root, on shared cores), each with one OpenMP thread.
+mpi2() { OMP_NUM_THREADS=1 "$MG_MPIEXEC" -np 2 --allow-run-as-root --oversubscribe "$@"; }
 
 case $case_name in
   help)
@@ -171,6 +183,44 @@ case $case_name in
     expect_output "^memgrad: --resume edited.safetensors: load_safetensors"
     expect_exit 0 "$bin" train "${small[@]}" --steps 18 --resume state.safetensors
     expect_output "resumed at step 17"
+    ;;
+  plan_zero)  # one simulated rank of 8 on meta: ZeRO's bytes per parameter, no MPI needed
+    expect_exit 0 "$bin" plan --model gpt2-124m --world-size 8 --zero 2 --no-compare
+    expect_output "rank 0 of 8 processes, ZeRO stage 2"
+    expect_output "^  2 .* <- --zero"
+    expect_output "fp32 \\(4\\+4\\+8\\) +16.00 / 16.00 +9.00 / 9.00 +5.50 / 5.50"
+    expect_output "fp16 \\+ fp32 masters \\(2\\+2\\+12\\) +16.00 / 16.00 +5.50 / 5.50 +3.75 / 3.75"
+    expect_exit 2 "$bin" plan --world-size 8 --rank 8
+    expect_output "below --world-size"
+    expect_exit 2 "$bin" plan --zero 3
+    ;;
+  data_parallel)  # mpirun -np 2: the losses of one process with --accum 2, every rank's planned peak exact
+    [ -n "${MG_MPIEXEC:-}" ] || { echo "SKIPPED: memgrad was built without MPI"; exit 77; }
+    expect_exit 0 "$bin" train "${small[@]}" --dropout 0.1 --steps 3 --accum 2 --log one.csv
+    for zero in 0 1 2; do
+      expect_exit 0 mpi2 "$bin" train "${small[@]}" --dropout 0.1 --steps 3 --zero $zero --bucket-cap 8KiB \
+        --log zero$zero.csv
+      expect_output "data parallel: 2 processes \\(mpi\\), ZeRO stage $zero"
+      for r in 0 1; do
+        expect_output "rank $r: first step [0-9]+ B, planned [0-9]+ B: exact; later steps [0-9]+ B, planned [0-9]+ B: exact;"
+      done
+      expect_output "rank 1: elements"
+    done
+    same_losses zero0.csv one.csv 0      # the same sums in the same order: every printed digit
+    same_losses zero1.csv one.csv 1e-6   # clipping sums the squares slice by slice
+    same_losses zero2.csv one.csv 1e-6
+    # Save from 2 ranks (ZeRO-2, shards gathered into one file), resume in one process, and back.
+    expect_exit 0 "$bin" train "${small[@]}" --dropout 0.1 --steps 5 --accum 2 --log whole.csv
+    expect_exit 0 mpi2 "$bin" train "${small[@]}" --dropout 0.1 --steps 2 --zero 2 --save two.safetensors
+    expect_exit 0 "$bin" train "${small[@]}" --dropout 0.1 --steps 4 --accum 2 --resume two.safetensors \
+      --save one.safetensors --log alone.csv
+    expect_output "resumed at step 2"
+    expect_exit 0 mpi2 "$bin" train "${small[@]}" --dropout 0.1 --steps 5 --zero 1 --resume one.safetensors \
+      --log ranks.csv
+    same_losses alone.csv whole.csv 1e-6 3
+    same_losses ranks.csv whole.csv 1e-6 5
+    expect_exit 2 mpi2 "$bin" train "${small[@]}" --dropout 0.1 --steps 5 --accum 2 --resume one.safetensors
+    expect_output "saved by a different run"  # 2 ranks x accum 2 is not 1 x accum 2
     ;;
   *)
     fail "unknown case $case_name"

@@ -180,6 +180,17 @@ void add_step_flags(CLI::App& app, StepFlags& s) {
                            "memory budget for --checkpoint auto and batch search, e.g. 512MiB or 80GB"));
 }
 
+void add_data_parallel_flags(CLI::App& app, StepFlags& s) {
+  app.add_option("--zero", s.zero,
+                 "data parallelism: ZeRO stage 0 (all-reduce gradients), 1 (shard optimizer state) or 2 (shard "
+                 "gradients too); train runs the ranks mpirun starts")
+      ->check(CLI::Range(0, 2))
+      ->capture_default_str();
+  app.add_option("--bucket-cap", s.bucket_cap, "data parallelism: gradient bucket size, e.g. 25MiB")
+      ->transform(CLI::AsSizeValue(true))
+      ->check(CLI::PositiveNumber);
+}
+
 mg::plan::ModelSpec model_spec(const ModelFlags& m, int64_t seq) {
   if (m.model == "mlp") return mg::plan::ModelSpec::mlp(m.layers, m.width);
   Preset p = kPresets.at(m.model == "custom" ? "tiny" : m.model);
@@ -217,6 +228,7 @@ mg::plan::StepOptions step_options(const StepFlags& s, int64_t steps) {
   o.accum = s.accum;
   o.clip_norm = s.clip;
   o.grad_scaler = s.precision == "fp16";
+  o.world_size = s.world_size, o.rank = s.rank, o.zero_stage = s.zero, o.bucket_bytes = int64_t(s.bucket_cap);
   o.optimizer = s.optimizer == "sgd"    ? (s.momentum > 0 ? OptimizerKind::SGDMomentum : OptimizerKind::SGD)
                 : s.optimizer == "adam" ? OptimizerKind::Adam
                                         : OptimizerKind::AdamW;

@@ -55,10 +55,17 @@ struct StepFlags {
   uint64_t budget = 0;              // bytes; `auto` chooses segments for it
   int64_t accum = 1;                // micro-batches per optimizer step
   double clip = 0.0;                // max gradient norm (0: off)
+  // Data parallelism: ZeRO stage and bucket size (train and plan); the world size and rank are the
+  // launcher's for train and flags for plan.
+  int zero = 0;
+  uint64_t bucket_cap = uint64_t(25) << 20;
+  int64_t world_size = 1, rank = 0;
 };
 
 void add_model_flags(CLI::App& app, ModelFlags& m);
 void add_step_flags(CLI::App& app, StepFlags& s);
+// --zero and --bucket-cap (train and plan).
+void add_data_parallel_flags(CLI::App& app, StepFlags& s);
 
 // The planner's description of the model (GPT presets have GPT-2's vocabulary of 50257).
 mg::plan::ModelSpec model_spec(const ModelFlags& m, int64_t seq);

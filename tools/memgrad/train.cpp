@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <random>
 
@@ -98,25 +99,28 @@ std::unique_ptr<mg::optim::Optimizer> make_optimizer(const TrainFlags& f, const 
 }
 
 // The flags a saved state must agree with to be resumed (steps, logging and limits may change).
-std::string run_signature(const TrainFlags& f, const mg::plan::ModelSpec& spec) {
+// `accum` is the step's micro-batches over all data-parallel ranks: N ranks with accum A resume
+// what one process with accum N * A saved, and the other way round.
+std::string run_signature(const TrainFlags& f, const mg::plan::ModelSpec& spec, int64_t accum) {
   char buf[512];
   std::snprintf(
       buf, sizeof buf,
       "%s, dropout %g; batch %lld x %lld, accum %lld; %s lr %g warmup %lld momentum %g clip %g; %s; seed %llu",
       model_str(spec).c_str(), f.model.dropout, static_cast<long long>(f.step.batch),
-      static_cast<long long>(f.step.seq), static_cast<long long>(f.step.accum), f.step.optimizer.c_str(), f.lr,
+      static_cast<long long>(f.step.seq), static_cast<long long>(accum), f.step.optimizer.c_str(), f.lr,
       static_cast<long long>(f.warmup), f.step.momentum, f.step.clip, f.step.precision.c_str(),
       static_cast<unsigned long long>(f.seed));
   return buf;
 }
 
-// One training run's state, as a safetensors file: model.*, optim.*, scaler.*, and in the
-// metadata the step, the default generator's position and the run's signature.
+// One training run's state, as a safetensors file: model.*, optim.* (with data parallelism every
+// rank's slices gathered), scaler.*, and in the metadata the step, the default generator's position
+// and the run's signature.
 void save_state(const std::string& path, int64_t step, const std::string& signature, const mg::nn::Module& model,
-                const mg::optim::Optimizer& opt, const mg::amp::GradScaler* scaler) {
+                const mg::optim::StateDict& optimizer, const mg::amp::GradScaler* scaler) {
   mg::nn::StateDict all;
   for (auto& [k, t] : model.state_dict()) all["model." + k] = t;
-  for (auto& [k, t] : opt.state_dict()) all["optim." + k] = t;
+  for (auto& [k, t] : optimizer) all["optim." + k] = t;
   if (scaler)
     for (auto& [k, v] : scaler->state_dict()) all["scaler." + k] = mg::scalar_tensor(v, mg::kFloat64);
   mg::Generator& g = mg::default_generator();
@@ -166,7 +170,8 @@ SavedState read_state(const std::string& path, const std::string& signature) {
 
 // Loads `s` into the model, the optimizer and the scaler (each validates its part) and positions the
 // default generator; returns the saved step.
-int64_t apply_state(const SavedState& s, const std::string& path, mg::nn::Module& model, mg::optim::Optimizer& opt,
+int64_t apply_state(const SavedState& s, const std::string& path, mg::nn::Module& model,
+                    const std::function<void(const mg::optim::StateDict&)>& load_optimizer,
                     mg::amp::GradScaler* scaler) {
   try {
     mg::nn::StateDict m, o;
@@ -177,7 +182,7 @@ int64_t apply_state(const SavedState& s, const std::string& path, mg::nn::Module
       if (k.rfind("scaler.", 0) == 0) sc[k.substr(7)] = t.item<double>();
     }
     model.load_state_dict(m);
-    opt.load_state_dict(o);
+    load_optimizer(o);
     if (scaler) scaler->load_state_dict(sc);
   } catch (const mg::OutOfMemoryError&) {
     throw;
@@ -240,6 +245,7 @@ std::string sample_text(mg::nn::GPT& gpt, const mg::Device& device, int64_t n, u
 void add_train_flags(CLI::App& app, TrainFlags& f) {
   add_model_flags(app, f.model);
   add_step_flags(app, f.step);
+  add_data_parallel_flags(app, f.step);
   app.add_option("--device", f.device, "auto (cuda when a GPU is present), cpu or cuda[:N]")->capture_default_str();
   app.add_option("-n,--steps", f.steps, "optimizer steps in total (a resumed run continues to this step)")
       ->transform(integer_in(1, kMaxCount))
@@ -275,9 +281,22 @@ int run_train(const TrainFlags& f) {
   if (!f.save.empty()) check_writable("--save", f.save);
   if (!f.log.empty()) check_writable("--log", f.log);
   if (!f.timeline.empty()) check_writable("--timeline", f.timeline);
+  // Data parallelism: the processes mpirun started (or this one alone, with --zero); rank 0 prints.
+  namespace dist = mg::distributed;
+  const bool data_parallel = dist::launched_world_size() > 1 || f.step.zero > 0;
+  dist::ProcessGroup* world = data_parallel ? &dist::world() : nullptr;
+  const int rank = world ? world->rank() : 0, ranks = world ? world->size() : 1;
+  if (rank != 0 && !std::freopen("/dev/null", "w", stdout))
+    throw mg::IOError("rank " + std::to_string(rank) + ": cannot silence its output");
+  StepFlags step_flags = f.step;  // this rank's
+  step_flags.world_size = ranks, step_flags.rank = rank;
+
   mg::Device device = mg::kCPU;
   try {
-    device = f.device == "auto" ? (mg::cuda_available() ? mg::cuda_device(0) : mg::kCPU) : mg::Device(f.device);
+    const int local = ranks > 1 ? dist::local_rank() % std::max(1, mg::cuda_device_count()) : 0;
+    device = f.device == "auto"   ? (mg::cuda_available() ? mg::cuda_device(local) : mg::kCPU)
+             : f.device == "cuda" ? mg::cuda_device(local)
+                                  : mg::Device(f.device);
   } catch (const mg::Error& e) {
     throw UsageError("--device: " + std::string(e.what()));
   }
@@ -288,7 +307,7 @@ int run_train(const TrainFlags& f) {
   if (f.memory_limit) mg::set_memory_limit(device, int64_t(f.memory_limit));
   const mg::plan::ModelSpec spec = model_spec(f.model, f.step.seq);
   const mg::plan::InputShape shape = input_shape(f.step);
-  const mg::plan::Policy policy = memgrad_cli::policy(f.step, spec, true);
+  const mg::plan::Policy policy = memgrad_cli::policy(step_flags, spec, rank == 0);
   if (spec.kind == mg::plan::ModelSpec::Kind::GPT && spec.gpt.vocab_size < 256)
     throw UsageError("--vocab " + std::to_string(spec.gpt.vocab_size) +
                      ": memgrad train reads bytes, so the GPT needs a vocabulary of at least 256");
@@ -297,7 +316,7 @@ int run_train(const TrainFlags& f) {
   if (!tokens)
     throw UsageError("--batch " + std::to_string(f.step.batch) + " x --seq " + std::to_string(f.step.seq) +
                      " x --accum " + std::to_string(f.step.accum) + ": more than 2^63 - 1 tokens per step");
-  const std::string signature = run_signature(f, spec);
+  const std::string signature = run_signature(f, spec, f.step.accum * ranks);
   std::optional<SavedState> saved;
   if (!f.resume.empty()) saved = read_state(f.resume, signature);
   if (saved && saved->step >= f.steps)
@@ -308,17 +327,37 @@ int run_train(const TrainFlags& f) {
     throw UsageError("--seq " + std::to_string(f.step.seq) + " is too long for the " +
                      std::to_string(data.corpus_bytes()) + "-byte corpus (its held-out tenth must hold a window)");
 
+  // cuda tensors travel over NCCL (this process alone: a group of one, or NCCL's when built with it)
+  std::unique_ptr<dist::ProcessGroup> nccl;
+  dist::ProcessGroup* group = world;
+  if (world && device.is_cuda() && (dist::nccl_built() || ranks > 1)) {
+    if (!dist::nccl_built())
+      throw UsageError("--device " + device.str() + " with " + std::to_string(ranks) +
+                       " processes needs NCCL, and memgrad was built without it");
+    nccl = dist::new_nccl_group(*world, device.index);
+    group = nccl.get();
+  }
+
   const mg::MemoryStats base = mg::memory_stats(device);
   mg::manual_seed(f.seed);
   mg::plan::ChainModel chain(spec, device);
   mg::nn::Module& model = chain.module();
-  auto opt = make_optimizer(f, model.named_parameters());
+  std::unique_ptr<dist::DataParallel> dp;
+  if (group)
+    dp = std::make_unique<dist::DataParallel>(
+        model.named_parameters(), *group,
+        dist::DataParallelOptions().zero_stage(f.step.zero).bucket_bytes(int64_t(f.step.bucket_cap)));
+  auto opt = make_optimizer(f, dp ? dp->optimizer_parameters() : model.named_parameters());
   std::optional<mg::amp::GradScaler> scaler;
   if (f.step.precision == "fp16") scaler.emplace();
 
   std::optional<mg::optim::LinearWarmupLR> warmup;  // made before a resume overwrites the lr with its scheduled value
   if (f.warmup) warmup.emplace(*opt, f.warmup);
-  const int64_t first = saved ? apply_state(*saved, f.resume, model, *opt, scaler ? &*scaler : nullptr) + 1 : 1;
+  auto load_optimizer = [&](const mg::optim::StateDict& o) {
+    dp ? dp->load_state_dict(*opt, o) : opt->load_state_dict(o);
+  };
+  const int64_t first =
+      saved ? apply_state(*saved, f.resume, model, load_optimizer, scaler ? &*scaler : nullptr) + 1 : 1;
   for (int64_t t = 1; warmup && t < first; ++t) warmup->step();  // the schedule's position at the saved step
   std::printf("memgrad train: %s, %s parameters, on %s\n", model_str(spec).c_str(),
               thousands(model.num_parameters()).c_str(), device.str().c_str());
@@ -328,16 +367,26 @@ int run_train(const TrainFlags& f) {
               static_cast<long long>(f.step.accum), f.step.optimizer.c_str(), f.lr, f.step.precision.c_str(),
               policy.name.c_str(), policy.str().c_str(), static_cast<unsigned long long>(f.seed),
               f.resume.empty() ? "" : (", resumed at step " + std::to_string(first - 1)).c_str());
+  if (dp)
+    std::printf(
+        "  data parallel: %d process%s (%s), ZeRO stage %d, %zu gradient buckets of up to %s; each step's %lld "
+        "micro-batches split by rank, rank r running [%lld r, %lld r + %lld)\n",
+        ranks, ranks > 1 ? "es" : "", group->backend().c_str(), f.step.zero, dp->buckets().size(),
+        mg::format_bytes(int64_t(f.step.bucket_cap)).c_str(), static_cast<long long>(f.step.accum * ranks),
+        static_cast<long long>(f.step.accum), static_cast<long long>(f.step.accum),
+        static_cast<long long>(f.step.accum));
 
   std::ofstream log;
-  if (!f.log.empty()) {
+  const bool timeline = !f.timeline.empty() && rank == 0;  // files: rank 0 writes them
+  if (!f.log.empty() && rank == 0) {
     log.open(f.log);
     if (!log) throw mg::IOError("--log: cannot write " + f.log);
     log << "step,loss,tokens_per_s,allocated\n";
   }
-  if (!f.timeline.empty()) mg::record_history(true, 1000000);
-  const mg::plan::StepOptions options = step_options(f.step);
-  const int64_t tokens_per_step = *tokens;  // mlp: rows
+  if (timeline) mg::record_history(true, 1000000);
+  const mg::plan::StepOptions options = step_options(step_flags);
+  const int64_t tokens_per_step = *tokens * ranks;  // mlp: rows; all ranks
+  const double communication_before = dp ? dp->communication_seconds() : 0;
   Progress progress(first, f.steps, f.log_every ? f.log_every : std::max<int64_t>(1, (f.steps - first + 1) / 20),
                     f.quiet, data.is_gpt() ? "tok" : "rows");
   double loss = 0, train_seconds = 0;
@@ -346,12 +395,13 @@ int run_train(const TrainFlags& f) {
   int64_t workspace[2] = {0, 0};     // kernel scratch at the peak, which meta does not allocate
   for (int64_t step = first; step <= f.steps; ++step) {
     const auto t0 = Clock::now();
-    if (!f.timeline.empty()) mg::annotate_memory("step " + std::to_string(step), device);
+    if (timeline) mg::annotate_memory("step " + std::to_string(step), device);
     model.zero_grad();  // set_to_none, before the peak is reset, as the planner does
+    if (dp) dp->zero_grad();
     if (step <= first + 1) mg::reset_peak(device);
     loss = mg::plan::train_step(
         chain, opt.get(), scaler ? &*scaler : nullptr, [&](int64_t micro) { return data.batch(step, micro, shape); },
-        policy, options);
+        policy, options, dp.get());
     if (warmup) warmup->step();
     if (device.is_cuda()) mg::cuda::synchronize(device.index);
     const double dt = seconds_since(t0);
@@ -369,7 +419,7 @@ int run_train(const TrainFlags& f) {
                     double(tokens_per_step) / dt, static_cast<long long>(m.allocated));
       log << line;
     }
-    if (!f.timeline.empty() && step == std::min(first + f.timeline_steps - 1, f.steps)) {  // once: off clears it
+    if (timeline && step == std::min(first + f.timeline_steps - 1, f.steps)) {  // once: off clears it
       mg::write_memory_timeline(
           f.timeline, device,
           "memgrad train: steps " + std::to_string(first) + "-" + std::to_string(step) + ", " + model_str(spec));
@@ -383,8 +433,13 @@ int run_train(const TrainFlags& f) {
   if (scaler && scaler->skipped_steps())
     std::printf(" (%lld steps skipped by the grad scaler)", static_cast<long long>(scaler->skipped_steps()));
   std::printf("\n");
+  const double communication = dp ? dp->communication_seconds() - communication_before : 0;
+  if (dp)
+    std::printf("communication: rank 0 was blocked waiting for reductions and gathers %s of %s (%.1f%%)\n",
+                format_seconds(communication).c_str(), format_seconds(train_seconds).c_str(),
+                100.0 * communication / train_seconds);
 
-  if (data.is_gpt()) {  // held-out loss, without recording history: no activations are kept
+  if (data.is_gpt() && rank == 0) {  // held-out loss, without recording history: no activations are kept
     mg::NoGradGuard no_grad;
     model.eval();
     double eval = 0;
@@ -407,9 +462,11 @@ int run_train(const TrainFlags& f) {
   print_breakdown(s.peak_allocated - base.allocated, at_peak, s.at_peak_by_owner, 12);
   std::printf("  reserved by the caching allocator: %s (peak %s)\n", mg::format_bytes(s.reserved).c_str(),
               mg::format_bytes(s.peak_reserved).c_str());
-  for (int64_t i = 0; i < 2 && first + i <= f.steps; ++i) {  // the planner runs the same steps on meta
-    if (i == 0 && !f.resume.empty()) continue;               // a resumed run's first step already holds optimizer state
-    const int64_t planned = mg::plan::plan(spec, shape, step_options(f.step, i + 1), policy).peak;
+  int64_t planned_peaks[2] = {-1, -1};  // the planner runs the same steps on meta (each rank its own)
+  for (int64_t i = 0; i < 2 && first + i <= f.steps; ++i) {
+    if (i == 0 && !f.resume.empty()) continue;  // a resumed run's first step already holds optimizer state
+    const int64_t planned = planned_peaks[i] =
+        mg::plan::plan(spec, shape, step_options(step_flags, i + 1), policy).peak;
     std::printf("  %s peak: measured %s (%lld B), planned on meta %s (%lld B): %s\n",
                 i == 0 ? "first step's" : "later steps'", mg::format_bytes(peaks[i]).c_str(),
                 static_cast<long long>(peaks[i]), mg::format_bytes(planned).c_str(), static_cast<long long>(planned),
@@ -422,10 +479,49 @@ int run_train(const TrainFlags& f) {
                           .c_str()
                     : ("off by " + std::to_string(peaks[i] - planned) + " B").c_str());
   }
-  std::printf("\noptimizer state per parameter (%s):\n%s", opt->type().c_str(), opt->state_report().str().c_str());
-  if (!f.timeline.empty()) std::printf("memory timeline: %s\n", f.timeline.c_str());
+  if (dp) {  // every rank's figures, gathered (the calls below are collective: every rank makes them)
+    auto held = [&s, &base](mg::Category c) { return s.category(c) - base.category(c); };
+    const std::vector<int64_t> mine = {peaks[0],
+                                       peaks[1],
+                                       planned_peaks[0],
+                                       planned_peaks[1],
+                                       held(mg::Category::Parameter),
+                                       held(mg::Category::Gradient),
+                                       held(mg::Category::OptimizerState),
+                                       int64_t(communication * 1e6),
+                                       int64_t(train_seconds * 1e6)};
+    const std::vector<int64_t> all = world->all_gather(mine);
+    std::printf(
+        "\nevery rank (%d processes, ZeRO stage %d): each step's peak measured and planned on meta for that "
+        "rank; the bytes it holds after the last step; its time blocked on communication\n",
+        ranks, f.step.zero);
+    for (int r = 0; r < ranks; ++r) {
+      const int64_t* v = &all[size_t(r) * mine.size()];
+      std::string line = "  rank " + std::to_string(r) + ":";
+      for (int i = 0; i < 2; ++i)
+        if (v[2 + i] >= 0)
+          line += std::string(i ? " later steps " : " first step ") + std::to_string(v[i]) + " B, planned " +
+                  std::to_string(v[2 + i]) + " B: " + (v[i] == v[2 + i] ? "exact;" : "differs;");
+      char tail[256];
+      std::snprintf(tail, sizeof tail,
+                    " Parameter %lld B, Gradient %lld B, OptimizerState %lld B; communication %.1f%%",
+                    static_cast<long long>(v[4]), static_cast<long long>(v[5]), static_cast<long long>(v[6]),
+                    v[8] ? 100.0 * double(v[7]) / double(v[8]) : 0.0);
+      std::printf("%s%s\n", line.c_str(), tail);
+    }
+    const std::string table = dp->shard_table(*opt);
+    std::printf(
+        "\noptimizer state per parameter (%s): which rank holds which elements, and the bytes of state its "
+        "ledger holds for them\n%s",
+        opt->type().c_str(), table.c_str());
+  } else {
+    std::printf("\noptimizer state per parameter (%s):\n%s", opt->type().c_str(), opt->state_report().str().c_str());
+  }
+  if (timeline) std::printf("memory timeline: %s\n", f.timeline.c_str());
   if (!f.save.empty()) {
-    save_state(f.save, f.steps, signature, model, *opt, scaler ? &*scaler : nullptr);
+    const mg::optim::StateDict optimizer = dp ? dp->state_dict(*opt) : opt->state_dict();  // collective with dp
+    if (rank == 0) save_state(f.save, f.steps, signature, model, optimizer, scaler ? &*scaler : nullptr);
+    if (world) world->barrier();  // the file exists when any rank returns
     std::printf("training state (step %lld): %s\n", static_cast<long long>(f.steps), f.save.c_str());
   }
   return 0;

@@ -206,7 +206,8 @@ uint64_t Tensor::register_post_accumulate_grad_hook(PostAccumulateGradHook hook)
   auto* i = checked();
   MG_CHECK(!i->grad_fn && i->requires_grad, AutogradError,
            "register_post_accumulate_grad_hook: expected a leaf tensor that requires grad, got ",
-           i->grad_fn ? "the output of " + i->grad_fn->name() : std::string("a tensor that does not require grad"));
+           i->grad_fn ? "the output of " + std::string(i->grad_fn->name())
+                      : std::string("a tensor that does not require grad"));
   static std::atomic<uint64_t> next_id{1};
   const uint64_t id = next_id++;
   i->post_accumulate_hooks.emplace_back(id, std::move(hook));

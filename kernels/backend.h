@@ -9,6 +9,7 @@
 #include <memgrad/core/grad_mode.h>
 #include <memgrad/core/memory.h>
 #include <memgrad/core/tensor.h>
+#include <memgrad/kernels/budget_run.h>
 #include <memgrad/kernels/host_device.h>
 #include <memgrad/kernels/pool.h>
 #include <memgrad/kernels/update_rules.h>
@@ -91,7 +92,9 @@ const char* kernel_name(Fn Backend::*fn) {
 [[noreturn]] void no_kernel(const Device& device, const char* kernel);
 
 // Runs `fn` of the backend for `device` (nothing on meta). Raises NotImplementedError naming the
-// current op (OpScope) and the kernel when the backend lacks it.
+// current op (OpScope) and the kernel when the backend lacks it. Under a memory budget
+// (core/budget.h) the run goes through the budget runtime, which records how to recompute what it
+// writes (kernels/budget_run.h).
 template <class Fn, class... Args>
 void run(const Device& device, Fn Backend::*fn, Args&&... args) {
   if (device.is_meta()) return;
@@ -99,6 +102,7 @@ void run(const Device& device, Fn Backend::*fn, Args&&... args) {
   MemoryScope scratch(Category::Workspace);  // anything a kernel allocates is scratch
   auto f = (device.is_cuda() ? cuda_backend() : cpu_backend()).*fn;
   if (f == nullptr) no_kernel(device, kernel_name(fn));
+  if (budget::detail::any_active()) return run_budgeted(device, kernel_name(fn), f, args...);
   f(std::forward<Args>(args)...);
 }
 

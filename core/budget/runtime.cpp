@@ -419,6 +419,15 @@ void before_overwrite(Cell& x) {
   for (auto& d : rescued) --d->locks;
 }
 
+// Readers come and go (a weight is read by every step's activations): dead entries are swept
+// whenever the list doubles.
+void add_dependent(Cell& input, const std::weak_ptr<Cell>& reader) {
+  auto& d = input.dependents;
+  if (d.size() >= 16 && (d.size() & (d.size() - 1)) == 0)
+    d.erase(std::remove_if(d.begin(), d.end(), [](const std::weak_ptr<Cell>& w) { return w.expired(); }), d.end());
+  d.push_back(reader);
+}
+
 // ---- choosing what leaves
 
 bool may_leave(const Cell& c) { return c.block && c.locks == 0 && !c.user_pinned && !c.exposed && !c.fresh; }
@@ -690,7 +699,7 @@ void KernelRun::run(const std::function<void()>& body) {
     c->recomputable = true;
     c->cost += seconds;
     for (auto& a : call->args)
-      if (a.read) a.read->dependents.push_back(c->self);
+      if (a.read) add_dependent(*a.read, c->self);
   }
   for (size_t i = 0; i < n; ++i)  // read before any kernel wrote it: its value is not reproducible
     if (s.cells[i] && s.cells[i]->fresh) s.cells[i]->fresh = false;

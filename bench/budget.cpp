@@ -66,11 +66,14 @@ Run measure(const plan::ModelSpec& model, const plan::InputShape& input, const p
 void bench(const char* name, const plan::ModelSpec& model, const plan::InputShape& input, int steps) {
   const plan::StepOptions step{plan::OptimizerKind::AdamW, plan::Precision::Float32};
   const Run free_run = measure(model, input, step, plan::Policy::none(), steps);
-  const plan::BlockCosts costs = plan::measure_block_costs(model, input, step);
+  plan::StepOptions steady = step;
+  steady.steps = 2;  // plan the later steps, which hold AdamW's state throughout (the runs' peak)
+  const plan::BlockCosts costs = plan::measure_block_costs(model, input, steady);
   std::printf("\n### %s: unconstrained peak %s, step %.3f s (CPU time)\n\n", name, format_bytes(free_run.peak).c_str(),
               free_run.seconds);
   std::printf(
-      "| budget | static plan (DP) | its peak | dynamic remat | its peak | evicted | recomputed | offload | its peak "
+      "| budget | static plan (DP) | its peak | dynamic remat | its peak | evicted | recomputed (wall) | offload | its "
+      "peak "
       "| host pool peak |\n|---|---|---|---|---|---|---|---|---|---|\n");
   auto cell = [&](const Run& r) {
     char b[64];
@@ -87,7 +90,11 @@ void bench(const char* name, const plan::ModelSpec& model, const plan::InputShap
     } else {
       fixed.note = "no segmentation fits";
     }
-    if (fixed.ok && fixed.peak > limit) fixed.ok = false, fixed.note = "peak over";
+    // The DP's cost model is exact for meta's first step (see plan::BlockCosts); a measured peak
+    // over the budget is shown as it is, marked.
+    std::string over = fixed.ok && fixed.peak > limit ? " (over by " + format_bytes(fixed.peak - limit) + ", planned " +
+                                                            format_bytes(plan::predicted_peak(costs, dp)) + ")"
+                                                      : "";
     budget::Options remat{limit, budget::Remat::Dynamic, budget::Offload::None};
     const Run dyn = measure(model, input, step, plan::Policy::none(), steps, remat);
     const budget::Stats ds = budget::stats();
@@ -98,7 +105,7 @@ void bench(const char* name, const plan::ModelSpec& model, const plan::InputShap
     for (int64_t b : ds.evicted_bytes) evicted += b;
     auto peak = [](const Run& r) { return r.ok ? format_bytes(r.peak) : std::string("-"); };
     std::printf("| %.0f%% (%s) | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", 100 * f, format_bytes(limit).c_str(),
-                cell(fixed).c_str(), peak(fixed).c_str(), cell(dyn).c_str(), peak(dyn).c_str(),
+                cell(fixed).c_str(), (peak(fixed) + over).c_str(), cell(dyn).c_str(), peak(dyn).c_str(),
                 dyn.ok ? format_bytes(evicted).c_str() : "-",
                 dyn.ok ? (std::to_string(ds.rematerializations) + " in " +
                           std::to_string(int(ds.recompute_seconds * 1000)) + " ms")
@@ -118,6 +125,6 @@ int main(int argc, char** argv) {
   gpt.n_layer = 6, gpt.n_head = 4, gpt.n_embd = 128, gpt.vocab_size = 512, gpt.block_size = 128, gpt.dropout = 0.1;
   bench("GPT n_layer 6, n_embd 128, vocab 512, batch 8 x 128, dropout 0.1, AdamW", plan::ModelSpec::gpt_model(gpt),
         {8, 128}, steps);
-  bench("MLP 8 layers of 512, batch 1024, AdamW", plan::ModelSpec::mlp(8, 512), {1024, 1}, steps);
+  bench("MLP 8 layers of 256, batch 4096, AdamW", plan::ModelSpec::mlp(8, 256), {4096, 1}, steps);
   return 0;
 }

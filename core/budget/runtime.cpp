@@ -727,7 +727,7 @@ void enable(const Device& d, const Options& options) {
   if (!db.on.exchange(true)) ++detail::g_active_devices;
   // Measured once: the copy bandwidth to the host pool and back (what an offload costs).
   if (db.stats.bandwidth == 0) {
-    const size_t n = size_t(8) << 20;
+    const size_t n = size_t(4) << 20;
     auto a = host_alloc(d, n);
     std::shared_ptr<void> b(std::aligned_alloc(memory::kRoundBytes, n), [](void* p) { std::free(p); });
     std::memset(a.get(), 1, n);

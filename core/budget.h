@@ -81,7 +81,9 @@ struct Stats {
   int64_t banished = 0;                         // recipes dropped because an input changed in place
   int64_t largest_working_set = 0;              // bytes of the largest kernel's arguments
   std::string largest_working_set_kernel;       // that kernel's name
-  double bandwidth = 0, flop_rate = 0;          // measured at enable(): bytes/s to host and back, FLOP/s
+  // Bytes/s to the host pool and back, measured at enable(); offload is chosen for a storage when
+  // 2 x bytes / bandwidth is below its recompute cost (its recorded kernels' measured time).
+  double bandwidth = 0;
 };
 Stats stats(const Device& d = kCPU);
 void reset_stats(const Device& d = kCPU);

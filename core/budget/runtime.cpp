@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <unordered_set>
 
@@ -143,14 +144,6 @@ void record_event(const Cell& c, MemoryEventKind kind) {
 
 // ---- moving bytes
 
-// Copies n bytes between the device and the host pool (both are host memory on cpu).
-void transfer(const Device& d, void* dst, const void* src, size_t n, cuda::CopyKind kind) {
-  if (d.is_cuda())
-    cuda::copy(dst, src, n, kind, d.index);
-  else
-    std::memcpy(dst, src, n);
-}
-
 Block* allocate_for(Cell& c) {
   Block* b;
   {
@@ -215,11 +208,53 @@ void add_host_bytes(DeviceBudget& db, int64_t n) {
   db.stats.peak_host_bytes = std::max(db.stats.peak_host_bytes, db.stats.host_bytes);
 }
 
+// cuda: transfers run on a side stream, after the work queued on the compute stream so far. A block
+// copied out goes back to the allocator at once, marked as used on the side stream (it is reused
+// only when the copy has finished); a copy in makes the compute stream wait for it, and its host
+// bytes are released once the copy has completed.
+struct SideStream {
+  cuda::Stream stream;
+  std::vector<std::pair<cuda::Event, std::shared_ptr<void>>> in_flight;  // host bytes of copies in
+};
+SideStream& side(const Device& d) {
+  static auto* all = new std::map<int, SideStream>;
+  auto it = all->find(d.index);
+  if (it == all->end()) it = all->emplace(d.index, SideStream{cuda::Stream::create(d.index), {}}).first;
+  auto& f = it->second.in_flight;  // copies in that have completed free their host bytes
+  f.erase(std::remove_if(f.begin(), f.end(), [](const auto& e) { return e.first.query(); }), f.end());
+  return it->second;
+}
+Tensor bytes_view(void* p, size_t n, const Device& d) {
+  return make_tensor(std::make_shared<Storage>(p, n, d, nullptr), {int64_t(n)}, {1}, 0, kBool);
+}
+void copy_on_side(Cell& c, void* host, bool out) {
+  SideStream& s = side(c.device);
+  cuda::Event queued;
+  queued.record(cuda::current_stream(c.device.index));
+  queued.wait(s.stream);
+  {
+    cuda::StreamGuard guard(s.stream);
+    Tensor dev = bytes_view(c.block->ptr, c.nbytes, c.device), pinned = bytes_view(host, c.nbytes, kCPU);
+    out ? cuda::copy_async(pinned, dev) : cuda::copy_async(dev, pinned);
+  }
+  if (out) {
+    memory::record_stream(c.block, s.stream);
+    return;
+  }
+  cuda::Event arrived;
+  arrived.record(s.stream);
+  arrived.wait(cuda::current_stream(c.device.index));
+  s.in_flight.emplace_back(arrived, c.host);
+}
+
 void offload(Cell& c) {
   auto& db = device_budget(c.device);
   const int64_t t0 = now_ns();
   c.host = host_alloc(c.device, c.nbytes);
-  transfer(c.device, c.host.get(), c.block->ptr, c.nbytes, cuda::CopyKind::DeviceToHost);
+  if (c.device.is_cuda())
+    copy_on_side(c, c.host.get(), true);
+  else
+    std::memcpy(c.host.get(), c.block->ptr, c.nbytes);
   ++db.stats.offloads;
   db.stats.offloaded_bytes[size_t(c.block->category)] += int64_t(c.block->size);
   add_host_bytes(db, int64_t(memory::round_size(c.nbytes)));
@@ -241,7 +276,10 @@ void fetch(Cell& c) {
   --c.locks;
   const int64_t t0 = now_ns();
   c.block = b;
-  transfer(c.device, b->ptr, c.host.get(), c.nbytes, cuda::CopyKind::HostToDevice);
+  if (c.device.is_cuda())
+    copy_on_side(c, c.host.get(), false);
+  else
+    std::memcpy(b->ptr, c.host.get(), c.nbytes);
   c.host.reset();
   add_host_bytes(db, -int64_t(memory::round_size(c.nbytes)));
   ++db.stats.fetches;
@@ -725,15 +763,27 @@ void enable(const Device& d, const Options& options) {
   set_memory_limit(d, options.limit);
   db.options = options;
   if (!db.on.exchange(true)) ++detail::g_active_devices;
-  // Measured once: the copy bandwidth to the host pool and back (what an offload costs).
+  // Measured once: the copy bandwidth to the host pool and back (what an offload costs). The
+  // other side of the choice, recompute, is priced by each recorded kernel's own measured time.
   if (db.stats.bandwidth == 0) {
     const size_t n = size_t(4) << 20;
-    auto a = host_alloc(d, n);
-    std::shared_ptr<void> b(std::aligned_alloc(memory::kRoundBytes, n), [](void* p) { std::free(p); });
-    std::memset(a.get(), 1, n);
+    auto host = host_alloc(d, n);
+    std::memset(host.get(), 1, n);
+    Block* dev = d.is_cuda() ? memory::allocate(d, n, Category::Workspace) : nullptr;
+    std::shared_ptr<void> other(d.is_cuda() ? nullptr : std::aligned_alloc(memory::kRoundBytes, n),
+                                [](void* p) { std::free(p); });
     const int64_t t0 = now_ns();
-    for (int i = 0; i < 4; ++i) std::memcpy(b.get(), a.get(), n);
+    for (int i = 0; i < 2; ++i) {
+      if (dev) {
+        cuda::copy(dev->ptr, host.get(), n, cuda::CopyKind::HostToDevice, d.index);
+        cuda::copy(host.get(), dev->ptr, n, cuda::CopyKind::DeviceToHost, d.index);
+      } else {
+        std::memcpy(other.get(), host.get(), n);
+        std::memcpy(host.get(), other.get(), n);
+      }
+    }
     db.stats.bandwidth = 4.0 * double(n) / std::max(1e-9, seconds_since(t0));
+    memory::release(dev);
   }
 }
 
@@ -784,7 +834,7 @@ void reset_stats(const Device& d) {
   Lock g(mu());
   auto& s = device_budget(d).stats;
   Stats fresh;
-  fresh.bandwidth = s.bandwidth, fresh.flop_rate = s.flop_rate;
+  fresh.bandwidth = s.bandwidth;
   fresh.host_bytes = fresh.peak_host_bytes = s.host_bytes;
   s = fresh;
 }

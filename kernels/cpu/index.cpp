@@ -80,6 +80,17 @@ void gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out
   });
 }
 
+void scatter(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src) {
+  check_gather("scatter", index, dst.size(dim));
+  dispatch(dst.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* dp = ptr<T>(dst);
+    const T* sp = ptr<T>(src);
+    for_each_gather(index.shape(), dst.strides(), dim, ptr<int64_t>(index),
+                    [&](int64_t p, int64_t off) { dp[off] = sp[p]; });
+  });
+}
+
 void scatter_add(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src) {
   check_gather("scatter_add", index, dst.size(dim));
   dispatch(dst.dtype(), [&](auto tag) {

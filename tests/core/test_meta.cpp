@@ -57,8 +57,8 @@ std::vector<Case> cases() {
        [](const L& x) {
          return mg::amax(x[0], {0, 2});
        }},
-      {"max_values", {a}, [](const L& x) { return mg::max(x[0], 1).values; }},
-      {"max_indices", {a}, [](const L& x) { return mg::max(x[0], 1, true).indices; }},
+      {"max_values", {a}, [](const L& x) { return std::get<0>(mg::max(x[0], 1)); }},
+      {"max_indices", {a}, [](const L& x) { return std::get<1>(mg::max(x[0], 1, true)); }},
       {"argmax", {a}, [](const L& x) { return mg::argmax(x[0], -1); }},
       {"softmax", {a}, [](const L& x) { return mg::softmax(x[0], 1); }},
       {"log_softmax", {a}, [](const L& x) { return mg::log_softmax(x[0], -1); }},

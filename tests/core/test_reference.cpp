@@ -142,11 +142,11 @@ const std::map<std::string, OpFn>& op_table() {
         one([](const Tensors& x, const json& a) { return mg::var(x[0], a["dims"], a["correction"], a["keepdim"]); });
     m["max_dim"] = [](const Tensors& x, const json& a) {
       auto r = mg::max(x[0], a["dim"], a["keepdim"]);
-      return Tensors{r.values, r.indices};
+      return Tensors{std::get<0>(r), std::get<1>(r)};
     };
     m["min_dim"] = [](const Tensors& x, const json& a) {
       auto r = mg::min(x[0], a["dim"], a["keepdim"]);
-      return Tensors{r.values, r.indices};
+      return Tensors{std::get<0>(r), std::get<1>(r)};
     };
     m["max_all"] = one([](const Tensors& x, const json&) { return mg::max(x[0]); });
     m["min_all"] = one([](const Tensors& x, const json&) { return mg::min(x[0]); });

@@ -32,10 +32,34 @@ TEST_CASE("cuda: fused attention forward and backward match the cpu") {
               name, {q, k, v},
               [causal, p](const std::vector<Tensor>& in) {
                 manual_seed(77);  // the same dropout counters on both devices
-                return scaled_dot_product_attention(in[0], in[1], in[2], causal, p);
+                return scaled_dot_product_attention(in[0], in[1], in[2], {}, p, causal);
               },
               true, attention_tol(t));
         }
+}
+
+TEST_CASE("cuda: fused attention with bool and additive masks and broadcast leading dims") {
+  for (DType t : {kFloat32, kFloat16, kBFloat16, kFloat64})
+    for (int64_t Tk : {1, 45, 97})
+      for (double p : {0.0, 0.25}) {
+        manual_seed(33);
+        const int64_t B = 2, H = 3, Tq = 70, D = 40;
+        Tensor q = randn({B, H, Tq, D}).to(t), k = randn({B, 1, Tk, D}).to(t), v = randn({B, 1, Tk, D}).to(t);
+        Tensor keep = rand({B, 1, Tq, Tk}) > 0.3;
+        keep.select(0, 1).select(0, 0).select(0, 3).zero_();  // a query that sees no key
+        Tensor add = randn({H, Tq, Tk});
+        add.masked_fill_(rand({H, Tq, Tk}) < 0.2, -INFINITY);
+        std::string name =
+            std::string("attention mask ") + dtype_name(t) + " Tk=" + std::to_string(Tk) + " p=" + std::to_string(p);
+        for (const Tensor& mask : {keep, add.to(t)})
+          parity(
+              name + (mask.dtype() == kBool ? " bool" : " additive"), {q, k, v},
+              [p, mask](const std::vector<Tensor>& in) {
+                manual_seed(78);
+                return scaled_dot_product_attention(in[0], in[1], in[2], mask.to(in[0].device()), p);
+              },
+              true, attention_tol(t));
+      }
 }
 
 TEST_CASE("cuda: fused attention on heads taken out of [B, T, 3C] (non-contiguous)") {
@@ -45,7 +69,7 @@ TEST_CASE("cuda: fused attention on heads taken out of [B, T, 3C] (non-contiguou
   parity("attention from qkv", {x}, [&](const std::vector<Tensor>& in) {
     auto qkv = split(in[0], H * D, 2);
     auto heads = [&](const Tensor& s) { return s.view({B, T, H, D}).transpose(1, 2); };
-    return scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), true);
+    return scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), {}, 0.0, true);
   });
 }
 

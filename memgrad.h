@@ -32,6 +32,8 @@
 #include <memgrad/core/ops.h>
 #include <memgrad/core/random.h>
 #include <memgrad/core/tensor.h>
+#include <memgrad/distributed/data_parallel.h>
+#include <memgrad/distributed/process_group.h>
 #include <memgrad/nn/gpt.h>
 #include <memgrad/nn/init.h>
 #include <memgrad/nn/layers.h>
@@ -44,3 +46,4 @@
 #include <memgrad/optim/scheduler.h>
 #include <memgrad/optim/sgd.h>
 #include <memgrad/plan/planner.h>
+#include <memgrad/plan/zero.h>

@@ -107,31 +107,36 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
   auto leaf = leaf_.lock();
   if (!leaf || !grads[0].defined()) return {};
   const bool keep_history = GradMode::is_enabled();  // create_graph: .grad itself is differentiable
-  Tensor g = grads[0];
-  grads.clear();
-  for (auto& h : leaf->leaf_hooks)
-    if (Tensor r = h(g); r.defined()) g = r;
   Tensor self(leaf);
-  Tensor cur = self.grad();
-  if (cur.defined() && !keep_history) {
-    NoGradGuard no_grad;
-    cur.add_(g);
-    return {};
+  {  // the incoming buffers are released before the post-accumulate hooks run
+    Tensor g = grads[0];
+    grads.clear();
+    for (auto& h : leaf->leaf_hooks)
+      if (Tensor r = h(g); r.defined()) g = r;
+    Tensor cur = self.grad();
+    if (cur.defined() && !keep_history) {
+      NoGradGuard no_grad;
+      cur.add_(g);
+    } else {
+      // Take the incoming buffer when nothing else refers to it; otherwise copy it (or, with
+      // history, add it to the current one out of place).
+      bool sole = !keep_history && g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 &&
+                  g.is_contiguous() && g.dtype() == leaf->dtype && g.storage_offset() == 0 &&
+                  size_t(g.numel()) * g.element_size() == g.storage()->nbytes();
+      Tensor owned;
+      {
+        MemoryScope scope(Category::Gradient);
+        owned = sole ? g : cur.defined() ? cur + g.to(leaf->dtype) : g.to(leaf->dtype).clone();
+      }
+      owned.storage()->set_category(Category::Gradient);
+      if (auto* param_block = leaf->storage->block())  // the ledger names the buffer after its parameter
+        owned.storage()->set_owner(param_block->owner.empty() ? "grad" : param_block->owner + ".grad");
+      self.set_grad(owned);
+    }
   }
-  // Take the incoming buffer when nothing else refers to it; otherwise copy it (or, with history,
-  // add it to the current one out of place).
-  bool sole = !keep_history && g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 && g.is_contiguous() &&
-              g.dtype() == leaf->dtype && g.storage_offset() == 0 &&
-              size_t(g.numel()) * g.element_size() == g.storage()->nbytes();
-  Tensor owned;
-  {
-    MemoryScope scope(Category::Gradient);
-    owned = sole ? g : cur.defined() ? cur + g.to(leaf->dtype) : g.to(leaf->dtype).clone();
-  }
-  owned.storage()->set_category(Category::Gradient);
-  if (auto* param_block = leaf->storage->block())  // the ledger names the buffer after its parameter
-    owned.storage()->set_owner(param_block->owner.empty() ? "grad" : param_block->owner + ".grad");
-  self.set_grad(owned);
+  NoGradGuard no_grad;
+  const auto hooks = leaf->post_accumulate_hooks;  // a hook may remove itself
+  for (auto& [id, h] : hooks) h(self);
   return {};
 }
 

@@ -1,5 +1,7 @@
 #include <memgrad/core/tensor.h>
 
+#include <atomic>
+
 #include <memgrad/core/tensor_impl.h>
 
 #include <iomanip>
@@ -24,9 +26,18 @@ Tensor make_tensor(std::shared_ptr<Storage> storage, Shape shape, Strides stride
   return Tensor(std::move(impl));
 }
 
-Tensor empty_with(const Shape& shape, DType dtype, const Device& device, Category fallback) {
+size_t nbytes_of(const Shape& shape, DType dtype) {
   for (auto d : shape) MG_CHECK(d >= 0, ShapeError, "empty: expected non-negative sizes, got ", shape_str(shape));
-  auto st = std::make_shared<Storage>(device, size_t(numel_of(shape)) * dtype_size(dtype), fallback);
+  const int64_t n = numel_of(shape);
+  contiguous_strides(shape);  // a zero-size tensor's strides can overflow where its count does not
+  const size_t item = dtype_size(dtype);
+  MG_CHECK(size_t(n) <= SIZE_MAX / item, ShapeError, "empty: shape ", shape_str(shape), " of ", dtype,
+           " needs 2^64 bytes or more");
+  return size_t(n) * item;
+}
+
+Tensor empty_with(const Shape& shape, DType dtype, const Device& device, Category fallback) {
+  auto st = std::make_shared<Storage>(device, nbytes_of(shape, dtype), fallback);
   return make_tensor(std::move(st), shape, contiguous_strides(shape), 0, dtype);
 }
 
@@ -197,6 +208,24 @@ void Tensor::register_hook(GradHook hook) {
     i->grad_fn->pre_hooks()[i->output_nr].push_back(std::move(hook));
   else
     i->leaf_hooks.push_back(std::move(hook));
+}
+
+uint64_t Tensor::register_post_accumulate_grad_hook(PostAccumulateGradHook hook) {
+  auto* i = checked();
+  MG_CHECK(!i->grad_fn && i->requires_grad, AutogradError,
+           "register_post_accumulate_grad_hook: expected a leaf tensor that requires grad, got ",
+           i->grad_fn ? "the output of " + std::string(i->grad_fn->name())
+                      : std::string("a tensor that does not require grad"));
+  static std::atomic<uint64_t> next_id{1};
+  const uint64_t id = next_id++;
+  i->post_accumulate_hooks.emplace_back(id, std::move(hook));
+  return id;
+}
+
+void Tensor::remove_post_accumulate_grad_hook(uint64_t id) {
+  auto& hooks = checked()->post_accumulate_hooks;
+  for (auto it = hooks.begin(); it != hooks.end(); ++it)
+    if (it->first == id) return void(hooks.erase(it));
 }
 
 // ---- printing

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include <memgrad/core/device.h>
@@ -23,6 +24,7 @@ class Node;
 }
 class Tensor;
 using GradHook = std::function<Tensor(const Tensor&)>;  // returns a replacement or undefined
+using PostAccumulateGradHook = std::function<void(const Tensor& leaf)>;
 
 struct TensorOptions {
   DType dtype_ = kFloat32;
@@ -102,6 +104,11 @@ class Tensor {
   Tensor& retain_grad();  // keep .grad on a non-leaf
   // `hook(grad)` runs when this tensor's gradient is computed; a defined result replaces it.
   void register_hook(GradHook hook);
+  // On a leaf: `hook(leaf)` runs each time a backward pass has accumulated into leaf.grad() (once per
+  // backward, after all of that pass's contributions), as torch's register_post_accumulate_grad_hook.
+  // Data parallelism uses it to reduce gradients while backward still runs. Returns an id for removal.
+  uint64_t register_post_accumulate_grad_hook(PostAccumulateGradHook hook);
+  void remove_post_accumulate_grad_hook(uint64_t id);  // unknown ids are ignored
 
   // ---- views (no copies; share storage)
   Tensor view(const Shape& shape) const;
@@ -188,6 +195,10 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
 // Creates a tensor header over `storage` (used by ops and factories).
 Tensor make_tensor(std::shared_ptr<Storage> storage, Shape shape, Strides strides, int64_t offset, DType dtype);
+// Bytes of a contiguous tensor of `shape` and `dtype`. Throws ShapeError naming the shape when a
+// size is negative or the element count or byte count overflows; a count too large for any device
+// is left to the allocator, which raises OutOfMemoryError.
+size_t nbytes_of(const Shape& shape, DType dtype);
 // A fresh contiguous tensor allocated under the scope's category, else `fallback`.
 Tensor empty_with(const Shape& shape, DType dtype, const Device& device, Category fallback);
 

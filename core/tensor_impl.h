@@ -27,8 +27,9 @@ struct TensorImpl {
   std::shared_ptr<TensorImpl> grad;
   std::shared_ptr<autograd::Node> grad_fn;
   uint32_t output_nr = 0;
-  std::weak_ptr<autograd::Node> grad_accumulator;  // for leaves
-  std::vector<GradHook> leaf_hooks;                // run before accumulation into .grad
+  std::weak_ptr<autograd::Node> grad_accumulator;                                  // for leaves
+  std::vector<GradHook> leaf_hooks;                                                // run before accumulation into .grad
+  std::vector<std::pair<uint64_t, PostAccumulateGradHook>> post_accumulate_hooks;  // run after it, by id
 };
 
 }  // namespace mg

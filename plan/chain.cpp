@@ -6,6 +6,7 @@
 
 #include <memgrad/autograd/checkpoint.h>
 #include <memgrad/core/autocast.h>
+#include <memgrad/core/random.h>
 #include <memgrad/nn/loss.h>
 #include <memgrad/optim/clip.h>
 
@@ -121,32 +122,68 @@ std::optional<DType> autocast_dtype(Precision p) {
 
 double train_step(const ChainModel& model, optim::Optimizer* opt, amp::GradScaler* scaler,
                   const std::function<std::pair<Tensor, Tensor>(int64_t)>& batch, const Policy& policy,
-                  const StepOptions& options) {
+                  const StepOptions& options, distributed::DataParallel* dp) {
   MG_CHECK(options.accum >= 1, ValueError, "plan::train_step: expected accum >= 1, got ", options.accum);
   model.module().zero_grad();
-  const std::optional<DType> half = autocast_dtype(options.precision);
-  double total = 0;
-  Tensor x, y, loss;  // live until the next micro-batch replaces them, as in a Python loop
-  for (int64_t i = 0; i < options.accum; ++i) {
-    std::tie(x, y) = batch(i);
-    {
-      std::optional<amp::AutocastGuard> autocast;
-      if (half) autocast.emplace(*half);
-      loss = model.loss(x, y, policy);
+  // A step that fails (out of memory, say) leaves no trace, so that it can be retried or run
+  // smaller: gradients cleared again, the generator rewound, the scaler as it was. The optimizer's
+  // step is all-or-nothing itself, and it is the last thing that changes a parameter.
+  const std::optional<amp::GradScaler> scaler_before = scaler ? std::optional(*scaler) : std::nullopt;
+  Generator& rng = default_generator();
+  const uint64_t step_offset = rng.offset();
+  try {
+    if (dp) dp->zero_grad();
+    const std::optional<DType> half = autocast_dtype(options.precision);
+    const int64_t first = dp ? dp->rank() * options.accum : 0;                  // this rank's first micro-batch
+    const int64_t micro_batches = options.accum * (dp ? dp->world_size() : 1);  // in the whole step
+    double total = 0;
+    Tensor x, y, loss;  // live until the next micro-batch replaces them, as in a Python loop
+    for (int64_t i = 0; i < options.accum; ++i) {
+      const int64_t g = first + i;
+      const uint64_t start = step_offset + uint64_t(g) * kMicroBatchCounters;
+      rng.set_offset(start);
+      std::tie(x, y) = batch(g);
+      {
+        std::optional<amp::AutocastGuard> autocast;
+        if (half) autocast.emplace(*half);
+        loss = model.loss(x, y, policy);
+      }
+      if (micro_batches > 1) loss = loss * (1.0 / double(micro_batches));
+      total += loss.is_meta() ? std::numeric_limits<double>::quiet_NaN() : loss.item<double>();
+      if (dp) dp->prepare_backward(i + 1 == options.accum);
+      (scaler ? scaler->scale(loss) : loss).backward();
+      if (dp) dp->finish_backward();
+      MG_CHECK(rng.offset() - start <= kMicroBatchCounters, ValueError, "plan::train_step: a micro-batch drew ",
+               rng.offset() - start, " random numbers, more than the ", kMicroBatchCounters, " reserved for each");
     }
-    if (options.accum > 1) loss = loss * (1.0 / double(options.accum));
-    total += loss.is_meta() ? std::numeric_limits<double>::quiet_NaN() : loss.item<double>();
-    (scaler ? scaler->scale(loss) : loss).backward();
+    rng.set_offset(step_offset + uint64_t(micro_batches) * kMicroBatchCounters);
+    if (dp) total = dp->group().all_reduce(total);
+    amp::MasterWeights* masters = dp ? dp->masters() : nullptr;
+    if (scaler && opt) {
+      masters ? scaler->unscale_(*opt, *masters) : scaler->unscale_(*opt);
+      if (dp) scaler->merge_found_inf(dp->any_rank(scaler->found_inf()));
+    } else if (masters) {
+      masters->grads_to_masters();
+    }
+    if (options.clip_norm > 0)
+      dp ? dp->clip_grad_norm_(options.clip_norm)
+         : optim::clip_grad_norm_(model.module().parameters(), options.clip_norm);
+    if (scaler && opt) {
+      masters ? scaler->step(*opt, *masters) : scaler->step(*opt);
+      scaler->update();
+    } else if (opt) {
+      opt->step();
+      if (masters) masters->masters_to_params();
+    }
+    if (dp) dp->gather_parameters();
+    return total;
+  } catch (...) {
+    model.module().zero_grad();
+    if (dp) dp->zero_grad();
+    rng.set_offset(step_offset);
+    if (scaler) *scaler = *scaler_before;
+    throw;
   }
-  if (scaler && opt) scaler->unscale_(*opt);
-  if (options.clip_norm > 0) optim::clip_grad_norm_(model.module().parameters(), options.clip_norm);
-  if (scaler && opt) {
-    scaler->step(*opt);
-    scaler->update();
-  } else if (opt) {
-    opt->step();
-  }
-  return total;
 }
 
 }  // namespace mg::plan

@@ -62,8 +62,6 @@ ModelSpec ModelSpec::gpt_model(const nn::GPTConfig& config) {
   return m;
 }
 
-namespace {
-
 std::unique_ptr<optim::Optimizer> make_optimizer(OptimizerKind kind, const nn::NamedTensors& params) {
   switch (kind) {
     case OptimizerKind::None:
@@ -80,6 +78,8 @@ std::unique_ptr<optim::Optimizer> make_optimizer(OptimizerKind kind, const nn::N
   return nullptr;
 }
 
+namespace {
+
 int64_t rounded(int64_t bytes) { return (bytes + 511) / 512 * 512; }
 
 }  // namespace
@@ -91,6 +91,8 @@ struct StepRunner::Impl {
   std::map<std::string, int64_t> owners_before;
   std::optional<ChainModel> chain;
   Tensor x, target;
+  std::unique_ptr<distributed::ProcessGroup> group;  // data parallelism: a simulated rank on meta
+  std::unique_ptr<distributed::DataParallel> dp;
   std::unique_ptr<optim::Optimizer> opt;
   std::optional<amp::GradScaler> scaler;
 };
@@ -103,7 +105,17 @@ StepRunner::StepRunner(const ModelSpec& model, const InputShape& input, const St
   impl_->owners_before = memory_by_owner(device);
   impl_->chain.emplace(model, device);
   std::tie(impl_->x, impl_->target) = impl_->chain->zero_inputs(input);
-  impl_->opt = make_optimizer(step.optimizer, impl_->chain->module().named_parameters());
+  nn::NamedTensors params = impl_->chain->module().named_parameters();
+  if (step.data_parallel()) {
+    MG_CHECK(step.world_size >= 1 && step.rank >= 0 && step.rank < step.world_size, ValueError,
+             "plan: expected 0 <= rank < world_size, got rank ", step.rank, " of ", step.world_size);
+    impl_->group = distributed::simulated_group(int(step.rank), int(step.world_size));
+    impl_->dp = std::make_unique<distributed::DataParallel>(
+        params, *impl_->group,
+        distributed::DataParallelOptions().zero_stage(step.zero_stage).bucket_bytes(step.bucket_bytes));
+    params = impl_->dp->optimizer_parameters();
+  }
+  impl_->opt = make_optimizer(step.optimizer, params);
   if (step.grad_scaler) impl_->scaler.emplace();
 }
 
@@ -112,11 +124,12 @@ StepRunner::~StepRunner() = default;
 StepReport StepRunner::step(const Policy& policy) {
   Impl& m = *impl_;
   m.chain->module().zero_grad();  // the previous step's gradients go before the peak is reset
+  if (m.dp) m.dp->zero_grad();
   reset_peak(m.device);
   FlopCounter flops;
   train_step(
       *m.chain, m.opt.get(), m.scaler ? &*m.scaler : nullptr, [&m](int64_t) { return std::make_pair(m.x, m.target); },
-      policy, m.options);
+      policy, m.options, m.dp.get());
   StepReport r;
   r.device = m.device;
   const MemoryStats s = memory_stats(m.device);

@@ -19,6 +19,7 @@
 
 #include <memgrad/amp/grad_scaler.h>
 #include <memgrad/core/memory.h>
+#include <memgrad/distributed/data_parallel.h>
 #include <memgrad/nn/gpt.h>
 
 namespace mg::plan {
@@ -102,6 +103,14 @@ struct StepOptions {
   // Scale the loss with an amp::GradScaler (PyTorch's defaults), as float16 training does. Its
   // skip-on-overflow depends on values, which meta does not have: a plan assumes every step is taken.
   bool grad_scaler = false;
+  // Data parallelism (distributed::DataParallel): the step of rank `rank` of `world_size` processes,
+  // each running `accum` micro-batches, with ZeRO stage `zero_stage` and buckets of `bucket_bytes`.
+  // plan() simulates that rank on meta (no processes needed); world_size 1 with stage 0 is no data
+  // parallelism at all.
+  int64_t world_size = 1, rank = 0;
+  int zero_stage = 0;
+  int64_t bucket_bytes = int64_t(25) << 20;
+  bool data_parallel() const { return world_size > 1 || zero_stage > 0; }
 };
 
 // The dtype autocast runs half-precision ops in for `p` (none for float32).
@@ -113,9 +122,21 @@ std::optional<DType> autocast_dtype(Precision p);
 // the optimizer step (skipped by the scaler on inf/NaN). `batch(i)` gives micro-batch i; its tensors,
 // and the loss, stay alive until the next replaces them. Returns the loss averaged over the
 // micro-batches (NaN on meta).
+//
+// With `dp` (data parallelism; `opt` built over dp->optimizer_parameters()), this process is rank r
+// of N and runs the micro-batches g = r * accum + i of the N * accum that one process with accum
+// N * accum would run: batch(g), loss / (N * accum), gradients summed across ranks by `dp`. Each
+// micro-batch g draws its random numbers (dropout) from the step's generator offset + g * 2^40, and
+// the step ends at + N * accum * 2^40, with or without `dp`, so N ranks draw the masks one process
+// does (the 64-bit counters last 2^24 micro-batches). The returned loss is the global one, on every rank.
 double train_step(const ChainModel& model, optim::Optimizer* opt, amp::GradScaler* scaler,
                   const std::function<std::pair<Tensor, Tensor>(int64_t)>& batch, const Policy& policy,
-                  const StepOptions& options);
+                  const StepOptions& options, distributed::DataParallel* dp = nullptr);
+// Philox counters reserved for each micro-batch of a train_step (see above).
+inline constexpr uint64_t kMicroBatchCounters = uint64_t(1) << 40;
+
+// The optimizer plan() and run_step build for `kind` over `params` (null for None).
+std::unique_ptr<optim::Optimizer> make_optimizer(OptimizerKind kind, const nn::NamedTensors& params);
 
 // What one step allocated. Every byte figure counts from what was live on the device before the
 // model was built, so a run on kCPU and one on kMeta compare directly.

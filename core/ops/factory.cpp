@@ -43,7 +43,10 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, const 
   MG_CHECK(step.value != 0, ValueError, "arange: expected a non-zero step, got 0");
   MG_CHECK((end.value - start.value) * step.value >= 0, ValueError, "arange: the step ", step.value,
            " does not go from ", start.value, " towards ", end.value);
-  auto n = int64_t(std::ceil((end.value - start.value) / step.value));
+  const double count = std::ceil((end.value - start.value) / step.value);
+  MG_CHECK(count < 0x1p63, ShapeError, "arange: from ", start.value, " to ", end.value, " by ", step.value, " gives ",
+           count, " elements, more than 2^63 - 1");
+  const auto n = int64_t(count);
   Tensor t = empty_with({n}, o.dtype_, o.device_, Category::Input);
   kernels::run(o.device_, &Backend::fill_range, t, start.value, step.value);
   return finish(t, o);
@@ -115,8 +118,7 @@ template Tensor tensor<bool>(const std::vector<bool>&, const Shape&, const Tenso
 Tensor from_blob(void* data, const Shape& shape, const TensorOptions& o, std::function<void(void*)> deleter) {
   MG_CHECK(data != nullptr || numel_of(shape) == 0, ValueError, "from_blob: expected a data pointer, got null");
   MG_CHECK(!o.device_.is_meta(), DeviceError, "from_blob: meta tensors have no memory to wrap");
-  auto st =
-      std::make_shared<Storage>(data, size_t(numel_of(shape)) * dtype_size(o.dtype_), o.device_, std::move(deleter));
+  auto st = std::make_shared<Storage>(data, nbytes_of(shape, o.dtype_), o.device_, std::move(deleter));
   return finish(make_tensor(std::move(st), shape, contiguous_strides(shape), 0, o.dtype_), o);
 }
 

@@ -20,7 +20,10 @@ Tensor cat(const std::vector<Tensor>& xs, int64_t dim_) {
     for (int64_t d = 0; d < first.dim(); ++d)
       MG_CHECK(d == dim || xs[i].shape()[size_t(d)] == first.shape()[size_t(d)], ShapeError, "cat: expected size ",
                first.shape()[size_t(d)], " in dim ", d, ", got ", shape_str(xs[i].shape()), " at position ", i);
-    s[size_t(dim)] += xs[i].shape()[size_t(dim)];
+    auto total = checked_add(s[size_t(dim)], xs[i].shape()[size_t(dim)]);
+    MG_CHECK(total, ShapeError, "cat: the sizes along dim ", dim, " add up to more than 2^63 - 1 (at position ", i,
+             ", shape ", shape_str(xs[i].shape()), ")");
+    s[size_t(dim)] = *total;
     ct = promote_types(ct, xs[i].dtype());
   }
   Tensor out = new_output(s, ct, first.device());

@@ -308,8 +308,18 @@ Conv2dGeometry geometry(const char* op, const Tensor& x, int64_t kh, int64_t kw,
   MG_CHECK(x.dim() == 4, ShapeError, op, ": expected input [N, C, H, W], got ", shape_str(x.shape()));
   Conv2dGeometry g{x.size(0), x.size(1), x.size(2), x.size(3), kh,     kw,     0,
                    0,         st[0],     st[1],     pad[0],    pad[1], dil[0], dil[1]};
-  g.oh = (g.h + 2 * g.ph - g.dh * (kh - 1) - 1) / g.sh + 1;
-  g.ow = (g.w + 2 * g.pw - g.dw * (kw - 1) - 1) / g.sw + 1;
+  // Output size (in + 2 pad - dil (k - 1) - 1) / stride + 1, checked: the padded input and the
+  // dilated window may overflow, and a window wider than the padded input gives no output.
+  auto out_size = [&](int64_t in, int64_t pad, int64_t dil, int64_t k, int64_t stride) -> int64_t {
+    auto padded = checked_mul(2, pad), window = checked_mul(dil, k - 1);
+    if (padded) padded = checked_add(in, *padded);
+    MG_CHECK(padded && window, ShapeError, op, ": input ", shape_str(x.shape()), " with padding ", pad, ", dilation ",
+             dil, " and a ", k, "-wide window overflows int64");
+    const int64_t span = *padded - *window - 1;
+    return span < 0 ? 0 : span / stride + 1;
+  };
+  g.oh = out_size(g.h, g.ph, g.dh, kh, g.sh);
+  g.ow = out_size(g.w, g.pw, g.dw, kw, g.sw);
   MG_CHECK(g.oh > 0 && g.ow > 0, ShapeError, op, ": input ", shape_str(x.shape()), " is too small for a ", kh, "x", kw,
            " window (output would be ", g.oh, "x", g.ow, ")");
   return g;
@@ -340,7 +350,7 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
   if (bias.defined())
     MG_CHECK(bias.shape() == Shape{O}, ShapeError, "conv2d: expected a bias of shape [", O, "], got ",
              shape_str(bias.shape()));
-  const int64_t K = g.c / G * g.kh * g.kw, L = g.oh * g.ow;
+  const int64_t K = numel_of({g.c / G, g.kh, g.kw}), L = numel_of({g.oh, g.ow});  // im2col's [K, L] per group
   const double flops = 2.0 * double(g.n) * double(O) * double(K) * double(L);
   Tensor out = new_output({g.n, O, g.oh, g.ow}, input.dtype(), input.device());
   // A direct convolution (cuDNN) is tried first on cuda unless the kernel variant is "im2col"; it
@@ -409,7 +419,7 @@ Tensor pool2d(Op id, bool is_max, const Tensor& input, std::vector<int64_t> kern
   kernel = pair_arg(op, "kernel size", kernel, 1);
   stride = stride.empty() ? kernel : pair_arg(op, "stride", stride, 1);
   padding = pair_arg(op, "padding", padding, 0);
-  MG_CHECK(padding[0] * 2 <= kernel[0] && padding[1] * 2 <= kernel[1], ValueError, op,
+  MG_CHECK(padding[0] <= kernel[0] / 2 && padding[1] <= kernel[1] / 2, ValueError, op,
            ": expected padding at most half the kernel size, got padding ", padding[0], "x", padding[1], " for kernel ",
            kernel[0], "x", kernel[1]);
   auto g = geometry(op, input, kernel[0], kernel[1], stride, padding, {1, 1});

@@ -18,6 +18,7 @@ DType result_type(const Tensor& a, const Tensor& b) {
 
 Tensor make_view(Op id, const Tensor& base, Shape shape, Strides strides, int64_t offset,
                  autograd::BackwardFn backward) {
+  numel_of(shape);  // a view's element count must fit in int64 too (expand can ask for more)
   Tensor v = make_tensor(base.storage(), std::move(shape), std::move(strides), offset, base.dtype());
   auto* i = v.impl();
   i->view_base = base.impl()->view_base ? base.impl()->view_base : base.impl_ptr();
@@ -251,8 +252,8 @@ Tensor Tensor::slice(int64_t dim_, int64_t start, int64_t end, int64_t step) con
   end = std::clamp<int64_t>(end, start, n);
   Shape s = shape();
   Strides st = strides();
-  s[size_t(d)] = (end - start + step - 1) / step;
-  st[size_t(d)] *= step;
+  s[size_t(d)] = end == start ? 0 : (end - start - 1) / step + 1;  // no overflow for any step
+  if (s[size_t(d)] > 1) st[size_t(d)] *= step;  // within the base's extent; a single element keeps any stride
   return make_view(Op::slice, *this, s, st, storage_offset() + start * strides()[size_t(d)],
                    embed_into_zeros(*this, [=](const Tensor& z) { return z.slice(d, start, end, step); }));
 }
@@ -261,8 +262,8 @@ Tensor Tensor::narrow(int64_t dim_, int64_t start, int64_t length) const {
   MG_CHECK(dim() > 0, IndexError, "narrow: expected a tensor with at least one dim, got a 0-d tensor");
   int64_t d = wrap_dim(dim_, dim(), "narrow"), n = shape()[size_t(d)];
   if (start < 0) start += n;
-  MG_CHECK(start >= 0 && length >= 0 && start + length <= n, IndexError, "narrow: expected start + length <= ", n,
-           " along dim ", d, ", got start ", start, " and length ", length);
+  MG_CHECK(start >= 0 && start <= n && length >= 0 && length <= n - start, IndexError,
+           "narrow: expected start + length <= ", n, " along dim ", d, ", got start ", start, " and length ", length);
   return slice(d, start, start + length);
 }
 

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <limits>
 
 #include "report.h"
 
@@ -10,8 +11,18 @@ namespace memgrad_cli {
 void add_plan_flags(CLI::App& app, PlanFlags& f) {
   add_model_flags(app, f.model);
   add_step_flags(app, f.step);
+  add_data_parallel_flags(app, f.step);
+  app.add_option("--world-size", f.step.world_size,
+                 "data parallelism: plan one rank of this many processes (meta simulates it: no MPI needed)")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
+      ->capture_default_str();
+  app.add_option("--rank", f.step.rank, "data parallelism: the rank planned (0 holds the largest slices)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_flag("!--no-compare", f.compare, "skip the side-by-side table of policies");
-  app.add_option("--top", f.top, "owners to list at the peak")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--top", f.top, "owners to list at the peak")
+      ->transform(integer_in(0, std::numeric_limits<int>::max()))
+      ->capture_default_str();
 }
 
 int run_plan(const PlanFlags& f) {
@@ -22,6 +33,14 @@ int run_plan(const PlanFlags& f) {
   const int64_t params = parameter_count(spec);
   std::printf("memgrad plan: %s, %s parameters (%s in float32)\n", model_str(spec).c_str(), thousands(params).c_str(),
               mg::format_bytes(params * 4).c_str());
+  if (f.step.rank >= f.step.world_size)
+    throw UsageError("--rank " + std::to_string(f.step.rank) + ": expected a rank below --world-size " +
+                     std::to_string(f.step.world_size));
+  const bool data_parallel = f.step.world_size > 1 || f.step.zero > 0;
+  if (data_parallel)
+    std::printf("data parallel: rank %lld of %lld processes, ZeRO stage %d, buckets of %s\n",
+                static_cast<long long>(f.step.rank), static_cast<long long>(f.step.world_size), f.step.zero,
+                mg::format_bytes(int64_t(f.step.bucket_cap)).c_str());
   const Policy chosen = policy(f.step, spec, true);
   const StepOptions options = step_options(f.step);
   const StepReport r = plan(spec, shape, options, chosen);
@@ -42,6 +61,7 @@ int run_plan(const PlanFlags& f) {
     std::printf("  largest batch within %s: %lld\n", mg::format_bytes(int64_t(f.step.budget)).c_str(),
                 static_cast<long long>(b));
   }
+  if (data_parallel) std::printf("\n%s", zero_table(spec, shape, options, chosen).c_str());
   if (!f.compare) return 0;
 
   // Each policy in float32 and both half precisions, all on meta, against no checkpointing in fp32;

@@ -135,6 +135,14 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
   }
 }
 
+namespace {
+// The gather and scatter kernels address a dim: a 0-d tensor (its dim 0 is itself) goes in as [1].
+Tensor with_a_dim(const Tensor& t) {
+  NoGradGuard ng;
+  return t.dim() ? t : t.view({1});
+}
+}  // namespace
+
 Tensor gather(const Tensor& x, int64_t dim_, const Tensor& index) {
   OpScope scope(Op::gather);
   check_index("gather", x, index);
@@ -150,7 +158,7 @@ Tensor gather(const Tensor& x, int64_t dim_, const Tensor& index) {
     NoGradGuard ng;
     ic = index.contiguous();
   }
-  kernels::run(x.device(), &Backend::gather, x, dim, ic, out);
+  kernels::run(x.device(), &Backend::gather, with_a_dim(x), dim, with_a_dim(ic), with_a_dim(out));
   if (autograd::any_requires_grad({x})) {
     SavedTensor si(ic);
     Shape in = x.shape();
@@ -172,7 +180,7 @@ Tensor scatter_add_into_zeros(const Shape& shape, int64_t dim, const Tensor& ind
     ic = index.contiguous();
     sc = src.contiguous();
   }
-  kernels::run(src.device(), &Backend::scatter_add, out, dim, ic, sc);
+  kernels::run(src.device(), &Backend::scatter_add, with_a_dim(out), dim, with_a_dim(ic), with_a_dim(sc));
   SavedTensor si(autograd::any_requires_grad({src}) ? ic : Tensor());
   autograd::record(Op::scatter_add, {src}, {out},
                    [dim, si](const TensorList& g, const Node&) { return TensorList{gather(g[0], dim, si.get())}; });
@@ -245,7 +253,8 @@ Tensor& scatter_inplace(Op id, Tensor& self, int64_t dim_, const Tensor& index, 
       sc = full(index.shape(), value, TensorOptions(self.dtype()).device(self.device()));
     }
   }
-  kernels::run(self.device(), add ? &Backend::scatter_add : &Backend::scatter, self, dim, ic, sc);
+  kernels::run(self.device(), add ? &Backend::scatter_add : &Backend::scatter, with_a_dim(self), dim, with_a_dim(ic),
+               with_a_dim(sc));
   self.storage()->bump_version();
   if (autograd::any_requires_grad({self, src})) {
     SavedTensor si(ic);

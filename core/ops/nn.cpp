@@ -252,7 +252,13 @@ Tensor nll_loss(const Tensor& input_in, const Tensor& target, const Tensor& weig
   Tensor input = amp::cast_for_float_op(input_in), weight = amp::cast_for_float_op(weight_in);
   check_class_loss("nll_loss", "input", input, target, weight);
   OpScope scope(Op::nll_loss);
-  Tensor losses = nll_elements(input, target, weight, ignore_index);
+  Tensor losses;
+  try {
+    losses = nll_elements(input, target, weight, ignore_index);
+  } catch (const IndexError& e) {  // name the op the user called, and its ignore_index
+    throw IndexError(detail::str("nll_loss: expected target values in [0, ", input.size(1), ") or ignore_index ",
+                                 ignore_index, "; ", e.what()));
+  }
   if (reduction == Reduction::None) return losses;
   if (reduction == Reduction::Sum) return losses.sum();
   return losses.sum() / weight_of_targets(target, weight, ignore_index, input.dtype());

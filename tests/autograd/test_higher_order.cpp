@@ -9,6 +9,8 @@
 
 #include <memgrad/memgrad.h>
 
+#include "autograd/random_inputs.h"
+
 namespace {
 
 using mg::Tensor;
@@ -21,12 +23,7 @@ std::mt19937_64& rng() {
   return g;
 }
 
-Tensor uniform(const mg::Shape& shape, double lo = -1, double hi = 1) {
-  std::uniform_real_distribution<double> d(lo, hi);
-  std::vector<double> v(size_t(mg::numel_of(shape)));
-  for (auto& x : v) x = d(rng());
-  return mg::tensor(v, shape);
-}
+Tensor uniform(const mg::Shape& shape, double lo = -1, double hi = 1) { return uniform_from(rng(), shape, lo, hi); }
 // Magnitudes in [lo, hi) with random signs: away from the kinks at 0.
 Tensor away(const mg::Shape& shape, double lo = 0.3, double hi = 1.5) {
   std::uniform_real_distribution<double> d(lo, hi);

@@ -8,6 +8,8 @@
 
 #include <memgrad/memgrad.h>
 
+#include "autograd/random_inputs.h"
+
 namespace {
 
 using mg::Tensor;
@@ -19,10 +21,7 @@ std::mt19937_64& rng() {
   return g;
 }
 Tensor param(const mg::Shape& shape, double lo = -1, double hi = 1) {
-  std::uniform_real_distribution<double> d(lo, hi);
-  std::vector<double> v(size_t(mg::numel_of(shape)));
-  for (auto& x : v) x = d(rng());
-  return mg::tensor(v, shape).requires_grad_();
+  return uniform_from(rng(), shape, lo, hi).requires_grad_();
 }
 
 void check(const std::string& what, const Fn& fn, const TL& inputs) {

@@ -165,6 +165,23 @@ Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) {
 // ---- scans
 
 namespace {
+// cumprod's gradient from differentiable ops, for a backward that creates a graph:
+// grad_x[k] = sum_{i >= k} g[i] prod_{j <= i, j != k} x[j], zeros in x included. The products are
+// the cumprod of [r, r] copies of each line with x[k] replaced by 1 in row k: O(r^2) memory,
+// where the kernel needs O(r).
+Tensor cumprod_grad_math(const Tensor& x, const Tensor& g, int64_t dim) {
+  if (x.dim() == 0) return g;
+  const int64_t r = x.size(dim);
+  const auto like_x = TensorOptions(x.dtype()).device(x.device());
+  Tensor upper = triu(ones({r, r}, TensorOptions(kBool).device(x.device()))), diagonal = tril(upper);
+  Tensor line = x.transpose(dim, -1).unsqueeze(-2);  // [..., 1, r]
+  Shape square = line.shape();
+  square[square.size() - 2] = r;
+  Tensor rows = cumprod(where(diagonal, ones({}, like_x), line.expand(square)), -1);  // [..., k, i]
+  Tensor terms = where(upper, rows * g.transpose(dim, -1).unsqueeze(-2), zeros({}, like_x));
+  return terms.sum({-1}).transpose(dim, -1);
+}
+
 Tensor scan_op(Op id, ScanOp op, const Tensor& x_in, int64_t dim_, std::optional<DType> dtype) {
   const char* name = op_name(id);
   OpScope scope(id);
@@ -185,10 +202,8 @@ Tensor scan_op(Op id, ScanOp op, const Tensor& x_in, int64_t dim_, std::optional
     } else {
       SavedTensor sx(l.x, x), so(out);
       std::array<int64_t, 3> lay{l.outer, l.r, l.inner};
-      autograd::record(id, {x}, {out}, [sx, so, lay](const TensorList& g, const Node& node) {
-        MG_CHECK(!autograd::creating_graph(), AutogradError, op_name(node.op()),
-                 ": no double backward (create_graph) for cumprod yet; differentiate exp(cumsum(log(x))) for "
-                 "positive x, or keep cumprod out of the part of the graph you differentiate twice");
+      autograd::record(id, {x}, {out}, [sx, so, lay, dim](const TensorList& g, const Node&) {
+        if (autograd::creating_graph()) return TensorList{cumprod_grad_math(sx.get(), g[0], dim)};
         Tensor xs = sx.get(), gi = new_like(xs);
         kernels::run(xs.device(), &Backend::cumprod_backward, g[0].contiguous(), xs, so.get(), gi, lay[0], lay[1],
                      lay[2]);

@@ -80,15 +80,25 @@ void gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out
   });
 }
 
-void scatter_add(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src) {
-  check_gather("scatter_add", index, dst.size(dim));
+namespace {
+// scatter (add = false) or scatter_add: src[p] written or added at p's place in dst.
+void scatter_into(const char* op, const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src, bool add) {
+  check_gather(op, index, dst.size(dim));
   dispatch(dst.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* dp = ptr<T>(dst);
     const T* sp = ptr<T>(src);
     for_each_gather(index.shape(), dst.strides(), dim, ptr<int64_t>(index),
-                    [&](int64_t p, int64_t off) { dp[off] = store<T>(load(dp[off]) + load(sp[p])); });
+                    [&](int64_t p, int64_t off) { dp[off] = add ? store<T>(load(dp[off]) + load(sp[p])) : sp[p]; });
   });
+}
+}  // namespace
+
+void scatter(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src) {
+  scatter_into("scatter", dst, dim, index, src, false);
+}
+void scatter_add(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src) {
+  scatter_into("scatter_add", dst, dim, index, src, true);
 }
 
 }  // namespace mg::cpu

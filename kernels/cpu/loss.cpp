@@ -18,8 +18,22 @@ void check_targets(const Tensor& target, int64_t classes, int64_t ignore_index) 
 }
 }  // namespace
 
-void cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& loss, int64_t ignore_index,
-                   double smoothing) {
+// A row's class weights: w[c] from `weight`, or 1 without one; and their sum.
+template <class T>
+struct ClassWeights {
+  const T* w;
+  double sum;
+  double operator[](int64_t c) const { return w ? double(load(w[c])) : 1.0; }
+};
+template <class T>
+ClassWeights<T> class_weights(const Tensor& weight, int64_t C) {
+  ClassWeights<T> r{weight.defined() ? ptr<T>(weight) : nullptr, 0.0};
+  for (int64_t c = 0; c < C; ++c) r.sum += r[c];
+  return r;
+}
+
+void cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& weight, const Tensor& loss,
+                   int64_t ignore_index, double smoothing) {
   const int64_t N = logits.size(0), C = logits.size(1);
   check_targets(target, C, ignore_index);
   dispatch_floating(logits.dtype(), "cross_entropy", [&](auto xt) {
@@ -27,6 +41,7 @@ void cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& los
     using A = opmath_t<T>;
     const T* xp = ptr<T>(logits);
     const int64_t* tp = ptr<int64_t>(target);
+    const auto w = class_weights<T>(weight, C);
     dispatch_floating(loss.dtype(), "cross_entropy", [&](auto lt) {
       using L = typename decltype(lt)::type;
       L* lp = ptr<L>(loss);
@@ -40,22 +55,30 @@ void cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& los
         A mx = -std::numeric_limits<A>::infinity();
         double sum = 0, total = 0;
         for (int64_t c = 0; c < C; ++c) mx = std::max(mx, A(load(row[c])));
+        if (w.w) {
+          for (int64_t c = 0; c < C; ++c) {
+            A v = load(row[c]);
+            sum += double(exp_v(v - mx));
+            total += w[c] * double(v);
+          }
+        } else {
 #pragma omp simd reduction(+ : sum, total)
-        for (int64_t c = 0; c < C; ++c) {
-          A v = load(row[c]);
-          sum += double(exp_v(v - mx));
-          total += double(v);
+          for (int64_t c = 0; c < C; ++c) {
+            A v = load(row[c]);
+            sum += double(exp_v(v - mx));
+            total += double(v);
+          }
         }
         double lse = double(mx) + std::log(sum);
-        double nll = lse - double(load(row[tp[n]]));
-        double smooth = lse - total / double(C);  // mean over classes of -log p
+        double nll = w[tp[n]] * (lse - double(load(row[tp[n]])));
+        double smooth = (w.sum * lse - total) / double(C);  // mean over classes of -w_c log p_c
         lp[n] = store<L>((1 - smoothing) * nll + smoothing * smooth);
       }
     });
   });
 }
 
-void cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& target,
+void cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& target, const Tensor& weight,
                             const Tensor& grad_logits, int64_t ignore_index, double smoothing) {
   const int64_t N = logits.size(0), C = logits.size(1);
   dispatch_floating(logits.dtype(), "cross_entropy_backward", [&](auto xt) {
@@ -64,6 +87,7 @@ void cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const
     const T* xp = ptr<T>(logits);
     T* gp = ptr<T>(grad_logits);
     const int64_t* tp = ptr<int64_t>(target);
+    const auto w = class_weights<T>(weight, C);
     dispatch_floating(grad_loss.dtype(), "cross_entropy_backward", [&](auto lt) {
       using L = typename decltype(lt)::type;
       const L* glp = ptr<L>(grad_loss);
@@ -86,8 +110,16 @@ void cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const
           if constexpr (std::is_same_v<T, A>) grow[c] = v;
           sum += double(v);
         }
-        const A g = A(load(glp[n])), inv = A(1.0 / sum), off = A(smoothing / double(C)), hit = A(1 - smoothing);
-        for (int64_t c = 0; c < C; ++c) grow[c] = store<T>(g * (e(c) * inv - off - (c == tp[n] ? hit : A(0))));
+        // d loss / d x_c = (1 - s) w_t (p_c - [c = t]) + s / C (sum(w) p_c - w_c)
+        const double wt = w[tp[n]];
+        const A g = A(load(glp[n])), inv = A(1.0 / sum),
+                coef = w.w ? A((1 - smoothing) * wt + smoothing * w.sum / double(C)) : A(1);
+        const A off = A(smoothing / double(C)), hit = A((1 - smoothing) * wt);
+        if (w.w)
+          for (int64_t c = 0; c < C; ++c)
+            grow[c] = store<T>(g * (e(c) * inv * coef - off * A(w[c]) - (c == tp[n] ? hit : A(0))));
+        else
+          for (int64_t c = 0; c < C; ++c) grow[c] = store<T>(g * (e(c) * inv * coef - off - (c == tp[n] ? hit : A(0))));
       }
     });
   });

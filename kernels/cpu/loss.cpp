@@ -56,11 +56,10 @@ void cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& los
     dispatch_floating(loss.dtype(), "cross_entropy", [&](auto lt) {
       using L = typename decltype(lt)::type;
       L* lp = ptr<L>(loss);
-#pragma omp parallel for if (N * C >= kParallelGrain)
-      for (int64_t n = 0; n < N; ++n) {
+      parallel_for(N, N * C >= kParallelGrain, [&](int64_t n) {
         if (tp[n] == ignore_index) {
           lp[n] = store<L>(0.0);
-          continue;
+          return;
         }
         const T* row = xp + n * C;
         const A mx = row_max(row, C);
@@ -71,7 +70,7 @@ void cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& los
                                                                         return A(load(row[c])) - mx;
                                                                       }) / double(C);
         lp[n] = store<L>((1 - smoothing) * nll + smoothing * smooth);
-      }
+      });
     });
   });
 }
@@ -88,12 +87,11 @@ void cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const
     dispatch_floating(grad_loss.dtype(), "cross_entropy_backward", [&](auto lt) {
       using L = typename decltype(lt)::type;
       const L* glp = ptr<L>(grad_loss);
-#pragma omp parallel for if (N * C >= kParallelGrain)
-      for (int64_t n = 0; n < N; ++n) {
+      parallel_for(N, N * C >= kParallelGrain, [&](int64_t n) {
         T* grow = gp + n * C;
         if (tp[n] == ignore_index) {
           std::fill(grow, grow + C, store<T>(0.0));
-          continue;
+          return;
         }
         const T* row = xp + n * C;
         const A mx = row_max(row, C);
@@ -112,7 +110,7 @@ void cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const
 #pragma omp simd
         for (int64_t c = 0; c < C; ++c) grow[c] = store<T>(g * (e(c) * inv - off));
         grow[t] = store<T>(at_target);
-      }
+      });
     });
   });
 }

@@ -22,8 +22,14 @@ void for_each_element(const char* op, const TensorLists& lists, size_t j, Make&&
     for (size_t k = 0; k < D; ++k) p[k] = lists[k][j].defined() ? ptr<T>(lists[k][j]) : nullptr;
     const auto f = make(tag);
     const int64_t n = first.numel();
-    // Not `parallel for simd if (...)`: with the if clause GCC 12 leaves the loop scalar.
-#pragma omp parallel if (n >= kParallelGrain)
+    // Not `parallel for simd if (...)`: with the if clause GCC 12 leaves the loop scalar (and
+    // libgomp enters a region even when it is false; see parallel_for).
+    if (n < kParallelGrain) {
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) f(p, i);
+      return;
+    }
+#pragma omp parallel
     {
       const std::array<T*, D> q = p;  // thread-private copies the vectorizer can keep in registers
       const auto g = f;

@@ -67,11 +67,11 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* generator) {
     xc = x.contiguous();
   }
   Tensor out = new_like(xc);
-  auto [seed, offset] = generator_or_default(generator).draw(uint64_t(x.numel()));
-  kernels::run(x.device(), &Backend::dropout, xc, out, p, seed, offset);
+  const Generator::Draw d = generator_or_default(generator).draw(uint64_t(x.numel()));
+  kernels::run(x.device(), &Backend::dropout, xc, out, p, d.seed, d.offset);
   autograd::record(Op::dropout, {x}, {out}, [=](const TensorList& g, const Node&) {
     Tensor gc = g[0].contiguous(), gi = new_like(gc);  // the same counters give the same mask
-    kernels::run(gc.device(), &Backend::dropout, gc, gi, p, seed, offset);
+    kernels::run(gc.device(), &Backend::dropout, gc, gi, p, d.seed, d.offset);
     return TensorList{gi};
   });
   return out;

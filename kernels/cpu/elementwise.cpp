@@ -38,8 +38,7 @@ void fill_indexed(const Tensor& dst, F f) {
     using T = typename decltype(d)::type;
     T* p = ptr<T>(dst);
     int64_t n = dst.numel();
-#pragma omp parallel for if (n >= kParallelGrain)
-    for (int64_t i = 0; i < n; ++i) p[i] = store<T>(f(i));
+    parallel_for(n, n >= kParallelGrain, [&](int64_t i) { p[i] = store<T>(f(i)); });
   });
 }
 
@@ -212,9 +211,9 @@ void dropout(const Tensor& x, const Tensor& out, double p, uint64_t seed, uint64
     const A scale = A(1.0 / (1.0 - p));
     const float pf = float(p);
     int64_t n = x.numel();
-#pragma omp parallel for if (n >= kParallelGrain)
-    for (int64_t i = 0; i < n; ++i)
+    parallel_for(n, n >= kParallelGrain, [&](int64_t i) {
       op[i] = store<T>(kernels::random_uniform(seed, offset, i) >= pf ? load(xp[i]) * scale : A(0));
+    });
   });
 }
 

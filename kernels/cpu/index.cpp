@@ -21,11 +21,10 @@ void index_select(const Tensor& x, int64_t dim, const Tensor& index, const Tenso
   check_indices("index_select", idx, n, s.size);
   const char* xp = static_cast<const char*>(x.raw_data());
   char* op = static_cast<char*>(out.raw_data());
-#pragma omp parallel for if (s.outer * n * s.inner >= kParallelGrain)
-  for (int64_t l = 0; l < s.outer * n; ++l) {
+  parallel_for(s.outer * n, s.outer * n * s.inner >= kParallelGrain, [&](int64_t l) {
     int64_t o = l / n, k = l % n;
     std::memcpy(op + (o * n + k) * s.inner * es, xp + (o * s.size + idx[k]) * s.inner * es, size_t(s.inner * es));
-  }
+  });
 }
 
 void index_add(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src) {
@@ -38,14 +37,13 @@ void index_add(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor
     T* dp = ptr<T>(dst);
     const T* sp = ptr<T>(src);
     // Threads own disjoint (outer, inner) columns, so repeated indices never race.
-#pragma omp parallel for if (s.outer * n * s.inner >= kParallelGrain)
-    for (int64_t l = 0; l < s.outer * s.inner; ++l) {
+    parallel_for(s.outer * s.inner, s.outer * n * s.inner >= kParallelGrain, [&](int64_t l) {
       int64_t o = l / s.inner, i = l % s.inner;
       for (int64_t k = 0; k < n; ++k) {
         T& d = dp[(o * s.size + idx[k]) * s.inner + i];
         d = store<T>(load(d) + load(sp[(o * n + k) * s.inner + i]));
       }
-    }
+    });
   });
 }
 

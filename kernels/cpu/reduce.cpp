@@ -26,15 +26,14 @@ void reduce(ReduceOp op, const Tensor& x, const Tensor& out, int64_t outer, int6
       if (op == ReduceOp::Sum && inner > 1) {  // add whole rows with unit stride, a block of columns per task
         constexpr int64_t kCols = 256;
         const int64_t blocks = (inner + kCols - 1) / kCols;
-#pragma omp parallel for if (outer * r * inner >= kParallelGrain && outer * blocks > 1)
-        for (int64_t t = 0; t < outer * blocks; ++t) {
+        parallel_for(outer * blocks, outer * r * inner >= kParallelGrain && outer * blocks > 1, [&](int64_t t) {
           const int64_t o = t / blocks, j0 = t % blocks * kCols, n = std::min(kCols, inner - j0);
           A acc[kCols] = {};
           const T* p = xp + o * r * inner + j0;
           for (int64_t k = 0; k < r; ++k, p += inner)
             for (int64_t j = 0; j < n; ++j) acc[j] += A(load(p[j]));
           for (int64_t j = 0; j < n; ++j) op_[o * inner + j0 + j] = store<O>(acc[j]);
-        }
+        });
         return;
       }
       if (op == ReduceOp::Sum) {

@@ -33,6 +33,7 @@
 #include <memgrad/core/ops.h>
 #include <memgrad/core/random.h>
 #include <memgrad/core/tensor.h>
+#include <memgrad/core/variants.h>
 #include <memgrad/distributed/data_parallel.h>
 #include <memgrad/distributed/process_group.h>
 #include <memgrad/nn/gpt.h>

@@ -9,8 +9,9 @@
 
 namespace mg::amp {
 
-GradScaler::GradScaler(const GradScalerOptions& o) : o_(o), scale_(o.init_scale_) {
-  MG_CHECK(o.init_scale_ > 0, ValueError, "GradScaler: expected a positive init_scale, got ", o.init_scale_);
+GradScaler::GradScaler(const GradScalerOptions& o) : o_(o), scale_(float(o.init_scale_)) {
+  MG_CHECK(o.init_scale_ > 0 && std::isfinite(float(o.init_scale_)), ValueError,
+           "GradScaler: expected a positive init_scale within float32's range, got ", o.init_scale_);
   MG_CHECK(o.growth_factor_ > 1, ValueError, "GradScaler: expected growth_factor > 1, got ", o.growth_factor_);
   MG_CHECK(o.backoff_factor_ > 0 && o.backoff_factor_ < 1, ValueError,
            "GradScaler: expected backoff_factor in (0, 1), got ", o.backoff_factor_);
@@ -57,6 +58,11 @@ bool check_and_unscale(const std::vector<Tensor>& tensors, double inv_scale) {
 bool any_non_finite(const std::vector<Tensor>& tensors) { return check_and_unscale(tensors, 1.0); }
 
 namespace {
+// 1 / scale rounded to float32, as PyTorch's scale.double().reciprocal().float().
+double inverse(float scale) { return double(float(1.0 / double(scale))); }
+}  // namespace
+
+namespace {
 std::vector<Tensor> grads_of(optim::Optimizer& opt) {
   std::vector<Tensor> g;
   for (auto& group : opt.param_groups())
@@ -70,7 +76,7 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
   if (!o_.enabled_) return;
   MG_CHECK(!unscaled_, ValueError, "GradScaler.unscale_: expected one call per step, got a second before update()");
   unscaled_ = true;
-  found_inf_ = check_and_unscale(grads_of(opt), 1.0 / scale_);
+  found_inf_ = check_and_unscale(grads_of(opt), inverse(scale_));
 }
 
 void GradScaler::unscale_(optim::Optimizer& opt, MasterWeights& masters) {
@@ -80,7 +86,7 @@ void GradScaler::unscale_(optim::Optimizer& opt, MasterWeights& masters) {
   std::vector<Tensor> half_grads;
   for (auto& p : masters.model_parameters()) half_grads.push_back(p.grad());
   found_inf_ = any_non_finite(half_grads);
-  masters.grads_to_masters(1.0 / scale_);  // widen first: dividing in half precision could underflow
+  masters.grads_to_masters(inverse(scale_));  // widen first: dividing in half precision could underflow
   (void)opt;
 }
 
@@ -106,12 +112,13 @@ bool GradScaler::step(optim::Optimizer& opt, MasterWeights& masters) {
 
 void GradScaler::update() {
   if (!o_.enabled_) return;
-  if (o_.dynamic_) {
+  if (o_.dynamic_) {  // PyTorch's _amp_update_scale_, in float32
     if (found_inf_) {
-      scale_ *= o_.backoff_factor_;
+      scale_ = float(scale_ * o_.backoff_factor_);
       growth_tracker_ = 0;
     } else if (++growth_tracker_ == o_.growth_interval_) {
-      scale_ *= o_.growth_factor_;
+      const float grown = float(scale_ * o_.growth_factor_);
+      if (std::isfinite(grown)) scale_ = grown;  // never grow to inf
       growth_tracker_ = 0;
     }
   }
@@ -143,7 +150,7 @@ void GradScaler::load_state_dict(const std::map<std::string, double>& s) {
   const int64_t tracker = count("_growth_tracker", 0, double(o.growth_interval_));
   GradScaler check(o.init_scale(s.at("scale")));  // the constructor's checks, before changing anything
   o_ = o;
-  scale_ = s.at("scale");
+  scale_ = float(s.at("scale"));
   growth_tracker_ = tracker;
 }
 

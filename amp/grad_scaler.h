@@ -1,8 +1,10 @@
-// Dynamic loss scaling with PyTorch's semantics and defaults: the loss is multiplied by a scale
-// (initially 2^16) so small float16 gradients do not underflow; gradients are divided by it
-// before the optimizer step, which is skipped when any gradient is inf or NaN; the scale halves
-// after such a step and doubles after growth_interval (2000) clean steps. bfloat16 has float32's
-// exponent range and needs no scaler.
+// Dynamic loss scaling with the semantics and defaults of PyTorch (>= 2.1): the loss is multiplied
+// by a scale (initially 2^16) so small float16 gradients do not underflow; gradients are divided
+// by it before the optimizer step, which is skipped when any gradient is inf or NaN; the scale
+// halves after such a step and doubles after growth_interval (2000) clean steps. The scale is a
+// float32, as PyTorch's: growth that would overflow it to inf is not taken (with the default
+// factor it stops at 2^127), so a long clean run never reaches an infinite scale and never
+// alternates skipping and backing off. bfloat16 has float32's exponent range and needs no scaler.
 //
 //   GradScaler scaler;
 //   scaler.scale(loss).backward();
@@ -56,7 +58,7 @@ class GradScaler {
   // steps (call between unscale_ and step; distributed::DataParallel::any_rank combines the flags).
   void merge_found_inf(bool found_elsewhere) { found_inf_ = found_inf_ || found_elsewhere; }
 
-  double get_scale() const { return scale_; }
+  double get_scale() const { return scale_; }  // a float32 value
   int64_t growth_tracker() const { return growth_tracker_; }
   bool found_inf() const { return found_inf_; }
   int64_t skipped_steps() const { return skipped_; }
@@ -66,7 +68,7 @@ class GradScaler {
 
  private:
   GradScalerOptions o_;
-  double scale_;
+  float scale_;
   int64_t growth_tracker_ = 0, skipped_ = 0;
   bool unscaled_ = false, found_inf_ = false;
 };

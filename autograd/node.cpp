@@ -13,6 +13,18 @@ namespace autograd {
 namespace {
 std::atomic<uint64_t> g_sequence{0};
 thread_local std::vector<std::pair<SavedTensorHooks::Pack, SavedTensorHooks::Unpack>> t_saved_hooks;
+
+// Where a saved value came from, for backward passes that create a graph.
+struct Origin {
+  std::weak_ptr<TensorImpl> original;  // the tensor saved, to recognise an op's outputs in record()
+  Shape shape;                         // its shape and dtype (a saved copy may be expanded or converted)
+  DType dtype = kFloat32;
+  Edge edge;                     // an input's gradient edge when it was saved
+  std::weak_ptr<Node> producer;  // an output's node (weak: the node holds this), and its slot
+  uint32_t output_nr = 0;
+};
+// The origins saved on this thread since the last record(), which marks those of its outputs.
+thread_local std::vector<std::weak_ptr<Origin>> t_recent_saves;
 }  // namespace
 
 Node::Node(Op op, std::string label) : op_(op), label_(std::move(label)), sequence_nr_(g_sequence++) {}
@@ -28,18 +40,26 @@ struct SavedTensor::State {
   std::weak_ptr<Storage> watched;    // the version check under hooks, without keeping the bytes alive
   Shape shape;
   DType dtype;
+  Origin origin;
 
   ~State() {
     if (tensor.defined()) tensor.storage()->drop_saved_ref();
   }
 };
 
-SavedTensor::SavedTensor(const Tensor& t) {
+SavedTensor::SavedTensor(const Tensor& t) : SavedTensor(t, t) {}
+
+SavedTensor::SavedTensor(const Tensor& t, const Tensor& source) {
   if (!t.defined()) return;
   state_ = std::make_shared<State>();
   state_->version = t.version();
   state_->shape = t.shape();
   state_->dtype = t.dtype();
+  state_->origin.original = source.impl_ptr();
+  state_->origin.shape = source.shape();
+  state_->origin.dtype = source.dtype();
+  state_->origin.edge = gradient_edge(source);
+  t_recent_saves.push_back(std::shared_ptr<Origin>(state_, &state_->origin));
   if (!t_saved_hooks.empty()) {  // the hooks own the value: keep no reference to its storage
     auto [pack, unpack] = t_saved_hooks.back();
     state_->unpack = unpack;
@@ -60,8 +80,11 @@ Tensor SavedTensor::get() const {
            shape_str(state_->shape), " (", state_->dtype,
            ") that was saved for backward has been modified by an in-place operation: expected version ",
            state_->version, ", got version ", s->version(), ". Use an out-of-place op, or clone() before modifying it");
-  if (state_->unpack) return state_->unpack(state_->packed);
-  return state_->tensor;
+  Tensor t = state_->unpack ? state_->unpack(state_->packed) : state_->tensor;
+  if (!GradMode::is_enabled()) return t;
+  const Origin& o = state_->origin;
+  if (auto producer = o.producer.lock()) return with_history(t, {producer, o.output_nr});
+  return o.edge.valid() ? with_history(t, o.edge, o.shape, o.dtype) : t;
 }
 
 SavedTensorHooks::SavedTensorHooks(Pack pack, Unpack unpack) {
@@ -83,7 +106,7 @@ AccumulateGrad::AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : Node(Op::none
 TensorList AccumulateGrad::apply(TensorList&& grads) {
   auto leaf = leaf_.lock();
   if (!leaf || !grads[0].defined()) return {};
-  NoGradGuard no_grad;
+  const bool keep_history = GradMode::is_enabled();  // create_graph: .grad itself is differentiable
   Tensor self(leaf);
   {  // the incoming buffers are released before the post-accumulate hooks run
     Tensor g = grads[0];
@@ -91,24 +114,27 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
     for (auto& h : leaf->leaf_hooks)
       if (Tensor r = h(g); r.defined()) g = r;
     Tensor cur = self.grad();
-    if (!cur.defined()) {
-      // Take the incoming buffer when nothing else refers to it; otherwise copy it.
-      bool sole = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 && g.is_contiguous() &&
-                  g.dtype() == leaf->dtype && g.storage_offset() == 0 &&
+    if (cur.defined() && !keep_history) {
+      NoGradGuard no_grad;
+      cur.add_(g);
+    } else {
+      // Take the incoming buffer when nothing else refers to it; otherwise copy it (or, with
+      // history, add it to the current one out of place).
+      bool sole = !keep_history && g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 &&
+                  g.is_contiguous() && g.dtype() == leaf->dtype && g.storage_offset() == 0 &&
                   size_t(g.numel()) * g.element_size() == g.storage()->nbytes();
       Tensor owned;
       {
         MemoryScope scope(Category::Gradient);
-        owned = sole ? g : g.to(leaf->dtype).clone();
+        owned = sole ? g : cur.defined() ? cur + g.to(leaf->dtype) : g.to(leaf->dtype).clone();
       }
       owned.storage()->set_category(Category::Gradient);
       if (auto* param_block = leaf->storage->block())  // the ledger names the buffer after its parameter
         owned.storage()->set_owner(param_block->owner.empty() ? "grad" : param_block->owner + ".grad");
       self.set_grad(owned);
-    } else {
-      cur.add_(g);
     }
   }
+  NoGradGuard no_grad;
   const auto hooks = leaf->post_accumulate_hooks;  // a hook may remove itself
   for (auto& [id, h] : hooks) h(self);
   return {};
@@ -125,8 +151,8 @@ bool any_requires_grad(const TensorList& inputs) {
 
 Edge gradient_edge(const Tensor& t) {
   if (!t.defined() || !t.requires_grad()) return {};
+  if (const auto& fn = t.grad_fn()) return {fn, t.impl()->output_nr};  // grad_fn() brings a view's up to date
   auto* impl = t.impl();
-  if (impl->grad_fn) return {impl->grad_fn, impl->output_nr};
   auto acc = impl->grad_accumulator.lock();
   if (!acc) {
     acc = std::make_shared<AccumulateGrad>(t.impl_ptr());
@@ -137,6 +163,8 @@ Edge gradient_edge(const Tensor& t) {
 
 std::shared_ptr<Node> record(Op op, const TensorList& inputs, const TensorList& outputs, BackwardFn fn,
                              std::string label) {
+  std::vector<std::weak_ptr<Origin>> saves;
+  saves.swap(t_recent_saves);
   if (!any_requires_grad(inputs)) return nullptr;
   auto node = std::make_shared<FunctionNode>(op, std::move(label), std::move(fn));
   for (auto& t : inputs) node->next_edges().push_back(gradient_edge(t));
@@ -147,8 +175,31 @@ std::shared_ptr<Node> record(Op op, const TensorList& inputs, const TensorList& 
     o->requires_grad = true;
     o->grad_fn = node;
     o->output_nr = i;
+    for (auto& w : saves)  // a saved output gets its history from this node
+      if (auto origin = w.lock(); origin && origin->original.lock().get() == o) {
+        origin->edge = {};
+        origin->producer = node;
+        origin->output_nr = i;
+      }
   }
   return node;
+}
+
+Tensor with_history(const Tensor& t, Edge edge) { return with_history(t, std::move(edge), t.shape(), t.dtype()); }
+
+Tensor with_history(const Tensor& t, Edge edge, const Shape& shape, DType dtype) {
+  Tensor alias = t.detach();
+  auto node = std::make_shared<FunctionNode>(Op::none, "SavedTensor", [shape, dtype](const TensorList& g, const Node&) {
+    Tensor r = g[0].shape() == shape ? g[0] : sum_to(g[0], shape);
+    return TensorList{r.to(dtype)};
+  });
+  node->next_edges().push_back(std::move(edge));
+  node->outputs().push_back({t.shape(), t.dtype(), t.device()});
+  auto* impl = alias.impl();
+  impl->requires_grad = true;
+  impl->grad_fn = std::move(node);
+  impl->output_nr = 0;
+  return alias;
 }
 
 }  // namespace autograd

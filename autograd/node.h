@@ -7,10 +7,12 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include <memgrad/core/grad_mode.h>
 #include <memgrad/core/op.h>
 #include <memgrad/core/tensor.h>
 
@@ -66,11 +68,21 @@ class Node : public std::enable_shared_from_this<Node> {
 // A tensor an op keeps for its backward. While held, its bytes count as Activation. It
 // remembers the version it was saved at, so an in-place change before backward is caught.
 // Active saved-tensor hooks (see SavedTensorHooks) may pack it into something else.
+//
+// It also remembers where its value came from, for backward passes that create a graph
+// (create_graph): there get() returns the value with that history, so the gradient computed from
+// it can be differentiated again. An input's history is its gradient edge at saving time; an
+// output's is the node that produced it (record() recognises the op's outputs among the tensors
+// saved since the previous record on this thread, so an op saves its outputs right before it records).
 class SavedTensor {
  public:
   SavedTensor() = default;
   explicit SavedTensor(const Tensor& t);
-  Tensor get() const;  // raises AutogradError if modified in place or released
+  // Saves `value` (say, a contiguous copy made without history) with the history of `source`.
+  SavedTensor(const Tensor& value, const Tensor& source);
+  // The value; raises AutogradError if modified in place or released. In grad mode (a backward
+  // creating a graph) it carries its history, through a node of its own.
+  Tensor get() const;
   bool defined() const { return state_ != nullptr; }
 
  private:
@@ -123,7 +135,33 @@ Edge gradient_edge(const Tensor& t);
 // `label` names a user's function (op Op::custom).
 std::shared_ptr<Node> record(Op op, const TensorList& inputs, const TensorList& outputs, BackwardFn fn,
                              std::string label = {});
-// Runs the backward pass from `roots` seeded with `grads` (see Tensor::backward).
-void run_backward(const TensorList& roots, const TensorList& grads, bool retain_graph);
+// `t`'s value (sharing its storage) with a history of its own: a node that passes its gradient on
+// to `edge`, summed to `shape` and converted to `dtype` (where `t` is a broadcast or converted copy
+// of the tensor `edge` belongs to).
+Tensor with_history(const Tensor& t, Edge edge);
+Tensor with_history(const Tensor& t, Edge edge, const Shape& shape, DType dtype);
+
+// Runs the backward pass from `roots` seeded with `grads`, accumulating into the leaves' .grad
+// (see Tensor::backward). With create_graph the backward formulas run in grad mode and record
+// history, so the gradients can be differentiated again.
+void run_backward(const TensorList& roots, const TensorList& grads, bool retain_graph, bool create_graph = false);
+
+// torch::autograd::grad: the gradients of `outputs` (seeded with `grad_outputs`, one per output;
+// an undefined one is 1 for a one-element output) with respect to `inputs`, returned rather than
+// accumulated into any .grad. retain_graph defaults to create_graph. An input the outputs do not
+// depend on raises AutogradError, or gives an undefined gradient with allow_unused.
+TensorList grad(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs = {},
+                std::optional<bool> retain_graph = std::nullopt, bool create_graph = false, bool allow_unused = false);
+
+// The gradients of fn(inputs) w.r.t. `inputs` (undefined for those that need none) for upstream
+// `grad_outputs`, with history: how the backward of an op whose fused kernel has no derivative
+// of its own runs when a graph is being created. It recomputes the op from differentiable ops
+// (`fn`) and differentiates that, stopping at the inputs (their own histories are not entered).
+TensorList differentiate(const std::function<TensorList(const TensorList&)>& fn, const TensorList& inputs,
+                         const TensorList& grad_outputs);
+
+// True inside a backward formula that must record history (a backward pass creating a graph):
+// the engine runs the formulas in grad mode exactly then.
+inline bool creating_graph() { return GradMode::is_enabled(); }
 
 }  // namespace mg::autograd

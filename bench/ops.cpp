@@ -21,7 +21,7 @@ using namespace mg::optest;
 
 void run(benchmark::State& state, const Case& c, DType t, const Device& d, const VariantSelection& variants,
          bool with_backward) {
-  for (const auto& [kernel, variant] : variants) cuda::set_kernel_variant(kernel, variant);
+  VariantGuard selected(variants, d.type);
   if (d.is_cuda()) cuda::set_allow_tf32(c.tf32);
   Tensors leaves = make_leaves(c, t, d, with_backward);
   const Tensors up = with_backward ? upstream_for(c, forward(c, leaves), d) : Tensors{};
@@ -47,8 +47,7 @@ int main(int argc, char** argv) {
   for (OpDef* op : all_ops())
     for (const Case& c : op->cases())
       for (const Device& d : devices)
-        for (const VariantSelection& v :
-             d.is_cuda() ? variant_selections(op->variant_ops()) : std::vector<VariantSelection>{{}})
+        for (const VariantSelection& v : variant_selections(op->variant_ops(), d.type))
           for (DType t : d.is_cuda() ? c.run_dtypes() : std::vector<DType>{c.run_dtypes().front()}) {
             const std::string variant = variant_label(v);
             const std::string name = op->name() + "/" + c.name + "/" + device_name(d) +

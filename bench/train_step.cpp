@@ -4,6 +4,7 @@
 //   bench_train_step mlp [steps=20] [batch=256] [in=784] [hidden=1024] [layers=2] [classes=10]
 //   bench_train_step gpt [steps=10] [n_layer=4] [n_head=4] [n_embd=128] [vocab=2048] [batch=8] [seq=128]
 //   bench_train_step gpt-fused ...   the same GPT with fused attention (scaled_dot_product_attention)
+// MG_CPU_MATMUL=<variant> selects the CPU matmul kernel variant (auto, openblas, eigen).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -85,6 +86,7 @@ int main(int argc, char** argv) {
   const std::string kind = argc > 1 ? argv[1] : "mlp";
   auto arg = [&](int i, int64_t fallback) { return argc > i ? int64_t(std::atoll(argv[i])) : fallback; };
   const bool gpt = kind == "gpt" || kind == "gpt-fused";
+  if (const char* v = std::getenv("MG_CPU_MATMUL")) mg::set_kernel_variant(mg::DeviceType::CPU, "matmul", v);
   if (!gpt && kind != "mlp") {
     std::fprintf(stderr, "usage: bench_train_step mlp|gpt|gpt-fused [steps] [sizes...]\n");
     return 2;

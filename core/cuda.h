@@ -107,8 +107,7 @@ DeviceMemory device_memory(int device = -1);
 void set_allow_tf32(bool allow);
 bool allow_tf32();
 
-// Kernel variants: a backend op may offer several implementations under names ("naive",
-// "tuned", ...); the first registered is the default. Selection is process-wide.
+// Kernel variants of the CUDA backend: core/variants.h's registry for DeviceType::CUDA.
 std::vector<std::string> kernel_ops();  // ops that have variants
 std::vector<std::string> kernel_variants(const std::string& op);
 void set_kernel_variant(const std::string& op, const std::string& variant);  // ValueError if unknown

@@ -21,6 +21,18 @@ class NoGradGuard {
   bool prev_;
 };
 
+// Sets grad mode to `on` in a scope (the backward engine: on exactly when it creates a graph).
+class GradModeGuard {
+ public:
+  explicit GradModeGuard(bool on) : prev_(GradMode::is_enabled()) { GradMode::set_enabled(on); }
+  ~GradModeGuard() { GradMode::set_enabled(prev_); }
+  GradModeGuard(const GradModeGuard&) = delete;
+  GradModeGuard& operator=(const GradModeGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
 // Re-enables recording inside a NoGradGuard (used by checkpoint recomputation).
 class EnableGradGuard {
  public:

@@ -12,6 +12,7 @@
 #include <memgrad/core/dispatch.h>
 #include <memgrad/core/grad_mode.h>
 #include <memgrad/core/ops.h>
+#include <memgrad/core/ops/op_util.h>
 
 namespace mg {
 
@@ -60,8 +61,17 @@ DType Tensor::dtype() const { return checked()->dtype; }
 Device Tensor::device() const { return checked()->storage->device(); }
 int64_t Tensor::storage_offset() const { return checked()->offset; }
 const std::shared_ptr<Storage>& Tensor::storage() const { return checked()->storage; }
-bool Tensor::requires_grad() const { return checked()->requires_grad; }
-const std::shared_ptr<autograd::Node>& Tensor::grad_fn() const { return checked()->grad_fn; }
+// A view's history follows its base's (detail::sync_view_history): read it up to date.
+bool Tensor::requires_grad() const {
+  auto* i = checked();
+  detail::sync_view_history(i);
+  return i->requires_grad;
+}
+const std::shared_ptr<autograd::Node>& Tensor::grad_fn() const {
+  auto* i = checked();
+  detail::sync_view_history(i);
+  return i->grad_fn;
+}
 
 void Tensor::set_data(const Tensor& src) const {
   TensorImpl *i = checked(), *s = src.checked();
@@ -70,6 +80,7 @@ void Tensor::set_data(const Tensor& src) const {
   i->strides = s->strides;
   i->offset = s->offset;
   i->dtype = s->dtype;
+  i->view_base.reset();
 }
 
 bool Tensor::is_contiguous() const {
@@ -137,7 +148,7 @@ void Tensor::set_grad(const Tensor& g) const {
   i->grad = g.impl_ptr();
 }
 
-void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
+void Tensor::backward(const Tensor& gradient, std::optional<bool> retain_graph, bool create_graph) const {
   // What backward allocates (the seed, gradients made by factories such as zeros_like in a backward
   // formula) is Temporary until AccumulateGrad relabels it, not Input; a category the caller set wins.
   const bool caller_set =
@@ -155,11 +166,8 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
            shape_str(g.shape()));
   MG_CHECK(g.device() == device(), DeviceError, "backward: expected a gradient on ", device(), ", got one on ",
            g.device());
-  if (g.dtype() != dtype()) {  // as in PyTorch, the seed takes the output's dtype (kernels assume one dtype)
-    NoGradGuard ng;
-    g = g.to(dtype());
-  }
-  autograd::run_backward({*this}, {g}, retain_graph);
+  if (g.dtype() != dtype()) g = g.to(dtype());  // as in PyTorch, the seed takes the output's dtype
+  autograd::run_backward({*this}, {g}, retain_graph.value_or(create_graph), create_graph);
 }
 
 Tensor Tensor::detach() const {
@@ -171,7 +179,7 @@ Tensor& Tensor::detach_() {
   auto* i = checked();
   i->grad_fn.reset();
   i->requires_grad = false;
-  i->is_view = false;
+  i->view_base.reset();
   return *this;
 }
 

@@ -4,7 +4,9 @@
 #include <functional>
 #include <iosfwd>
 #include <memory>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -87,8 +89,13 @@ class Tensor {
   const std::shared_ptr<autograd::Node>& grad_fn() const;
   Tensor grad() const;                   // undefined until a backward pass reaches this leaf
   void set_grad(const Tensor& g) const;  // set or clear (undefined) the .grad
-  // Computes gradients of this tensor w.r.t. the leaves; `gradient` defaults to 1 for scalars.
-  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
+  // Computes gradients of this tensor w.r.t. the leaves, accumulated into their .grad; `gradient`
+  // defaults to 1 for scalars. retain_graph (default: create_graph) keeps the saved tensors for
+  // another backward; create_graph records the backward pass itself, so the gradients (and .grad)
+  // can be differentiated again: gradient penalties, Hessian-vector products. For gradients
+  // returned rather than accumulated, see autograd::grad (autograd/node.h).
+  void backward(const Tensor& gradient = Tensor(), std::optional<bool> retain_graph = std::nullopt,
+                bool create_graph = false) const;
   Tensor detach() const;  // shares storage, no history
   // Points this tensor at `src`'s storage, shape, strides and dtype, keeping its own identity and
   // autograd state (libtorch's set_data): how a module moves its parameters to another device or dtype.
@@ -131,8 +138,20 @@ class Tensor {
   Tensor mean(const std::vector<int64_t>& dims = {}, bool keepdim = false) const;
   Tensor max() const;
   Tensor min() const;
+  std::tuple<Tensor, Tensor> max(int64_t dim, bool keepdim = false) const;  // values, indices
+  std::tuple<Tensor, Tensor> min(int64_t dim, bool keepdim = false) const;
   Tensor argmax(int64_t dim, bool keepdim = false) const;
   Tensor var(const std::vector<int64_t>& dims = {}, int64_t correction = 1, bool keepdim = false) const;
+  Tensor std(const std::vector<int64_t>& dims = {}, int64_t correction = 1, bool keepdim = false) const;
+  Tensor logsumexp(const std::vector<int64_t>& dims, bool keepdim = false) const;
+  Tensor cumsum(int64_t dim) const;
+  Tensor cumprod(int64_t dim) const;
+  std::tuple<Tensor, Tensor> sort(int64_t dim = -1, bool descending = false) const;  // values, indices
+  Tensor argsort(int64_t dim = -1, bool descending = false) const;
+  std::tuple<Tensor, Tensor> topk(int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true) const;
+  Tensor flip(const std::vector<int64_t>& dims) const;
+  // Tiles the tensor: repeats[d] copies along dim d (leading repeats add dims), as torch's repeat.
+  Tensor repeat(const std::vector<int64_t>& repeats) const;
   Tensor softmax(int64_t dim) const;
   Tensor log_softmax(int64_t dim) const;
   Tensor exp() const;
@@ -160,6 +179,12 @@ class Tensor {
   Tensor& fill_(const Scalar& v);
   Tensor& copy_(const Tensor& src);  // broadcasts src; converts dtype; crosses devices
   Tensor& masked_fill_(const Tensor& mask, const Scalar& v);
+  // Writes (adds) src[p] at position p with its `dim` coordinate replaced by index[p] (see mg::scatter).
+  Tensor& scatter_(int64_t dim, const Tensor& index, const Tensor& src);
+  Tensor& scatter_(int64_t dim, const Tensor& index, const Scalar& value);
+  Tensor& scatter_add_(int64_t dim, const Tensor& index, const Tensor& src);
+  // Adds alpha * source[..., k, ...] into slice index[k] along `dim` (see mg::index_add).
+  Tensor& index_add_(int64_t dim, const Tensor& index, const Tensor& source, const Scalar& alpha = 1);
 
  private:
   TensorImpl* checked() const;

@@ -18,7 +18,12 @@ struct TensorImpl {
   // Autograd state. A tensor with a grad_fn is the output `output_nr` of that node.
   bool requires_grad = false;
   bool retains_grad = false;
-  bool is_view = false;  // shares storage with a base that is part of a graph
+  // A view's root base (the tensor it shares storage with, itself no view); null for other tensors.
+  // An in-place op on a view rebases the base's history (libtorch's CopySlices), and a view whose
+  // storage changed since its grad_fn was set gets its history rebuilt from the base's.
+  std::shared_ptr<TensorImpl> view_base;
+  bool view_tracks_grad = false;  // made with grad mode on: its history follows the base's
+  uint64_t view_version = 0;      // the storage version its history was last set at
   std::shared_ptr<TensorImpl> grad;
   std::shared_ptr<autograd::Node> grad_fn;
   uint32_t output_nr = 0;

@@ -12,45 +12,45 @@
 #include <memgrad/kernels/budget_run.h>
 #include <memgrad/kernels/host_device.h>
 #include <memgrad/kernels/pool.h>
+#include <memgrad/kernels/unary.h>
 #include <memgrad/kernels/update_rules.h>
 
 namespace mg::kernels {
 
-enum class UnaryOp : uint8_t {
-  Neg,
-  Exp,
-  Log,
-  Sqrt,
-  Rsqrt,
-  Abs,
-  Tanh,
-  Sigmoid,
-  Relu,
-  GeluErf,
-  GeluTanh,
-  Silu,
-  PowScalar,   // x ^ a
-  Clamp,       // clamp(x, a, b)
-  AddScalar,   // x + a
-  MulScalar,   // x * a
-  RsubScalar,  // a - x
-};
-// Scalar parameters of a unary op (exponent, clamp bounds, ...).
-struct UnaryParams {
-  double a = 0, b = 0;
-};
 enum class BinaryOp : uint8_t { Add, Sub, Mul, Div, Pow, Max, Min, Eq, Ne, Lt, Le, Gt, Ge };
-enum class ReduceOp : uint8_t { Sum, Max, Min };
+enum class ReduceOp : uint8_t { Sum, Max, Min, LogSumExp };
+enum class ScanOp : uint8_t { Sum, Prod };
 
-// Scaled dot-product attention: softmax(scale * q k^T, causal mask) -> dropout -> @ v, with no
-// [Tq, Tk] matrix kept. Query i sees keys j <= i when causal (PyTorch's is_causal). Dropout keeps
-// probability (bh, i, j) when draw offset + (bh * Tq + i) * Tk + j is >= p, the same mask the
-// dropout op draws on the contiguous [BH, Tq, Tk] probabilities.
+// An attention mask seen as [batch..., Tq, Tk] through strides (0 where it is broadcast): bool
+// (true: the query may see the key) or additive (added to the scaled scores, in the inputs' dtype).
+struct AttentionMask {
+  enum class Kind : uint8_t { None, Bool, Additive };
+  static constexpr int kMaxDims = 6;  // batch dims of size > 1
+  Kind kind = Kind::None;
+  int nd = 0;
+  int64_t size[kMaxDims] = {}, stride[kMaxDims] = {};
+  int64_t stride_q = 0, stride_k = 0;
+  // Element (i, j) of head bh (bh counts the batch dims row-major).
+  MG_HD int64_t offset(int64_t bh, int64_t i, int64_t j) const {
+    int64_t off = i * stride_q + j * stride_k;
+    for (int d = nd - 1; d >= 0; --d) {
+      off += bh % size[d] * stride[d];
+      bh /= size[d];
+    }
+    return off;
+  }
+};
+
+// Scaled dot-product attention: softmax(scale * q k^T + mask) -> dropout -> @ v, with no [Tq, Tk]
+// matrix kept. Query i sees keys j <= i when causal (PyTorch's is_causal), and those the mask lets
+// through. Dropout keeps probability (bh, i, j) when draw offset + (bh * Tq + i) * Tk + j is >= p,
+// the same mask the dropout op draws on the contiguous [BH, Tq, Tk] probabilities.
 struct AttentionParams {
   double scale = 1;
   bool causal = false;
   double dropout_p = 0;
   uint64_t seed = 0, offset = 0;
+  AttentionMask mask;
 };
 
 // Operands of a multi-tensor op: lists[k][j] is operand k of tensor j.

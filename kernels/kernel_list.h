@@ -7,7 +7,8 @@
 // and arbitrary strides unless a comment says otherwise. No include guard on purpose.
 
 // ---- elementwise (cpu/elementwise.cpp, cuda/elementwise.cu)
-// dst[i] = convert(src[i]); src is expanded to dst's shape.
+// dst[i] = convert(src[i]); src is expanded to dst's shape. src's strides may be negative (flip
+// reads a reversed view).
 MG_KERNEL(copy, void, const Tensor& src, const Tensor& dst)
 MG_KERNEL(fill, void, const Tensor& dst, double value)
 // dst[i] = start + i * step, in row-major order of a contiguous dst.
@@ -31,9 +32,17 @@ MG_KERNEL(where, void, const Tensor& cond, const Tensor& a, const Tensor& b, con
 // out = x * keep / (1 - p), keep drawn from the counter-based generator.
 MG_KERNEL(dropout, void, const Tensor& x, const Tensor& out, double p, uint64_t seed, uint64_t offset)
 
-// ---- reductions (cpu/reduce.cpp, cuda/reduce.cu)
-// Reduces the contiguous x of shape [outer, r, inner] over r into out [outer, inner].
+// ---- reductions and scans (cpu/reduce.cpp, cuda/reduce.cu)
+// Reduces the contiguous x of shape [outer, r, inner] over r into out [outer, inner]. LogSumExp
+// (floating x) is max + log(sum(exp(x - max))), -inf for a line of -inf.
 MG_KERNEL(reduce, void, ReduceOp op, const Tensor& x, const Tensor& out, int64_t outer, int64_t r, int64_t inner)
+// Inclusive scan (cumulative sum or product) along r of the contiguous x [outer, r, inner] into the
+// contiguous out of the same shape, in out's dtype (int64 for integer and bool x).
+MG_KERNEL(scan, void, ScanOp op, const Tensor& x, const Tensor& out, int64_t outer, int64_t r, int64_t inner)
+// grad_in = the gradient of out = cumprod(x) along r for upstream grad (zeros in x included); all
+// contiguous [outer, r, inner] of one floating dtype.
+MG_KERNEL(cumprod_backward, void, const Tensor& grad, const Tensor& x, const Tensor& out, const Tensor& grad_in,
+          int64_t outer, int64_t r, int64_t inner)
 // Same layout; writes the max/min value and its index (int64) along r.
 MG_KERNEL(arg_reduce, void, ReduceOp op, const Tensor& x, const Tensor& values, const Tensor& indices, int64_t outer,
           int64_t r, int64_t inner)
@@ -44,19 +53,28 @@ MG_KERNEL(softmax_backward, void, const Tensor& grad, const Tensor& out, const T
           int64_t r, int64_t inner, bool log)
 
 // ---- losses (cpu/loss.cpp, cuda/loss.cu)
-// logits contiguous [N, C], target int64 [N]; loss float [N] (0 for ignored rows).
-MG_KERNEL(cross_entropy, void, const Tensor& logits, const Tensor& target, const Tensor& loss, int64_t ignore_index,
-          double smoothing)
-// grad_logits = grad_loss[n] * (softmax - smoothed one-hot); zero rows for ignored targets.
+// logits contiguous [N, C], target int64 [N], weight contiguous [C] of the logits' dtype or
+// undefined (all 1); loss float [N]: (1 - s) w[t] (-log p_t) + s / C sum_c w_c (-log p_c) with
+// s the label smoothing, 0 for ignored rows (PyTorch's definition).
+MG_KERNEL(cross_entropy, void, const Tensor& logits, const Tensor& target, const Tensor& weight, const Tensor& loss,
+          int64_t ignore_index, double smoothing)
+// grad_logits = grad_loss[n] * d loss[n] / d logits[n]; zero rows for ignored targets.
 MG_KERNEL(cross_entropy_backward, void, const Tensor& grad_loss, const Tensor& logits, const Tensor& target,
-          const Tensor& grad_logits, int64_t ignore_index, double smoothing)
+          const Tensor& weight, const Tensor& grad_logits, int64_t ignore_index, double smoothing)
 
 // ---- normalization (cpu/norm.cpp, cuda/norm.cu)
-// Rows of the contiguous x [rows, n]; mean and rstd are float32 [rows]; weight/bias may be undefined.
+// Rows of the contiguous x [rows, n]; mean and rstd are [rows] of float32 (float64 for float64 x);
+// weight/bias may be undefined.
 MG_KERNEL(layer_norm, void, const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
           const Tensor& mean, const Tensor& rstd, double eps)
 MG_KERNEL(layer_norm_backward, void, const Tensor& grad, const Tensor& x, const Tensor& mean, const Tensor& rstd,
           const Tensor& weight, const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias)
+
+// ---- sorting (cpu/sort.cpp, cuda/sort.cu)
+// Sorts each line along r of the contiguous x [outer, r, inner] into values and int64 indices of
+// the same layout, in kernels::sorts_before's order, ties in their original order (stable).
+MG_KERNEL(sort, void, const Tensor& x, const Tensor& values, const Tensor& indices, int64_t outer, int64_t r,
+          int64_t inner, bool descending)
 
 // ---- matmul (cpu/matmul.cpp, cuda/matmul.cu)
 // Batched GEMM: out[b] = a[b] @ b[b]; a [B, M, K], b [B, K, N], out [B, M, N] contiguous.
@@ -65,22 +83,27 @@ MG_KERNEL(matmul, void, const Tensor& a, const Tensor& b, const Tensor& out)
 // ---- attention (cpu/attention.cpp, cuda/attention.cu)
 // Contiguous q [BH, Tq, D], k and v [BH, Tk, D] -> out [BH, Tq, D] and lse [BH, Tq], each row's
 // log-sum-exp of the scaled, masked scores (-inf for a row with no key); lse and delta below
-// are float32, float64 for float64 inputs.
-MG_KERNEL(attention, void, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-          const AttentionParams& p)
+// are float32, float64 for float64 inputs. `mask` (undefined unless p.mask has a kind) is the
+// mask's expanded view, read at p.mask's offsets.
+MG_KERNEL(attention, void, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const Tensor& out,
+          const Tensor& lse, const AttentionParams& p)
 // Gradients of q, k, v (same layouts) from grad_out and the forward's out and lse: the
 // probabilities are recomputed tile by tile, never stored. delta ([BH, Tq]) is scratch
 // for rowsum(grad_out * out), allocated by the op so every device books the same bytes.
 MG_KERNEL(attention_backward, void, const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v,
-          const Tensor& out, const Tensor& lse, const Tensor& delta, const Tensor& grad_q, const Tensor& grad_k,
-          const Tensor& grad_v, const AttentionParams& p)
+          const Tensor& mask, const Tensor& out, const Tensor& lse, const Tensor& delta, const Tensor& grad_q,
+          const Tensor& grad_k, const Tensor& grad_v, const AttentionParams& p)
 
 // ---- indexing (cpu/index.cpp, cuda/index.cu)
 // out = x.index_select(dim, index); index int64 1-d, checked in range.
 MG_KERNEL(index_select, void, const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out)
 // dst.index_select(dim, index) += src (repeated indices add up).
 MG_KERNEL(index_add, void, const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src)
+// gather: out[p] = x at p with the dim coordinate replaced by index[p]; scatter and scatter_add
+// write or add src[p] there in dst (index and src contiguous of one shape, dst any strides;
+// which of repeated indices' writes wins in scatter is unspecified, as in PyTorch).
 MG_KERNEL(gather, void, const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out)
+MG_KERNEL(scatter, void, const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src)
 MG_KERNEL(scatter_add, void, const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src)
 
 // ---- convolution lowering and pooling (cpu/conv.cpp, cuda/conv.cu)

@@ -33,20 +33,47 @@ struct AdamScalars {
   double bias_correction2_sqrt;       // sqrt(1 - beta2^t)
   bool amsgrad, maximize, decoupled;  // decoupled: AdamW's decay p *= 1 - lr * wd
 };
-// Updates p, the moments m and v, and vmax when amsgrad.
+// AdamScalars converted to the arithmetic type once per tensor, so the element loop has no
+// conversions or branches (the CPU loop vectorizes; the CUDA kernel converts per element).
+template <class T>
+struct AdamCoeffs {
+  T decay, weight_decay, beta1, one_minus_beta1, beta2, one_minus_beta2, bias_correction2_sqrt, eps, neg_step_size;
+  bool maximize, decoupled, l2;
+  MG_HD explicit AdamCoeffs(const AdamScalars& s)
+      : decay(T(1 - s.lr * s.weight_decay)),
+        weight_decay(T(s.weight_decay)),
+        beta1(T(s.beta1)),
+        one_minus_beta1(T(1 - s.beta1)),
+        beta2(T(s.beta2)),
+        one_minus_beta2(T(1 - s.beta2)),
+        bias_correction2_sqrt(T(s.bias_correction2_sqrt)),
+        eps(T(s.eps)),
+        neg_step_size(T(-s.step_size)),
+        maximize(s.maximize),
+        decoupled(s.decoupled),
+        l2(!s.decoupled && s.weight_decay != 0) {}
+};
+// Updates p and the moments m and v; vmax too when Amsgrad. The flags pick values, never
+// branch around arithmetic, so a loop over elements vectorizes.
+template <class T, bool Amsgrad>
+MG_HD void adam(T& p, T g, T& m, T& v, T& vmax, const AdamCoeffs<T>& c) {
+  g = c.maximize ? -g : g;
+  p = c.decoupled ? p * c.decay : p;
+  g = c.l2 ? g + p * c.weight_decay : g;
+  m = m * c.beta1 + g * c.one_minus_beta1;
+  v = v * c.beta2 + c.one_minus_beta2 * g * g;
+  T second = v;
+  if constexpr (Amsgrad) second = vmax = vmax > v ? vmax : v;
+  T denom = sqrt_of(second) / c.bias_correction2_sqrt + c.eps;
+  p = p + c.neg_step_size * (m / denom);
+}
 template <class T>
 MG_HD void adam(T& p, T g, T& m, T& v, T& vmax, const AdamScalars& s) {
-  if (s.maximize) g = -g;
-  if (s.decoupled)
-    p = p * T(1 - s.lr * s.weight_decay);
-  else if (s.weight_decay != 0)
-    g = g + p * T(s.weight_decay);
-  m = m * T(s.beta1) + g * T(1 - s.beta1);
-  v = v * T(s.beta2) + T(1 - s.beta2) * g * g;
-  T second = v;
-  if (s.amsgrad) second = vmax = vmax > v ? vmax : v;
-  T denom = sqrt_of(second) / T(s.bias_correction2_sqrt) + T(s.eps);
-  p = p + T(-s.step_size) * (m / denom);
+  const AdamCoeffs<T> c(s);
+  if (s.amsgrad)
+    adam<T, true>(p, g, m, v, vmax, c);
+  else
+    adam<T, false>(p, g, m, v, vmax, c);
 }
 
 }  // namespace mg::kernels::rules

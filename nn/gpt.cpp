@@ -42,7 +42,8 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
 }
 
 Tensor CausalSelfAttention::attention_core(const Tensor& q, const Tensor& k, const Tensor& v) {
-  if (fused) return scaled_dot_product_attention(q, k, v, true, attn_dropout->is_training() ? attn_dropout->p : 0.0);
+  if (fused)
+    return scaled_dot_product_attention(q, k, v, {}, attn_dropout->is_training() ? attn_dropout->p : 0.0, true);
   const int64_t T = q.size(2);
   Tensor att = matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(q.size(3))));
   att = masked_fill(att, mask.slice(0, 0, T).slice(1, 0, T), -INFINITY);

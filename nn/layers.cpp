@@ -58,6 +58,24 @@ LayerNorm::LayerNorm(Shape normalized_shape, double eps, bool elementwise_affine
 
 Tensor LayerNorm::forward(const Tensor& x) { return layer_norm(x, normalized_shape, weight, bias, eps); }
 
+GroupNorm::GroupNorm(int64_t num_groups, int64_t num_channels, double eps, bool affine, const TensorOptions& options)
+    : UnaryModule("GroupNorm"), num_groups(num_groups), num_channels(num_channels), eps(eps) {
+  MG_CHECK(num_groups > 0 && num_channels % num_groups == 0, ValueError,
+           "GroupNorm: expected num_channels divisible by a positive num_groups, got ", num_channels, " channels in ",
+           num_groups, " groups");
+  if (!affine) return;
+  weight = register_parameter("weight", {num_channels}, options);
+  bias = register_parameter("bias", {num_channels}, options);
+  init::ones_(weight);
+  init::zeros_(bias);
+}
+
+Tensor GroupNorm::forward(const Tensor& x) {
+  MG_CHECK(x.dim() >= 2 && x.size(1) == num_channels, ShapeError, "GroupNorm: expected input [N, ", num_channels,
+           ", ...], got ", shape_str(x.shape()));
+  return group_norm(x, num_groups, weight, bias, eps);
+}
+
 Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, const TensorOptions& options)
     : UnaryModule("Embedding") {
   weight = register_parameter("weight", {num_embeddings, embedding_dim}, options);

@@ -70,6 +70,19 @@ class LayerNorm : public UnaryModule {
   Tensor weight, bias;
 };
 
+// Group normalisation (Wu and He): the channels of input [N, C, ...] in num_groups groups, each
+// normalised over its channels and positions; affine weight 1 and bias 0 per channel at start.
+// Batch norm (nn::BatchNorm1d/2d) comes with the planner's work (issue 15).
+class GroupNorm : public UnaryModule {
+ public:
+  GroupNorm(int64_t num_groups, int64_t num_channels, double eps = 1e-5, bool affine = true,
+            const TensorOptions& options = {});
+  Tensor forward(const Tensor& x) override;
+  int64_t num_groups, num_channels;
+  double eps;
+  Tensor weight, bias;  // undefined without affine
+};
+
 // Looks up rows of weight [num_embeddings, embedding_dim] (initialised N(0, 1)) by int64 index.
 class Embedding : public UnaryModule {
  public:

@@ -3,7 +3,11 @@
 # (bench_op_overhead vs op_overhead.py) and one training step of an MLP and of a small GPT
 # (bench_train_step vs train_step.py: median step time, peak memory). Prints memgrad/PyTorch ratios.
 #   bench/compare/run.sh            environment: MG_BUILD_DIR (default build-bench), THREADS (2),
-#                                   STEPS (training steps timed per side, default 10), ROUNDS (2)
+#                                   STEPS (training steps timed per side, default 10), ROUNDS (2),
+#                                   PEER_PYTHON (default <repo>/build-peers/venv/bin/python when it exists)
+# PEER_PYTHON is the venv of bench/compare/setup_peers.sh (newest torch from PyPI, JAX): with it, each
+# workload also runs torch 2.x eager, torch 2.x with torch.compile and JAX jit, and a last table gives
+# memgrad's step time over the fastest peer's.
 # Each training workload runs ROUNDS times, the two sides alternating, so that a burst of load on a
 # shared machine hits both; the table reports the median of the per-round medians and the best
 # single step of all rounds (the figure least inflated by other processes).
@@ -20,6 +24,12 @@ trap 'rm -rf "$out"' EXIT
 py=${PYTHON:-python3}
 "$py" -c "import torch" 2>/dev/null || py=/usr/bin/python3
 "$py" -c "import torch" || { echo "PyTorch not importable: apt-get install python3-torch libopenblas0-pthread" >&2; exit 1; }
+
+peer=${PEER_PYTHON:-$root/build-peers/venv/bin/python}
+[ -x "$peer" ] || peer=""
+# XLA's CPU client uses every core the process may run on: pin JAX to THREADS cores.
+jax_run=("$peer")
+[ "$threads" -lt "$(nproc)" ] && jax_run=(taskset -c "0-$((threads - 1))" "$peer")
 
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMG_NATIVE=ON -DMG_CUDA=OFF -DMG_BUILD_BENCH=ON >/dev/null
 cmake --build "$build" -j"$(nproc)" --target bench_op_overhead bench_train_step >/dev/null
@@ -39,11 +49,17 @@ for r in $(seq "$rounds"); do
     shift 2
     "$build/bench/bench_train_step" "$kind" "$steps" "$@" >"$out/mg.$name.$r.json"
     "$py" "$root/bench/compare/train_step.py" "$kind" "$steps" "$@" >"$out/pt.$name.$r.json"
+    if [ -n "$peer" ]; then
+      "$peer" "$root/bench/compare/train_step.py" "$kind" "$steps" "$@" >"$out/t2.$name.$r.json"
+      TORCH_COMPILE=1 "$peer" "$root/bench/compare/train_step.py" "$kind" "$steps" "$@" >"$out/tc.$name.$r.json"
+      "${jax_run[@]}" "$root/bench/compare/train_step_jax.py" "$kind" "$steps" "$@" >"$out/jx.$name.$r.json"
+    fi
   done
 done
 "$build/bench/bench_op_overhead" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
   --benchmark_format=json --benchmark_out="$out/op_mg.json" --benchmark_out_format=json >/dev/null
 "$py" "$root/bench/compare/op_overhead.py" >"$out/op_pt.json"
+[ -z "$peer" ] || "$peer" "$root/bench/compare/op_overhead.py" >"$out/op_t2.json"
 
 "$py" - "$out" "$rounds" "${workloads[@]}" <<'PY'
 import json, os, statistics, sys
@@ -73,4 +89,22 @@ print(f"\nper-op overhead, chain of 1000 ops on 16 floats (memgrad median of 5, 
 print(f"{'case':16} {'memgrad ns':>11} {'torch ns':>9} {'ratio':>6}")
 for case in ["NoGrad", "Record", "RecordBackward"]:
     print(f"{case:16} {op_mg[case] * 1e9:11.0f} {op_pt[case] * 1e9:9.0f} {op_mg[case] / op_pt[case]:6.2f}")
+
+if not os.path.exists(f"{out}/t2.{workloads[0]}.1.json"):
+    sys.exit(0)
+# Every peer: median of the per-round median steps, and memgrad's over the fastest peer's.
+peers = [("pt", "torch 1.13"), ("t2", "torch 2 eager"), ("tc", "torch 2 compile"), ("jx", "JAX jit")]
+t2 = json.load(open(f"{out}/t2.{workloads[0]}.1.json"))
+jx = json.load(open(f"{out}/jx.{workloads[0]}.1.json"))
+print(f"\nstep ms, median of {rounds} rounds (torch {pt_version}; torch {t2['torch']}; jax {jx['jax']})")
+print(f"{'workload':9} {'memgrad':>8} " + " ".join(f"{label:>15}" for _, label in peers) + f" {'mg/fastest':>10}")
+for name in workloads:
+    med = lambda p: statistics.median(json.load(open(f"{out}/{p}.{name}.{r}.json"))["step_ms"] for r in range(1, rounds + 1))
+    mg, times = med("mg"), [med(p) for p, _ in peers]
+    print(f"{name:9} {mg:8.1f} " + " ".join(f"{t:15.1f}" for t in times) + f" {mg / min(times):10.2f}")
+op_t2 = json.load(open(f"{out}/op_t2.json"))
+print(f"per-op ns, memgrad / torch {t2['torch']} eager: " +
+      ", ".join(f"{c} {op_mg[c] * 1e9:.0f} / {op_t2[c] * 1e9:.0f} = {op_mg[c] / op_t2[c]:.2f}"
+                for c in ["NoGrad", "Record", "RecordBackward"]))
+print(f"load average after the run {' '.join(open('/proc/loadavg').read().split()[:3])}")
 PY

@@ -66,7 +66,7 @@ Tensor forward(Model& m, const Tensor& idx, const Tensor& targets, const Tensor&
     auto heads = [&](const Tensor& t) { return t.view({B, T, kHeads, hd}).transpose(1, 2); };
     Tensor y;
     if (g_fused) {
-      y = scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), true);
+      y = scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), {}, 0.0, true);
     } else {
       Tensor att = matmul(heads(qkv[0]), heads(qkv[1]).transpose(-1, -2)) * (1.0 / std::sqrt(double(hd)));
       y = matmul(softmax(masked_fill(att, mask, -INFINITY), -1), heads(qkv[2]));

@@ -201,10 +201,10 @@ int main(int argc, char** argv) {
         attention(a, b, c).backward(up);
       };
       const std::string op = std::string("attention ") + dtype_name(t);
-      flop_row(op, "fused fwd", shape, fwd, [&] { scaled_dot_product_attention(q, k, v, true); });
+      flop_row(op, "fused fwd", shape, fwd, [&] { scaled_dot_product_attention(q, k, v, {}, 0.0, true); });
       flop_row(op, "fused fwd+bwd", shape, 3.5 * fwd, [&] {
         with_grad([](const Tensor& a, const Tensor& b, const Tensor& c) {
-          return scaled_dot_product_attention(a, b, c, true);
+          return scaled_dot_product_attention(a, b, c, {}, 0.0, true);
         });
       });
       flop_row(op, "explicit fwd", shape, fwd, [&] { explicit_attention(q, k, v); });

@@ -1,29 +1,17 @@
 // The device-independent parts of the CUDA runtime API: record_stream, the TF32 switch and the
-// kernel-variant registry (the rest lives in core/cuda/runtime.cu, or no_cuda.cpp without CUDA).
+// kernel-variant names (the rest lives in core/cuda/runtime.cu, or no_cuda.cpp without CUDA).
 #include <memgrad/core/cuda.h>
 
-#include <algorithm>
 #include <atomic>
-#include <map>
-#include <mutex>
 
 #include <memgrad/core/allocator.h>
 #include <memgrad/core/storage.h>
+#include <memgrad/core/variants.h>
 
 namespace mg::cuda {
 
 namespace {
 std::atomic<bool> g_allow_tf32{false};
-
-struct Registry {
-  std::mutex mu;
-  std::map<std::string, std::vector<std::string>> variants;
-  std::map<std::string, int> selected;
-};
-Registry& registry() {
-  static Registry r;
-  return r;
-}
 }  // namespace
 
 void record_stream(const Tensor& t, const Stream& s) {
@@ -37,56 +25,16 @@ void record_stream(const Tensor& t, const Stream& s) {
 void set_allow_tf32(bool allow) { g_allow_tf32 = allow; }
 bool allow_tf32() { return g_allow_tf32; }
 
+// The variant registry is core/variants.h's, for DeviceType::CUDA.
 void register_kernel_variants(const std::string& op, const std::vector<std::string>& variants) {
-  auto& r = registry();
-  std::lock_guard<std::mutex> g(r.mu);
-  r.variants[op] = variants;
-  r.selected.emplace(op, 0);
+  mg::register_kernel_variants(DeviceType::CUDA, op, variants);
 }
-
-std::vector<std::string> kernel_ops() {
-  auto& r = registry();
-  std::lock_guard<std::mutex> g(r.mu);
-  std::vector<std::string> ops;
-  for (auto& [op, v] : r.variants) ops.push_back(op);
-  return ops;
-}
-
-std::vector<std::string> kernel_variants(const std::string& op) {
-  auto& r = registry();
-  std::lock_guard<std::mutex> g(r.mu);
-  auto it = r.variants.find(op);
-  return it == r.variants.end() ? std::vector<std::string>{} : it->second;
-}
-
+std::vector<std::string> kernel_ops() { return mg::kernel_ops(DeviceType::CUDA); }
+std::vector<std::string> kernel_variants(const std::string& op) { return mg::kernel_variants(DeviceType::CUDA, op); }
 void set_kernel_variant(const std::string& op, const std::string& variant) {
-  auto& r = registry();
-  std::lock_guard<std::mutex> g(r.mu);
-  auto it = r.variants.find(op);
-  MG_CHECK(it != r.variants.end(), ValueError, "set_kernel_variant: expected an op with variants, got '", op, "' (",
-           r.variants.size(), " ops have variants; see kernel_ops())");
-  auto pos = std::find(it->second.begin(), it->second.end(), variant);
-  if (pos == it->second.end()) {
-    std::string names;
-    for (auto& v : it->second) names += (names.empty() ? "" : ", ") + v;
-    throw ValueError(
-        detail::str("set_kernel_variant: expected one of [", names, "] for '", op, "', got '", variant, "'"));
-  }
-  r.selected[op] = int(pos - it->second.begin());
+  mg::set_kernel_variant(DeviceType::CUDA, op, variant);
 }
-
-std::string kernel_variant(const std::string& op) {
-  auto& r = registry();
-  std::lock_guard<std::mutex> g(r.mu);
-  auto it = r.variants.find(op);
-  return it == r.variants.end() ? std::string() : it->second[size_t(r.selected[op])];
-}
-
-int kernel_variant_index(const std::string& op) {
-  auto& r = registry();
-  std::lock_guard<std::mutex> g(r.mu);
-  auto it = r.selected.find(op);
-  return it == r.selected.end() ? 0 : it->second;
-}
+std::string kernel_variant(const std::string& op) { return mg::kernel_variant(DeviceType::CUDA, op); }
+int kernel_variant_index(const std::string& op) { return mg::kernel_variant_index(DeviceType::CUDA, op); }
 
 }  // namespace mg::cuda

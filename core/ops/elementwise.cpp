@@ -18,6 +18,16 @@ namespace {
 
 enum class Keep { Nothing, Input, Output };  // what a unary op's backward needs
 
+// grad * d op/dx by the formula of kernels/unary.h: in the kernel, or in ops on Tensors when the
+// backward creates a graph (then the result is differentiable, through that same formula).
+Tensor unary_grad(UnaryOp op, const Tensor& g, const Tensor& saved, UnaryParams p) {
+  if (autograd::creating_graph())
+    return kernels::with_unary_op(op, [&](auto u) { return kernels::unary_grad<decltype(u)::value>(g, saved, p); });
+  Tensor gi = new_like(g);
+  kernels::run(g.device(), &Backend::unary_backward, op, g, saved, gi, p);
+  return gi;
+}
+
 // Float-only unary ops turn integer inputs into float32 first, as PyTorch does.
 Tensor unary_op(Op id, UnaryOp op, const Tensor& x, Keep keep, bool float_only, UnaryParams p = {}) {
   OpScope scope(id);
@@ -27,10 +37,7 @@ Tensor unary_op(Op id, UnaryOp op, const Tensor& x, Keep keep, bool float_only, 
   if (autograd::any_requires_grad({x})) {
     SavedTensor saved(keep == Keep::Output ? out : keep == Keep::Input ? in : Tensor());
     autograd::record(id, {x}, {out}, [op, p, saved](const TensorList& g, const Node&) {
-      Tensor gi = new_like(g[0]);
-      Tensor s = saved.defined() ? saved.get() : g[0];
-      kernels::run(g[0].device(), &Backend::unary_backward, op, g[0], s, gi, p);
-      return TensorList{gi};
+      return TensorList{unary_grad(op, g[0], saved.defined() ? saved.get() : g[0], p)};
     });
   }
   return out;
@@ -46,10 +53,8 @@ Tensor& unary_inplace(Op id, UnaryOp op, Tensor& self, Keep keep, UnaryParams p 
   self.storage()->bump_version();
   if (record) {
     SavedTensor saved = keep == Keep::Output ? SavedTensor(self) : before;
-    autograd::record(id, {self}, {self}, [op, p, saved](const TensorList& g, const Node&) {
-      Tensor gi = new_like(g[0]);
-      kernels::run(g[0].device(), &Backend::unary_backward, op, g[0], saved.defined() ? saved.get() : g[0], gi, p);
-      return TensorList{gi};
+    record_inplace(id, self, {self}, [op, p, saved](const TensorList& g, const Node&) {
+      return TensorList{unary_grad(op, g[0], saved.defined() ? saved.get() : g[0], p)};
     });
   }
   return self;
@@ -111,7 +116,7 @@ Tensor binary_op(Op id, BinaryOp op, const Tensor& a, const Tensor& b, double al
     bool na = a.requires_grad(), nb = b.requires_grad(), keep = backward_needs_operands(op);
     bool keep_a = keep && (op == BinaryOp::Mul || op == BinaryOp::Div ? nb : true);
     bool keep_b = keep && (op == BinaryOp::Mul || op == BinaryOp::Pow ? na : true);
-    SavedTensor sa(keep_a ? prepare(a, ct, a.shape()) : Tensor()), sb(keep_b ? prepare(b, ct, b.shape()) : Tensor());
+    SavedTensor sa(keep_a ? a.to(ct) : Tensor()), sb(keep_b ? b.to(ct) : Tensor());
     SavedTensor so(op == BinaryOp::Pow && nb ? out : Tensor());
     Shape as = a.shape(), bs = b.shape();
     DType at = a.dtype(), bt = b.dtype();
@@ -155,13 +160,13 @@ Tensor& binary_inplace(Op id, BinaryOp op, Tensor& self, const Tensor& other, do
   OpScope scope(id);
   bool record = autograd::any_requires_grad({self, other});
   bool keep = record && backward_needs_operands(op);
-  SavedTensor sa(keep ? self.clone() : Tensor()), sb(keep ? prepare(other, self.dtype(), other.shape()) : Tensor());
+  SavedTensor sa(keep ? self.clone() : Tensor()), sb(keep ? other.to(self.dtype()) : Tensor());
   kernels::run(self.device(), &Backend::binary, op, self, prepare(other, self.dtype(), self.shape()), self, alpha);
   self.storage()->bump_version();
   if (record) {
     Shape as = self.shape(), bs = other.shape();
     DType at = self.dtype(), bt = other.dtype();
-    autograd::record(id, {self, other}, {self}, [=](const TensorList& g, const Node& n) {
+    record_inplace(id, self, {self, other}, [=](const TensorList& g, const Node& n) {
       auto grads = binary_grads(op, g[0], sa.defined() ? sa.get() : Tensor(), sb.defined() ? sb.get() : Tensor(),
                                 Tensor(), alpha, n);
       if (grads[0].defined()) grads[0] = grad_for(grads[0], as, at);
@@ -185,6 +190,7 @@ Tensor tanh(const Tensor& x) { return unary_op(Op::tanh, UnaryOp::Tanh, x, Keep:
 Tensor sigmoid(const Tensor& x) { return unary_op(Op::sigmoid, UnaryOp::Sigmoid, x, Keep::Output, true); }
 Tensor relu(const Tensor& x) { return unary_op(Op::relu, UnaryOp::Relu, x, Keep::Output, false); }
 Tensor silu(const Tensor& x) { return unary_op(Op::silu, UnaryOp::Silu, x, Keep::Input, true); }
+Tensor erf(const Tensor& x) { return unary_op(Op::erf, UnaryOp::Erf, x, Keep::Input, true); }
 Tensor gelu(const Tensor& x, GeluApprox approx) {
   return approx == GeluApprox::Tanh ? unary_op(Op::gelu, UnaryOp::GeluTanh, x, Keep::Input, true)
                                     : unary_op(Op::gelu, UnaryOp::GeluErf, x, Keep::Input, true);
@@ -202,8 +208,13 @@ Tensor bias_gelu(const Tensor& x, const Tensor& bias, GeluApprox approx) {
   if (autograd::any_requires_grad({x, bias})) {
     SavedTensor sx(x), sb(bias);
     autograd::record(Op::gelu, {x, bias}, {out}, [=](const TensorList& g, const Node& node) {
-      Tensor xs = sx.get(), b = sb.get(), gi = new_like(xs);
-      kernels::run(xs.device(), &Backend::bias_gelu_backward, g[0], xs, prepare(b, xs.dtype(), xs.shape()), gi, tanh);
+      Tensor xs = sx.get(), b = sb.get(), gi;
+      if (autograd::creating_graph()) {
+        gi = unary_grad(tanh ? UnaryOp::GeluTanh : UnaryOp::GeluErf, g[0], xs + b, {});
+      } else {
+        gi = new_like(xs);
+        kernels::run(xs.device(), &Backend::bias_gelu_backward, g[0], xs, prepare(b, xs.dtype(), xs.shape()), gi, tanh);
+      }
       Tensor gb = node.needs_input_grad(1) ? grad_for(gi, b) : Tensor();
       return TensorList{node.needs_input_grad(0) ? gi : Tensor(), gb};
     });
@@ -324,7 +335,7 @@ Tensor& Tensor::masked_fill_(const Tensor& mask, const Scalar& v) {
   kernels::run(device(), &Backend::where, prepare(mask, kBool, shape()), value.expand(shape()), *this, *this);
   storage()->bump_version();
   SavedTensor sm(autograd::any_requires_grad({*this}) ? mask : Tensor());
-  autograd::record(Op::masked_fill_, {*this}, {*this}, [sm](const TensorList& g, const Node&) {
+  record_inplace(Op::masked_fill_, *this, {*this}, [sm](const TensorList& g, const Node&) {
     return TensorList{where(sm.get(), zeros_like(g[0]), g[0])};
   });
   return *this;

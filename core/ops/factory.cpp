@@ -94,7 +94,7 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, const TensorOption
 
 template <class T>
 Tensor tensor(const std::vector<T>& data, const Shape& shape_, const TensorOptions& o) {
-  Shape shape = shape_.empty() && data.size() != 1 ? Shape{int64_t(data.size())} : shape_;
+  Shape shape = shape_.empty() ? Shape{int64_t(data.size())} : shape_;
   MG_CHECK(numel_of(shape) == int64_t(data.size()), ShapeError, "tensor: shape ", shape_str(shape), " holds ",
            numel_of(shape), " elements, got ", data.size(), " values");
   Tensor host = empty_with(shape, o.dtype_, kCPU, Category::Input);

@@ -37,13 +37,24 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
     if (bias.defined()) bc = bias.contiguous();
   }
   Tensor out = new_like(xc);
-  Tensor mean = new_output({rows}, kFloat32, x.device()), rstd = new_output({rows}, kFloat32, x.device());
+  const DType stat = x.dtype() == kFloat64 ? kFloat64 : kFloat32;  // of mean and rstd
+  Tensor mean = new_output({rows}, stat, x.device()), rstd = new_output({rows}, stat, x.device());
   kernels::run(x.device(), &Backend::layer_norm, xc.view({rows, n}), wc, bc, out, mean, rstd, eps);
   if (autograd::any_requires_grad({x, weight, bias})) {
-    SavedTensor sx(xc), sm(mean), sr(rstd), sw(wc);
+    SavedTensor sx(xc, x), sm(mean), sr(rstd), sw(wc, weight);
     Shape ns = normalized_shape;
     autograd::record(Op::layer_norm, {x, weight, bias}, {out}, [=](const TensorList& g, const Node& node) {
       Tensor xs = sx.get(), w = sw.defined() ? sw.get() : Tensor();
+      if (autograd::creating_graph()) {  // recompute from differentiable ops, and differentiate those
+        auto composed = [&](const TensorList& in) {
+          Tensor x2 = in[0].reshape({rows, n}), centered = x2 - x2.mean({1}, true);
+          Tensor y = (centered * rsqrt((centered * centered).mean({1}, true) + eps)).view(xs.shape());
+          return TensorList{in[1].defined() ? y * in[1] : y};
+        };
+        TensorList r = autograd::differentiate(composed, {xs, w}, {g[0]});
+        Tensor gb = node.needs_input_grad(2) ? g[0].reshape({rows, n}).sum({0}).view(ns) : Tensor();
+        return TensorList{node.needs_input_grad(0) ? r[0] : Tensor(), node.needs_input_grad(1) ? r[1] : Tensor(), gb};
+      }
       Tensor gx = node.needs_input_grad(0) ? new_like(xs) : Tensor();
       Tensor gw = node.needs_input_grad(1) ? new_output(ns, xs.dtype(), xs.device()) : Tensor();
       Tensor gb = node.needs_input_grad(2) ? new_output(ns, xs.dtype(), xs.device()) : Tensor();
@@ -55,39 +66,135 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
   return out;
 }
 
-Tensor dropout(const Tensor& x, double p, bool training, Generator* generator) {
-  MG_CHECK(p >= 0 && p <= 1, ValueError, "dropout: expected a probability in [0, 1], got ", p);
-  if (!training || p == 0) return x;
-  if (p == 1) return x * 0.0;
-  OpScope scope(Op::dropout);
-  check_floating("dropout", x);
+Tensor group_norm(const Tensor& input_in, int64_t num_groups, const Tensor& weight_in, const Tensor& bias_in,
+                  double eps) {
+  Tensor x = amp::cast_for_float_op(input_in), weight = amp::cast_for_float_op(weight_in),
+         bias = amp::cast_for_float_op(bias_in);
+  OpScope scope(Op::group_norm);
+  check_floating("group_norm", x);
+  MG_CHECK(x.dim() >= 2, ShapeError, "group_norm: expected input [N, C, ...], got ", shape_str(x.shape()));
+  const int64_t N = x.size(0), C = x.size(1);
+  MG_CHECK(num_groups > 0 && C % num_groups == 0, ValueError, "group_norm: expected ", C,
+           " channels divisible by a positive num_groups, got ", num_groups);
+  Shape per_channel(size_t(x.dim()), 1);  // weight and bias broadcast over N and the positions
+  per_channel[1] = C;
+  for (const Tensor* p : {&weight, &bias})
+    if (p->defined())
+      MG_CHECK(p->shape() == Shape{C}, ShapeError, "group_norm: expected weight and bias of shape [", C, "], got ",
+               shape_str(p->shape()));
+  // Each group is a row of layer_norm's kernel: [N, G, C / G * positions], normalised without affine.
+  const int64_t group_size = C / num_groups * (numel_of(x.shape()) / std::max<int64_t>(N * C, 1));
+  Tensor y = layer_norm(x.reshape({N, num_groups, group_size}), {group_size}, Tensor(), Tensor(), eps).view(x.shape());
+  if (weight.defined()) y = y * weight.view(per_channel);
+  if (bias.defined()) y = y + bias.view(per_channel);
+  return y;
+}
+
+Tensor detail::dropout_with(const Tensor& x, double p, uint64_t seed, uint64_t offset) {
   Tensor xc;
   {
     NoGradGuard ng;
     xc = x.contiguous();
   }
   Tensor out = new_like(xc);
-  auto [seed, offset] = generator_or_default(generator).draw(uint64_t(x.numel()));
   kernels::run(x.device(), &Backend::dropout, xc, out, p, seed, offset);
   autograd::record(Op::dropout, {x}, {out}, [=](const TensorList& g, const Node&) {
-    Tensor gc = g[0].contiguous(), gi = new_like(gc);  // the same counters give the same mask
-    kernels::run(gc.device(), &Backend::dropout, gc, gi, p, seed, offset);
-    return TensorList{gi};
+    return TensorList{dropout_with(g[0], p, seed, offset)};  // the same counters give the same mask
   });
   return out;
 }
 
+Tensor dropout(const Tensor& x, double p, bool training, Generator* generator) {
+  MG_CHECK(p >= 0 && p <= 1, ValueError, "dropout: expected a probability in [0, 1], got ", p);
+  if (!training || p == 0) return x;
+  if (p == 1) return x * 0.0;
+  OpScope scope(Op::dropout);
+  check_floating("dropout", x);
+  auto [seed, offset] = generator_or_default(generator).draw(uint64_t(x.numel()));
+  return dropout_with(x, p, seed, offset);
+}
+
 namespace {
-// Per-row cross-entropy of logits [N, C] against int64 targets [N].
-Tensor cross_entropy_rows(const Tensor& logits, const Tensor& target, int64_t ignore_index, double smoothing) {
+// Checks of the class-index losses: input [N, C] or [N, C, d...], target int64 [N] or [N, d...],
+// weight [C] of the input's dtype (or undefined).
+void check_class_loss(const char* op, const char* input_name, const Tensor& input, const Tensor& target,
+                      const Tensor& weight) {
+  check_floating(op, input);
+  check_dtype(op, target, kInt64, "class-index targets");
+  check_same_device(op, input, target);
+  MG_CHECK(input.dim() >= 2, ShapeError, op, ": expected ", input_name, " [N, C] or [N, C, d...], got ",
+           shape_str(input.shape()));
+  Shape expect = input.shape();
+  expect.erase(expect.begin() + 1);
+  MG_CHECK(target.shape() == expect, ShapeError, op, ": expected a target of shape ", shape_str(expect), " for ",
+           input_name, " ", shape_str(input.shape()), ", got ", shape_str(target.shape()));
+  if (!weight.defined()) return;
+  check_same_device(op, input, weight);
+  MG_CHECK(weight.shape() == Shape{input.size(1)}, ShapeError, op, ": expected a class weight of shape [",
+           input.size(1), "], got ", shape_str(weight.shape()));
+  MG_CHECK(weight.dtype() == input.dtype(), DTypeError, op, ": expected a weight of the input's dtype ", input.dtype(),
+           ", got ", weight.dtype());
+}
+
+// Unbatched input [C] with a 0-d target, as PyTorch allows: one row.
+bool unbatched(const Tensor& input, const Tensor& target) { return input.dim() == 1 && target.dim() == 0; }
+
+// The targets that are not ignore_index (bool), and the targets with those replaced by class 0.
+std::pair<Tensor, Tensor> valid_targets(const Tensor& target, int64_t ignore_index) {
+  NoGradGuard ng;
+  MemoryScope scratch(Category::Temporary);
+  Tensor valid = ne(target, Scalar(ignore_index));
+  return {valid, where(valid, target, zeros({}, TensorOptions(kInt64).device(target.device())))};
+}
+
+// -weight[t] * input[n, t, d...], 0 where t is ignore_index: nll_loss without reduction.
+Tensor nll_elements(const Tensor& input, const Tensor& target, const Tensor& weight, int64_t ignore_index) {
+  auto [valid, safe] = valid_targets(target, ignore_index);
+  Tensor picked = gather(input, 1, safe.unsqueeze(1)).squeeze(1);
+  Tensor w;
+  {
+    NoGradGuard ng;  // PyTorch's class weights get no gradient either
+    w = weight.defined() ? index_select(weight, 0, safe.reshape({-1})).view(target.shape()) * valid.to(input.dtype())
+                         : valid.to(input.dtype());
+  }
+  return -(picked * w);
+}
+
+// The mean's denominator: the total class weight of the targets that are not ignored.
+Tensor weight_of_targets(const Tensor& target, const Tensor& weight, int64_t ignore_index, DType dtype) {
+  auto [valid, safe] = valid_targets(target, ignore_index);
+  NoGradGuard ng;
+  if (!weight.defined()) return valid.sum().to(dtype);
+  return (index_select(weight, 0, safe.reshape({-1})) * valid.reshape({-1}).to(weight.dtype())).sum();
+}
+
+// PyTorch's cross-entropy of rows [M, C] from differentiable ops: what the fused kernels compute
+// (the backward of a backward recomputes it).
+Tensor cross_entropy_math(const Tensor& logits, const Tensor& target, const Tensor& weight, int64_t ignore_index,
+                          double smoothing) {
+  Tensor logp = log_softmax(logits, 1), loss = nll_elements(logp, target, weight, ignore_index);
+  if (smoothing == 0) return loss;
+  Tensor valid = valid_targets(target, ignore_index).first.to(logits.dtype());
+  Tensor smooth = -(weight.defined() ? logp * weight : logp).sum({1}) * valid;
+  return loss * (1 - smoothing) + smooth * (smoothing / double(logits.size(1)));
+}
+
+// Per-row cross-entropy of logits [M, C] against int64 targets [M], fused with the softmax.
+Tensor cross_entropy_rows(const Tensor& logits, const Tensor& target, const Tensor& weight, int64_t ignore_index,
+                          double smoothing) {
   OpScope scope(Op::cross_entropy);
   Tensor out = new_output({logits.size(0)}, logits.dtype(), logits.device());
-  kernels::run(logits.device(), &Backend::cross_entropy, logits, target, out, ignore_index, smoothing);
+  kernels::run(logits.device(), &Backend::cross_entropy, logits, target, weight, out, ignore_index, smoothing);
   if (autograd::any_requires_grad({logits})) {
-    SavedTensor sl(logits), st(target);
+    SavedTensor sl(logits), st(target), sw(weight);
     autograd::record(Op::cross_entropy, {logits}, {out}, [=](const TensorList& g, const Node&) {
-      Tensor l = sl.get(), gi = new_like(l);
-      kernels::run(l.device(), &Backend::cross_entropy_backward, g[0].contiguous(), l, st.get(), gi, ignore_index,
+      Tensor l = sl.get(), t = st.get(), w = sw.defined() ? sw.get() : Tensor();
+      if (autograd::creating_graph())  // recompute from differentiable ops, and differentiate those
+        return autograd::differentiate(
+            [&](const TensorList& in) { return TensorList{cross_entropy_math(in[0], t, w, ignore_index, smoothing)}; },
+            {l}, {g[0]});
+      Tensor gi = new_like(l);
+      kernels::run(l.device(), &Backend::cross_entropy_backward, g[0].contiguous(), l, t, w, gi, ignore_index,
                    smoothing);
       return TensorList{gi};
     });
@@ -102,20 +209,16 @@ Tensor reduce_loss(const Tensor& per_element, Reduction r) {
 }
 }  // namespace
 
-Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, int64_t ignore_index, double smoothing,
-                     Reduction reduction) {
-  Tensor logits = amp::cast_for_float_op(logits_in);
-  check_floating("cross_entropy", logits);
-  check_dtype("cross_entropy", target, kInt64, "class-index targets");
-  check_same_device("cross_entropy", logits, target);
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& target_in, const Tensor& weight_in, Reduction reduction,
+                     int64_t ignore_index, double smoothing) {
+  if (unbatched(logits_in, target_in))
+    return cross_entropy(logits_in.unsqueeze(0), target_in.unsqueeze(0), weight_in, reduction, ignore_index, smoothing)
+        .squeeze(0);
+  Tensor logits = amp::cast_for_float_op(logits_in), weight = amp::cast_for_float_op(weight_in);
+  const Tensor& target = target_in;
+  check_class_loss("cross_entropy", "logits", logits, target, weight);
   MG_CHECK(smoothing >= 0 && smoothing <= 1, ValueError, "cross_entropy: expected label_smoothing in [0, 1], got ",
            smoothing);
-  MG_CHECK(logits.dim() >= 2, ShapeError, "cross_entropy: expected logits [N, C] or [N, C, d...], got ",
-           shape_str(logits.shape()));
-  Shape expect = logits.shape();
-  expect.erase(expect.begin() + 1);
-  MG_CHECK(target.shape() == expect, ShapeError, "cross_entropy: expected a target of shape ", shape_str(expect),
-           " for logits ", shape_str(logits.shape()), ", got ", shape_str(target.shape()));
   Tensor rows = logits;
   if (logits.dim() > 2) {  // [N, C, d...] -> [N * d..., C]
     std::vector<int64_t> perm{0};
@@ -123,21 +226,42 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, int64_t igno
     perm.push_back(1);
     rows = logits.permute(perm);
   }
-  Tensor flat_target;
+  Tensor flat_target, w;
   {
     NoGradGuard ng;
     flat_target = target.contiguous().reshape({-1});
+    if (weight.defined()) w = weight.contiguous();
   }
   Tensor losses =
-      cross_entropy_rows(rows.reshape({-1, logits.size(1)}).contiguous(), flat_target, ignore_index, smoothing);
+      cross_entropy_rows(rows.reshape({-1, logits.size(1)}).contiguous(), flat_target, w, ignore_index, smoothing);
   if (reduction == Reduction::None) return losses.view(target.shape());
   if (reduction == Reduction::Sum) return losses.sum();
-  Tensor count;
-  {
-    NoGradGuard ng;
-    count = ne(flat_target, Scalar(ignore_index)).sum().to(logits.dtype());
+  // The mean over the targets that are not ignored, each counted with its class weight.
+  return losses.sum() / weight_of_targets(flat_target, w, ignore_index, logits.dtype());
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index, double smoothing,
+                     Reduction reduction) {
+  return cross_entropy(logits, target, Tensor(), reduction, ignore_index, smoothing);
+}
+
+Tensor nll_loss(const Tensor& input_in, const Tensor& target, const Tensor& weight_in, Reduction reduction,
+                int64_t ignore_index) {
+  if (unbatched(input_in, target))
+    return nll_loss(input_in.unsqueeze(0), target.unsqueeze(0), weight_in, reduction, ignore_index).squeeze(0);
+  Tensor input = amp::cast_for_float_op(input_in), weight = amp::cast_for_float_op(weight_in);
+  check_class_loss("nll_loss", "input", input, target, weight);
+  OpScope scope(Op::nll_loss);
+  Tensor losses;
+  try {
+    losses = nll_elements(input, target, weight, ignore_index);
+  } catch (const IndexError& e) {  // name the op the user called, and its ignore_index
+    throw IndexError(detail::str("nll_loss: expected target values in [0, ", input.size(1), ") or ignore_index ",
+                                 ignore_index, "; ", e.what()));
   }
-  return losses.sum() / count;  // mean over the targets that are not ignored
+  if (reduction == Reduction::None) return losses;
+  if (reduction == Reduction::Sum) return losses.sum();
+  return losses.sum() / weight_of_targets(target, weight, ignore_index, input.dtype());
 }
 
 Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduction) {
@@ -156,6 +280,33 @@ std::vector<int64_t> pair_arg(const char* op, const char* what, std::vector<int6
   MG_CHECK(v.size() == 2, ValueError, op, ": expected ", what, " as one or two numbers, got ", v.size());
   for (auto e : v) MG_CHECK(e >= min, ValueError, op, ": expected ", what, " >= ", min, ", got ", e);
   return v;
+}
+
+// im2col as an op: x [N, C, H, W] -> columns [N, G, C/G * kh * kw, oh * ow], booked as Workspace.
+// It and fold2d (col2im into zeros) are each other's backward, so the lowered convolution's
+// backward can be differentiated again.
+Tensor fold2d(const Tensor& col, const Shape& x_shape, const Conv2dGeometry& g);
+Tensor unfold2d(const Tensor& x, const Conv2dGeometry& g, int64_t groups) {
+  Tensor col;
+  {
+    MemoryScope scratch(Category::Workspace);
+    col = new_output({g.n, groups, g.c / groups * g.kh * g.kw, g.oh * g.ow}, x.dtype(), x.device());
+    NoGradGuard ng;
+    kernels::run(x.device(), &Backend::im2col, x.contiguous(), col, g);
+  }
+  Shape xs = x.shape();
+  autograd::record(Op::conv2d, {x}, {col},
+                   [xs, g](const TensorList& grads, const Node&) { return TensorList{fold2d(grads[0], xs, g)}; });
+  return col;
+}
+Tensor fold2d(const Tensor& col, const Shape& x_shape, const Conv2dGeometry& g) {
+  Tensor x = zeros_output(x_shape, col.dtype(), col.device());
+  kernels::run(col.device(), &Backend::col2im, col.contiguous(), x, g);
+  const int64_t groups = col.size(1);
+  autograd::record(Op::conv2d, {col}, {x}, [g, groups](const TensorList& grads, const Node&) {
+    return TensorList{unfold2d(grads[0], g, groups)};
+  });
+  return x;
 }
 
 Conv2dGeometry geometry(const char* op, const Tensor& x, int64_t kh, int64_t kw, const std::vector<int64_t>& st,
@@ -212,12 +363,7 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
   // may decline (dtype, size), and cpu and meta never ask, so their ledger is exactly the lowering's.
   const bool direct = input.device().is_cuda() && cuda::kernel_variant("conv2d") == "cudnn";
   // Lower to GEMM: out[n, grp] = W[grp] @ im2col(x)[n, grp]; the columns are scratch.
-  auto columns = [g, G, K, L](const Tensor& x) {
-    MemoryScope scratch(Category::Workspace);
-    Tensor col = new_output({g.n, G, K, L}, x.dtype(), x.device());
-    kernels::run(x.device(), &Backend::im2col, x.contiguous(), col, g);
-    return col;
-  };
+  auto columns = [g, G](const Tensor& x) { return unfold2d(x, g, G); };
   {
     NoGradGuard ng;
     bool done = false;
@@ -246,7 +392,7 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
       // The direct kernels write whole gradients (allocated first, dropped before the lowering
       // runs if declined) and count the FLOPs the lowering's matmuls would.
       auto direct_grad = [&](auto entry, const Shape& shape, const Tensor& operand) {
-        if (!direct) return Tensor();
+        if (!direct || autograd::creating_graph()) return Tensor();  // the lowering is differentiable
         Tensor grad = new_output(shape, go.dtype(), go.device());
         MemoryScope scratch(Category::Workspace);
         if (!kernels::try_run(go.device(), entry, go.view({g.n, O, g.oh, g.ow}), operand.contiguous(), grad, g, G))
@@ -257,9 +403,7 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
       if (node.needs_input_grad(0)) gx = direct_grad(&Backend::conv2d_backward_input, xs, sw.get());
       if (node.needs_input_grad(0) && !gx.defined()) {
         Tensor w = sw.get().reshape({G, O / G, K});
-        Tensor gcol = matmul(w.transpose(1, 2), go);  // [N, G, K, L]
-        gx = zeros_output(xs, go.dtype(), go.device());
-        kernels::run(go.device(), &Backend::col2im, gcol.contiguous(), gx, g);
+        gx = fold2d(matmul(w.transpose(1, 2), go), xs, g);  // the columns' gradient [N, G, K, L], folded
       }
       if (node.needs_input_grad(1)) gw = direct_grad(&Backend::conv2d_backward_weight, ws, sx.get());
       if (node.needs_input_grad(1) && !gw.defined()) {
@@ -300,10 +444,18 @@ Tensor pool2d(Op id, bool is_max, const Tensor& input, std::vector<int64_t> kern
   Shape xs = input.shape();
   autograd::record(id, {input}, {out}, [=](const TensorList& grads, const Node&) {
     Tensor go = grads[0].contiguous(), gx = zeros_output(xs, go.dtype(), go.device());
+    Tensor idx = is_max ? si.get() : Tensor();
     if (is_max)
-      kernels::run(go.device(), &Backend::max_pool2d_backward, go, si.get(), gx);
+      kernels::run(go.device(), &Backend::max_pool2d_backward, go, idx, gx);
     else
       kernels::run(go.device(), &Backend::avg_pool2d_backward, go, gx, g);
+    // The backward is linear in the gradient; its own backward is the adjoint: gathering at the
+    // argmax indices, or the average pooling itself.
+    autograd::record(id, {grads[0]}, {gx}, [=](const TensorList& gg, const Node&) {
+      if (!is_max) return TensorList{avg_pool2d(gg[0], kernel, stride, padding)};
+      Tensor flat = gg[0].reshape({g.n, g.c, g.h * g.w});
+      return TensorList{gather(flat, 2, idx.view({g.n, g.c, g.oh * g.ow})).view({g.n, g.c, g.oh, g.ow})};
+    });
     return TensorList{gx};
   });
   return out;

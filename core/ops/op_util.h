@@ -46,9 +46,30 @@ inline Tensor prepare(const Tensor& t, DType dtype, const Shape& shape) {
 // A view of `base` sharing its storage; records `backward` when base requires grad.
 Tensor make_view(Op id, const Tensor& base, Shape shape, Strides strides, int64_t offset,
                  autograd::BackwardFn backward);
+// The view of `base`'s storage at `offset` (in elements, as storage_offset()) with these sizes and
+// strides, whose elements are distinct and lie within base's (what in-place ops on views rebuild
+// histories from).
+Tensor as_strided_view(const Tensor& base, Shape shape, Strides strides, int64_t offset);
+// Zeros with these strides, in a storage of their own starting at offset 0.
+Tensor zeros_strided(const Shape& shape, const Strides& strides, DType dtype, const Device& device);
+// Brings a view's history up to date when its storage changed in place since it was set.
+void sync_view_history(TensorImpl* view);
 
-// Raises when an in-place op on `self` would break autograd (leaf or view needing grad).
+// Raises when an in-place op on `self` cannot be differentiated: self is a leaf that requires
+// grad, or a view of one, or a view with repeated elements.
 void check_inplace(Op id, const Tensor& self, const TensorList& others);
+// Records the backward of an in-place op on `self` (inputs[0] is self, the others follow). On a
+// view this rebases the view's base's history, as libtorch does (CopySlices), so gradients flow
+// through the base as through the view.
+void record_inplace(Op id, const Tensor& self, const TensorList& inputs, autograd::BackwardFn backward);
+
+// Zeros of `shape` with src added at index along dim (scatter_add), or src's slices added at the
+// 1-d index (index_add), differentiable in src: the backward of gather and index_select.
+Tensor scatter_add_into_zeros(const Shape& shape, int64_t dim, const Tensor& index, const Tensor& src);
+Tensor index_add_into_zeros(const Shape& shape, int64_t dim, const Tensor& index, const Tensor& src);
+// x * keep / (1 - p) with the mask the counters [offset, offset + numel) of `seed` give element by
+// element (the dropout op's draw); its backward applies the same mask.
+Tensor dropout_with(const Tensor& x, double p, uint64_t seed, uint64_t offset);
 
 // Gradient `g` reduced to `like`'s shape and converted to its dtype.
 inline Tensor grad_for(const Tensor& g, const Tensor& like) { return sum_to(g, like.shape()).to(like.dtype()); }

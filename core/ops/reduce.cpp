@@ -7,6 +7,7 @@ namespace mg {
 
 using namespace detail;
 using kernels::ReduceOp;
+using kernels::ScanOp;
 
 namespace {
 
@@ -42,7 +43,7 @@ Tensor reduce_op(Op id, ReduceOp op, const Tensor& x, const std::vector<int64_t>
   const char* name = op_name(id);
   OpScope scope(id);
   auto dims = normalize_dims(dims_, x.dim(), name);
-  if (op != ReduceOp::Sum)
+  if (op == ReduceOp::Max || op == ReduceOp::Min)  // an empty sum is 0, an empty log-sum-exp -inf
     for (auto d : dims)
       MG_CHECK(x.shape()[size_t(d)] > 0, ValueError, name, ": expected a non-empty dim ", d, " to reduce, got size 0");
   DType out_t = op == ReduceOp::Sum && !is_floating(x.dtype()) ? kInt64 : x.dtype();
@@ -59,6 +60,11 @@ Tensor reduce_op(Op id, ReduceOp op, const Tensor& x, const std::vector<int64_t>
       autograd::record(id, {x}, {out}, [in, dims](const TensorList& g, const Node&) {
         return TensorList{expand_back(g[0], in, dims)};
       });
+    } else if (op == ReduceOp::LogSumExp) {  // the softmax of x over the dims
+      SavedTensor sx(x), so(out);
+      autograd::record(id, {x}, {out}, [in, dims, sx, so](const TensorList& g, const Node&) {
+        return TensorList{expand_back(g[0], in, dims) * exp(sx.get() - expand_back(so.get(), in, dims))};
+      });
     } else {  // amax/amin: ties share the gradient evenly
       SavedTensor sx(x), so(out);
       autograd::record(id, {x}, {out}, [in, dims, sx, so](const TensorList& g, const Node&) {
@@ -71,7 +77,9 @@ Tensor reduce_op(Op id, ReduceOp op, const Tensor& x, const std::vector<int64_t>
   return out;
 }
 
-ValuesIndices arg_reduce_op(Op id, ReduceOp op, const Tensor& x, int64_t dim_, bool keepdim, bool want_values) {
+// max/min over a dim: values (when wanted) and int64 indices.
+std::tuple<Tensor, Tensor> arg_reduce_op(Op id, ReduceOp op, const Tensor& x, int64_t dim_, bool keepdim,
+                                         bool want_values) {
   const char* name = op_name(id);
   OpScope scope(id);
   int64_t dim = wrap_dim(dim_, x.dim(), name);
@@ -79,27 +87,23 @@ ValuesIndices arg_reduce_op(Op id, ReduceOp op, const Tensor& x, int64_t dim_, b
   MG_CHECK(x.dim() == 0 || x.shape()[size_t(dim)] > 0, ValueError, name, ": expected a non-empty dim ", dim,
            ", got size 0");
   Shape s = reduced_shape(x.shape(), dims, keepdim);
-  ValuesIndices r{want_values ? new_output(s, x.dtype(), x.device()) : Tensor(), new_output(s, kInt64, x.device())};
+  Tensor values = want_values ? new_output(s, x.dtype(), x.device()) : Tensor(),
+         indices = new_output(s, kInt64, x.device());
   Layout l;
   {
     NoGradGuard ng;
     l = arrange(x, dims);
   }
-  kernels::run(x.device(), &Backend::arg_reduce, op, l.x, r.values, r.indices, l.outer, l.r, l.inner);
+  kernels::run(x.device(), &Backend::arg_reduce, op, l.x, values, indices, l.outer, l.r, l.inner);
   if (want_values && autograd::any_requires_grad({x})) {
-    SavedTensor si(r.indices);
+    SavedTensor si(indices);
     Shape in = x.shape();
-    DType t = x.dtype();
-    Device d = x.device();
-    autograd::record(id, {x}, {r.values}, [=](const TensorList& g, const Node&) {
+    autograd::record(id, {x}, {values}, [=](const TensorList& g, const Node&) {
       Shape ks = reduced_shape(in, dims, true);
-      Tensor gi = zeros_output(in, t, d);
-      kernels::run(d, &Backend::scatter_add, gi, dims.empty() ? 0 : dims[0], si.get().reshape(ks),
-                   g[0].reshape(ks).contiguous());
-      return TensorList{gi};
+      return TensorList{scatter_add_into_zeros(in, dims.empty() ? 0 : dims[0], si.get().reshape(ks), g[0].reshape(ks))};
     });
   }
-  return r;
+  return {values, indices};
 }
 
 }  // namespace
@@ -125,6 +129,18 @@ Tensor var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction
   return sum(centered * centered, dims, keepdim) * (1.0 / double(std::max<int64_t>(n - correction, 0)));
 }
 
+Tensor std(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction, bool keepdim) {
+  MG_CHECK(is_floating(x.dtype()), DTypeError, "std: expected a floating tensor, got dtype ", x.dtype());
+  OpScope scope(Op::std);
+  return sqrt(var(x, dims, correction, keepdim));
+}
+
+Tensor logsumexp(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  Tensor in = amp::cast_for_float_op(x);
+  if (!is_floating(in.dtype())) in = in.to(kFloat32);  // as PyTorch, integers give float32
+  return reduce_op(Op::logsumexp, ReduceOp::LogSumExp, in, dims, keepdim);
+}
+
 Tensor amax(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   return reduce_op(Op::amax, ReduceOp::Max, x, dims, keepdim);
 }
@@ -133,17 +149,129 @@ Tensor amin(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
 }
 Tensor max(const Tensor& x) { return amax(x); }
 Tensor min(const Tensor& x) { return amin(x); }
-ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim) {
+std::tuple<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim) {
   return arg_reduce_op(Op::max, ReduceOp::Max, x, dim, keepdim, true);
 }
-ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim) {
+std::tuple<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim) {
   return arg_reduce_op(Op::min, ReduceOp::Min, x, dim, keepdim, true);
 }
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
-  return arg_reduce_op(Op::argmax, ReduceOp::Max, x, dim, keepdim, false).indices;
+  return std::get<1>(arg_reduce_op(Op::argmax, ReduceOp::Max, x, dim, keepdim, false));
 }
 Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) {
-  return arg_reduce_op(Op::argmin, ReduceOp::Min, x, dim, keepdim, false).indices;
+  return std::get<1>(arg_reduce_op(Op::argmin, ReduceOp::Min, x, dim, keepdim, false));
+}
+
+// ---- scans
+
+namespace {
+// cumprod's gradient from differentiable ops, for a backward that creates a graph:
+// grad_x[k] = sum_{i >= k} g[i] prod_{j <= i, j != k} x[j], zeros in x included. The products are
+// the cumprod of [r, r] copies of each line with x[k] replaced by 1 in row k: O(r^2) memory,
+// where the kernel needs O(r).
+Tensor cumprod_grad_math(const Tensor& x, const Tensor& g, int64_t dim) {
+  if (x.dim() == 0) return g;
+  const int64_t r = x.size(dim);
+  const auto like_x = TensorOptions(x.dtype()).device(x.device());
+  Tensor upper = triu(ones({r, r}, TensorOptions(kBool).device(x.device()))), diagonal = tril(upper);
+  Tensor line = x.transpose(dim, -1).unsqueeze(-2);  // [..., 1, r]
+  Shape square = line.shape();
+  square[square.size() - 2] = r;
+  Tensor rows = cumprod(where(diagonal, ones({}, like_x), line.expand(square)), -1);  // [..., k, i]
+  Tensor terms = where(upper, rows * g.transpose(dim, -1).unsqueeze(-2), zeros({}, like_x));
+  return terms.sum({-1}).transpose(dim, -1);
+}
+
+Tensor scan_op(Op id, ScanOp op, const Tensor& x_in, int64_t dim_, std::optional<DType> dtype) {
+  const char* name = op_name(id);
+  OpScope scope(id);
+  Tensor x = dtype ? x_in.to(*dtype) : x_in;
+  const int64_t dim = x.dim() ? wrap_dim(dim_, x.dim(), name) : 0;
+  Layout l;
+  {
+    NoGradGuard ng;
+    l = arrange(x, x.dim() ? std::vector<int64_t>{dim} : std::vector<int64_t>{});
+  }
+  Tensor out = new_output(x.shape(), is_floating(x.dtype()) ? x.dtype() : kInt64, x.device());  // PyTorch: int64
+  kernels::run(x.device(), &Backend::scan, op, l.x, out, l.outer, l.r, l.inner);
+  if (autograd::any_requires_grad({x})) {
+    if (op == ScanOp::Sum) {  // the gradient is the reversed cumulative sum of the gradient
+      autograd::record(id, {x}, {out}, [dim](const TensorList& g, const Node&) {
+        return TensorList{g[0].dim() ? flip(cumsum(flip(g[0], {dim}), dim), {dim}) : g[0]};
+      });
+    } else {
+      SavedTensor sx(l.x, x), so(out);
+      std::array<int64_t, 3> lay{l.outer, l.r, l.inner};
+      autograd::record(id, {x}, {out}, [sx, so, lay, dim](const TensorList& g, const Node&) {
+        if (autograd::creating_graph()) return TensorList{cumprod_grad_math(sx.get(), g[0], dim)};
+        Tensor xs = sx.get(), gi = new_like(xs);
+        kernels::run(xs.device(), &Backend::cumprod_backward, g[0].contiguous(), xs, so.get(), gi, lay[0], lay[1],
+                     lay[2]);
+        return TensorList{gi};
+      });
+    }
+  }
+  return out;
+}
+}  // namespace
+
+Tensor cumsum(const Tensor& x, int64_t dim, std::optional<DType> dtype) {
+  return scan_op(Op::cumsum, ScanOp::Sum, x, dim, dtype);
+}
+Tensor cumprod(const Tensor& x, int64_t dim, std::optional<DType> dtype) {
+  return scan_op(Op::cumprod, ScanOp::Prod, x, dim, dtype);
+}
+
+// ---- sorting
+
+std::tuple<Tensor, Tensor> sort(const Tensor& x, int64_t dim_, bool descending) {
+  OpScope scope(Op::sort);
+  const int64_t dim = x.dim() ? wrap_dim(dim_, x.dim(), "sort") : 0;
+  const std::vector<int64_t> dims = x.dim() ? std::vector<int64_t>{dim} : std::vector<int64_t>{};
+  Layout l;
+  {
+    NoGradGuard ng;
+    l = arrange(x, dims);
+  }
+  Tensor values = new_output(x.shape(), x.dtype(), x.device()), indices = new_output(x.shape(), kInt64, x.device());
+  kernels::run(x.device(), &Backend::sort, l.x, values, indices, l.outer, l.r, l.inner, descending);
+  if (autograd::any_requires_grad({x})) {
+    SavedTensor si(indices);
+    Shape in = x.shape();
+    autograd::record(Op::sort, {x}, {values, indices}, [in, dim, si](const TensorList& g, const Node&) {
+      return TensorList{scatter_add_into_zeros(in, dim, si.get(), g[0])};  // each value back to its place
+    });
+  }
+  return {values, indices};
+}
+
+Tensor argsort(const Tensor& x, int64_t dim, bool descending) {
+  NoGradGuard ng;  // indices have no gradient
+  return std::get<1>(sort(x, dim, descending));
+}
+
+std::tuple<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim_, bool largest, bool sorted) {
+  (void)sorted;  // always sorted: PyTorch leaves the order unspecified otherwise
+  OpScope scope(Op::topk);
+  const int64_t dim = x.dim() ? wrap_dim(dim_, x.dim(), "topk") : 0;
+  const int64_t n = x.dim() ? x.size(dim) : 1;
+  MG_CHECK(k >= 0 && k <= n, ValueError, "topk: expected k in [0, ", n, "] for dim ", dim, " of ", shape_str(x.shape()),
+           ", got ", k);
+  Tensor values, indices;
+  {
+    NoGradGuard ng;  // the full sort is scratch; only the k values and indices stay
+    auto [v, i] = sort(x, dim, largest);
+    values = x.dim() ? v.narrow(dim, 0, k).contiguous() : v;
+    indices = x.dim() ? i.narrow(dim, 0, k).contiguous() : i;
+  }
+  if (autograd::any_requires_grad({x})) {
+    SavedTensor si(indices);
+    Shape in = x.shape();
+    autograd::record(Op::topk, {x}, {values, indices}, [in, dim, si](const TensorList& g, const Node&) {
+      return TensorList{scatter_add_into_zeros(in, dim, si.get(), g[0])};
+    });
+  }
+  return {values, indices};
 }
 
 Tensor sum_to(const Tensor& x, const Shape& shape) {
@@ -167,21 +295,26 @@ Tensor softmax_op(Op id, const Tensor& x_in, int64_t dim_, bool log) {
   OpScope scope(id);
   check_floating(name, x);
   int64_t dim = wrap_dim(dim_, x.dim(), name);
+  const std::vector<int64_t> dims = x.dim() ? std::vector<int64_t>{dim} : std::vector<int64_t>{};
   Layout l;
   {
     NoGradGuard ng;
-    l = arrange(x, x.dim() ? std::vector<int64_t>{dim} : std::vector<int64_t>{});
+    l = arrange(x, dims);
   }
   Tensor out = new_like(l.x);
   kernels::run(x.device(), &Backend::softmax, l.x, out, l.outer, l.r, l.inner, log);
   if (autograd::any_requires_grad({x})) {
     SavedTensor so(out);
-    autograd::record(id, {x}, {out},
-                     [so, l = std::array<int64_t, 3>{l.outer, l.r, l.inner}, log](const TensorList& g, const Node&) {
-                       Tensor y = so.get(), gc = g[0].contiguous(), gi = new_like(y);
-                       kernels::run(y.device(), &Backend::softmax_backward, gc, y, gi, l[0], l[1], l[2], log);
-                       return TensorList{gi};
-                     });
+    autograd::record(
+        id, {x}, {out},
+        [so, l = std::array<int64_t, 3>{l.outer, l.r, l.inner}, log, dims](const TensorList& g, const Node&) {
+          Tensor y = so.get();
+          if (autograd::creating_graph())  // the kernel's formula in ops, differentiable
+            return TensorList{log ? g[0] - exp(y) * sum(g[0], dims, true) : y * (g[0] - sum(g[0] * y, dims, true))};
+          Tensor gc = g[0].contiguous(), gi = new_like(y);
+          kernels::run(y.device(), &Backend::softmax_backward, gc, y, gi, l[0], l[1], l[2], log);
+          return TensorList{gi};
+        });
   }
   return out;
 }
@@ -198,6 +331,21 @@ Tensor Tensor::min() const { return mg::min(*this); }
 Tensor Tensor::argmax(int64_t dim, bool keepdim) const { return mg::argmax(*this, dim, keepdim); }
 Tensor Tensor::var(const std::vector<int64_t>& dims, int64_t correction, bool keepdim) const {
   return mg::var(*this, dims, correction, keepdim);
+}
+Tensor Tensor::std(const std::vector<int64_t>& dims, int64_t correction, bool keepdim) const {
+  return mg::std(*this, dims, correction, keepdim);
+}
+Tensor Tensor::logsumexp(const std::vector<int64_t>& dims, bool keepdim) const {
+  return mg::logsumexp(*this, dims, keepdim);
+}
+std::tuple<Tensor, Tensor> Tensor::max(int64_t dim, bool keepdim) const { return mg::max(*this, dim, keepdim); }
+std::tuple<Tensor, Tensor> Tensor::min(int64_t dim, bool keepdim) const { return mg::min(*this, dim, keepdim); }
+Tensor Tensor::cumsum(int64_t dim) const { return mg::cumsum(*this, dim); }
+Tensor Tensor::cumprod(int64_t dim) const { return mg::cumprod(*this, dim); }
+std::tuple<Tensor, Tensor> Tensor::sort(int64_t dim, bool descending) const { return mg::sort(*this, dim, descending); }
+Tensor Tensor::argsort(int64_t dim, bool descending) const { return mg::argsort(*this, dim, descending); }
+std::tuple<Tensor, Tensor> Tensor::topk(int64_t k, int64_t dim, bool largest, bool sorted) const {
+  return mg::topk(*this, k, dim, largest, sorted);
 }
 Tensor Tensor::softmax(int64_t dim) const { return mg::softmax(*this, dim); }
 Tensor Tensor::log_softmax(int64_t dim) const { return mg::log_softmax(*this, dim); }

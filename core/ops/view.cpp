@@ -20,9 +20,116 @@ Tensor make_view(Op id, const Tensor& base, Shape shape, Strides strides, int64_
                  autograd::BackwardFn backward) {
   numel_of(shape);  // a view's element count must fit in int64 too (expand can ask for more)
   Tensor v = make_tensor(base.storage(), std::move(shape), std::move(strides), offset, base.dtype());
-  v.impl()->is_view = true;
+  auto* i = v.impl();
+  i->view_base = base.impl()->view_base ? base.impl()->view_base : base.impl_ptr();
+  i->view_tracks_grad = GradMode::is_enabled();
+  i->view_version = base.version();
   autograd::record(id, {base}, {v}, std::move(backward));
   return v;
+}
+
+Tensor zeros_strided(const Shape& shape, const Strides& strides, DType dtype, const Device& device) {
+  int64_t extent = numel_of(shape) ? 1 : 0;
+  for (size_t d = 0; d < shape.size() && extent; ++d) extent += (shape[d] - 1) * strides[d];
+  auto storage = std::make_shared<Storage>(device, size_t(extent) * dtype_size(dtype), Category::Temporary);
+  Tensor t = make_tensor(std::move(storage), shape, strides, 0, dtype);
+  kernels::run(device, &Backend::fill, t, 0.0);
+  return t;
+}
+
+Tensor as_strided_view(const Tensor& base, Shape shape, Strides strides, int64_t offset) {
+  // Backward: the gradient at the view's place in zeros laid out like the base (which a view of
+  // the base may not cover), with the base's strides so the same offsets address it.
+  Shape bs = base.shape(), vs = shape;
+  Strides bst = base.strides(), vst = strides;
+  const int64_t rel = offset - base.storage_offset();
+  DType t = base.dtype();
+  Device d = base.device();
+  return make_view(Op::as_strided, base, std::move(shape), std::move(strides), offset,
+                   [=](const TensorList& g, const Node&) {
+                     Tensor z = zeros_strided(bs, bst, t, d);
+                     as_strided_view(z, vs, vst, rel).copy_(g[0]);
+                     return TensorList{z};
+                   });
+}
+
+namespace {
+
+// A view's history as a strided view of its base's current history.
+void set_view_history(TensorImpl* v) {
+  Tensor base(v->view_base);
+  v->view_version = v->storage->version();
+  if (!base.requires_grad()) return;
+  EnableGradGuard grad_mode;  // the history is the base's, whatever the caller's mode
+  Tensor alias = as_strided_view(base, v->shape, v->strides, v->offset);
+  v->grad_fn = alias.impl()->grad_fn;
+  v->output_nr = 0;
+  v->requires_grad = true;
+}
+
+// libtorch's CopySlices: the history of a base after an in-place op `fn` on one of its views. The
+// base's gradient passes through unchanged outside the view; inside it, fn's backward maps it to
+// the gradient w.r.t. the view's old values. fn's other inputs get their gradients from fn too.
+class CopySlices : public autograd::Node {
+ public:
+  CopySlices(const Tensor& base, const Tensor& view, std::shared_ptr<Node> fn)
+      : Node(Op::none, "CopySlices"),
+        base_shape_(base.shape()),
+        base_strides_(base.strides()),
+        view_shape_(view.shape()),
+        view_strides_(view.strides()),
+        view_offset_(view.storage_offset() - base.storage_offset()),
+        fn_(std::move(fn)) {}
+
+  TensorList apply(TensorList&& grads) override {
+    const Tensor& g = grads[0];
+    Tensor result = zeros_strided(base_shape_, base_strides_, g.dtype(), g.device());
+    result.copy_(g);
+    Tensor slice = as_strided_view(result, view_shape_, view_strides_, view_offset_);
+    TensorList r = fn_->apply({slice.clone()});
+    if (!r.empty() && r[0].defined())
+      slice.copy_(r[0]);
+    else
+      slice.zero_();
+    r[0] = result;
+    return r;
+  }
+  void release_saved() override { fn_->release_saved(); }
+
+ private:
+  Shape base_shape_;
+  Strides base_strides_;
+  Shape view_shape_;
+  Strides view_strides_;
+  int64_t view_offset_;
+  std::shared_ptr<Node> fn_;
+};
+
+}  // namespace
+
+void sync_view_history(TensorImpl* v) {
+  if (!v->view_base || !v->view_tracks_grad || v->view_version == v->storage->version()) return;
+  set_view_history(v);
+}
+
+void record_inplace(Op id, const Tensor& self, const TensorList& inputs, autograd::BackwardFn backward) {
+  auto* v = self.impl();
+  if (!v->view_base || !autograd::any_requires_grad(inputs)) {
+    autograd::record(id, inputs, {self}, std::move(backward));
+    return;
+  }
+  Tensor base(v->view_base);
+  set_view_history(v);  // fn's first input: the view's old values, from the base's old history
+  auto fn = autograd::record(id, inputs, {self}, std::move(backward));
+  auto copy = std::make_shared<CopySlices>(base, self, fn);
+  copy->next_edges().push_back(autograd::gradient_edge(base));
+  for (size_t i = 1; i < fn->next_edges().size(); ++i) copy->next_edges().push_back(fn->next_edges()[i]);
+  copy->outputs().push_back({base.shape(), base.dtype(), base.device()});
+  auto* b = base.impl();
+  b->grad_fn = copy;
+  b->output_nr = 0;
+  b->requires_grad = true;
+  set_view_history(v);  // the view now reads the base's new history
 }
 
 void check_inplace(Op id, const Tensor& self, const TensorList& others) {
@@ -31,10 +138,16 @@ void check_inplace(Op id, const Tensor& self, const TensorList& others) {
   MG_CHECK(!(self.requires_grad() && self.is_leaf()), AutogradError, op,
            ": a leaf tensor that requires grad cannot be modified in place while grad mode is on; "
            "use NoGradGuard (as optimizers do) or an out-of-place op");
-  bool needs = self.requires_grad() || autograd::any_requires_grad(others);
-  MG_CHECK(!(needs && self.impl()->is_view), AutogradError, op,
-           ": in-place ops on a view are not differentiated here; expected a tensor that owns its "
-           "storage, got a view. Use the out-of-place op or clone() first");
+  const auto& base = self.impl()->view_base;
+  if (!base || !(self.requires_grad() || autograd::any_requires_grad(others))) return;
+  MG_CHECK(!(base->requires_grad && !base->grad_fn), AutogradError, op,
+           ": a view of a leaf tensor that requires grad cannot be modified in place while grad mode is on; "
+           "modify a clone() (x = x.clone(); x.slice(...).",
+           op, "(...)), or the leaf under NoGradGuard");
+  for (int64_t d = 0; d < self.dim(); ++d)
+    MG_CHECK(self.stride(d) != 0 || self.size(d) <= 1, AutogradError, op,
+             ": expected a view whose elements are distinct memory locations, got shape ", shape_str(self.shape()),
+             " with stride 0 in dim ", d, " (an expanded view); modify a contiguous() copy instead");
 }
 
 }  // namespace detail
@@ -306,7 +419,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
   Shape ss = src.shape();
   DType st = src.dtype();
   Device sd = src.device();
-  autograd::record(Op::copy_, {*this, src}, {*this}, [ss, st, sd](const TensorList& g, const Node& n) {
+  record_inplace(Op::copy_, *this, {*this, src}, [ss, st, sd](const TensorList& g, const Node& n) {
     return TensorList{Tensor(), n.needs_input_grad(1) ? sum_to(g[0], ss).to(st).to(sd) : Tensor()};
   });
   return *this;
@@ -316,7 +429,7 @@ Tensor& Tensor::fill_(const Scalar& v) {
   check_inplace(Op::fill_, *this, {});
   kernels::run(device(), &Backend::fill, *this, v.value);
   storage()->bump_version();
-  autograd::record(Op::fill_, {*this}, {*this}, [](const TensorList&, const Node&) { return TensorList{Tensor()}; });
+  record_inplace(Op::fill_, *this, {*this}, [](const TensorList&, const Node&) { return TensorList{Tensor()}; });
   return *this;
 }
 

@@ -35,13 +35,26 @@ int64_t visible_keys(const AttentionParams& p, int64_t i0, int64_t n, int64_t Tk
   return p.causal ? std::min(Tk, i0 + n) : Tk;
 }
 
-// scale * Q K^T for query rows from i0, -inf where the causal mask hides a key.
-template <class A>
-Mat<A> scores(const Mat<A>& Q, const Mat<A>& K, int64_t i0, int64_t kn, const AttentionParams& p) {
+// scale * Q K^T + mask for query rows from i0 of head bh: -inf where the causal or a bool mask
+// hides a key, an additive mask added. `mask` is the mask's data (T for additive masks).
+template <class A, class T>
+Mat<A> scores(const Mat<A>& Q, const Mat<A>& K, int64_t bh, int64_t i0, int64_t kn, const AttentionParams& p,
+              const void* mask) {
+  constexpr A kHidden = -std::numeric_limits<A>::infinity();
   Mat<A> S = A(p.scale) * (Q * K.topRows(kn).transpose());
+  using Kind = kernels::AttentionMask::Kind;
+  if (p.mask.kind != Kind::None)
+    for (int64_t r = 0; r < S.rows(); ++r)
+      for (int64_t j = 0; j < kn; ++j) {
+        const int64_t off = p.mask.offset(bh, i0 + r, j);
+        if (p.mask.kind == Kind::Bool)
+          S(r, j) = static_cast<const bool*>(mask)[off] ? S(r, j) : kHidden;
+        else
+          S(r, j) += A(load(static_cast<const T*>(mask)[off]));
+      }
   if (p.causal)
     for (int64_t r = 0; r < S.rows(); ++r)
-      for (int64_t j = i0 + r + 1; j < kn; ++j) S(r, j) = -std::numeric_limits<A>::infinity();
+      for (int64_t j = i0 + r + 1; j < kn; ++j) S(r, j) = kHidden;
   return S;
 }
 
@@ -80,8 +93,9 @@ void for_each_head(int64_t BH, F f) {
 
 }  // namespace
 
-void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-               const AttentionParams& p) {
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const Tensor& out,
+               const Tensor& lse, const AttentionParams& p) {
+  const void* mask_data = mask.defined() ? mask.raw_data() : nullptr;
   const int64_t BH = q.size(0), Tq = q.size(1), Tk = k.size(1), D = q.size(2);
   dispatch_floating(q.dtype(), "attention", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -91,7 +105,7 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
       A* L = ptr<A>(lse) + bh * Tq;
       for (int64_t i0 = 0; i0 < Tq; i0 += kBlockRows) {
         const int64_t n = std::min(kBlockRows, Tq - i0), kn = visible_keys(p, i0, n, Tk);
-        Mat<A> S = scores(rows<A>(ptr<T>(q) + bh * Tq * D, i0, n, D), K, i0, kn, p);
+        Mat<A> S = scores<A, T>(rows<A>(ptr<T>(q) + bh * Tq * D, i0, n, D), K, bh, i0, kn, p, mask_data);
         for (int64_t r = 0; r < n; ++r) {  // softmax in place, one exp per score, and its log-sum-exp
           A* row = S.data() + r * kn;
           const A m = kn ? S.row(r).maxCoeff() : -std::numeric_limits<A>::infinity();
@@ -112,9 +126,10 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
   });
 }
 
-void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                        const Tensor& lse, const Tensor& delta, const Tensor& grad_q, const Tensor& grad_k,
-                        const Tensor& grad_v, const AttentionParams& p) {
+void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                        const Tensor& out, const Tensor& lse, const Tensor& delta, const Tensor& grad_q,
+                        const Tensor& grad_k, const Tensor& grad_v, const AttentionParams& p) {
+  const void* mask_data = mask.defined() ? mask.raw_data() : nullptr;
   const int64_t BH = q.size(0), Tq = q.size(1), Tk = k.size(1), D = q.size(2);
   dispatch_floating(q.dtype(), "attention_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -130,7 +145,7 @@ void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k
         const Mat<A> Q = rows<A>(ptr<T>(q) + qo, i0, n, D), dO = rows<A>(ptr<T>(grad_out) + qo, i0, n, D);
         const Mat<A> dOxO = dO.cwiseProduct(rows<A>(ptr<T>(out) + qo, i0, n, D));
         for (int64_t r = 0; r < n; ++r) Dl[i0 + r] = dOxO.row(r).sum();
-        Mat<A> P = scores(Q, K, i0, kn, p);
+        Mat<A> P = scores<A, T>(Q, K, bh, i0, kn, p, mask_data);
         probabilities(P, L + i0);
         Mat<A> Pd = P;  // the dropped-out probabilities that multiplied v
         apply_dropout(Pd, bh, i0, Tq, Tk, p);

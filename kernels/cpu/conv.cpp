@@ -8,8 +8,7 @@ namespace {
 // Calls f(plane, ...) for each of the n * c image planes, in parallel.
 template <class F>
 void for_each_plane(const Conv2dGeometry& g, F f) {
-#pragma omp parallel for if (g.n * g.c * g.h * g.w >= kParallelGrain)
-  for (int64_t p = 0; p < g.n * g.c; ++p) f(p);
+  parallel_for(g.n * g.c, g.n * g.c * g.h * g.w >= kParallelGrain, f);
 }
 }  // namespace
 

@@ -4,7 +4,7 @@
 
 #include <memgrad/kernels/cpu/cpu_kernels.h>
 #include <memgrad/kernels/cpu/loops.h>
-#include <memgrad/kernels/host_device.h>
+#include <memgrad/kernels/unary.h>
 
 namespace mg::cpu {
 
@@ -38,8 +38,7 @@ void fill_indexed(const Tensor& dst, F f) {
     using T = typename decltype(d)::type;
     T* p = ptr<T>(dst);
     int64_t n = dst.numel();
-#pragma omp parallel for if (n >= kParallelGrain)
-    for (int64_t i = 0; i < n; ++i) p[i] = store<T>(f(i));
+    parallel_for(n, n >= kParallelGrain, [&](int64_t i) { p[i] = store<T>(f(i)); });
   });
 }
 
@@ -96,6 +95,8 @@ void unary(UnaryOp op, const Tensor& x, const Tensor& out, UnaryParams p) {
         return go([](A v) { return kernels::gelu_tanh_f(v); });
       case UnaryOp::Silu:
         return go([](A v) { return kernels::silu_f(v); });
+      case UnaryOp::Erf:
+        return go([](A v) { return std::erf(v); });
       case UnaryOp::PowScalar:
         return go([e = p.a](A v) { return A(std::pow(v, e)); });
       case UnaryOp::Clamp:
@@ -114,44 +115,11 @@ void unary_backward(UnaryOp op, const Tensor& grad, const Tensor& saved, const T
   dispatch_floating(grad.dtype(), "unary_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
-    auto go = [&](auto df) { map<T, T, T>(grad_in, df, grad, saved); };
-    const A a = A(p.a), b = A(p.b);
-    switch (op) {  // `s` is the input x, or the output y where noted
-      case UnaryOp::Neg:
-        return go([](A g, A) { return -g; });
-      case UnaryOp::Exp:
-        return go([](A g, A y) { return g * y; });
-      case UnaryOp::Log:
-        return go([](A g, A x) { return g / x; });
-      case UnaryOp::Sqrt:
-        return go([](A g, A y) { return g / (A(2) * y); });
-      case UnaryOp::Rsqrt:
-        return go([](A g, A y) { return A(-0.5) * g * y * y * y; });
-      case UnaryOp::Abs:
-        return go([](A g, A x) { return x > A(0) ? g : (x < A(0) ? -g : A(0)); });
-      case UnaryOp::Tanh:
-        return go([](A g, A y) { return g * (A(1) - y * y); });
-      case UnaryOp::Sigmoid:
-        return go([](A g, A y) { return g * y * (A(1) - y); });
-      case UnaryOp::Relu:
-        return go([](A g, A y) { return y > A(0) ? g : A(0); });
-      case UnaryOp::GeluErf:
-        return go([](A g, A x) { return g * kernels::gelu_erf_grad(x); });
-      case UnaryOp::GeluTanh:
-        return go([](A g, A x) { return g * kernels::gelu_tanh_grad(x); });
-      case UnaryOp::Silu:
-        return go([](A g, A x) { return g * kernels::silu_grad(x); });
-      case UnaryOp::PowScalar:
-        return go([e = p.a](A g, A x) { return e == 0 ? A(0) : A(g * e * std::pow(x, e - 1)); });
-      case UnaryOp::Clamp:
-        return go([a, b](A g, A x) { return x >= a && x <= b ? g : A(0); });
-      case UnaryOp::AddScalar:
-        return go([](A g, A) { return g; });
-      case UnaryOp::MulScalar:
-        return go([a](A g, A) { return g * a; });
-      case UnaryOp::RsubScalar:
-        return go([](A g, A) { return -g; });
-    }
+    kernels::with_unary_op(op, [&](auto u) {  // the formula is picked once, outside the loop
+      constexpr UnaryOp o = decltype(u)::value;
+      map<T, T, T>(
+          grad_in, [p](A g, A s) { return kernels::unary_grad<o>(g, s, p); }, grad, saved);
+    });
   });
 }
 
@@ -243,9 +211,9 @@ void dropout(const Tensor& x, const Tensor& out, double p, uint64_t seed, uint64
     const A scale = A(1.0 / (1.0 - p));
     const float pf = float(p);
     int64_t n = x.numel();
-#pragma omp parallel for if (n >= kParallelGrain)
-    for (int64_t i = 0; i < n; ++i)
+    parallel_for(n, n >= kParallelGrain, [&](int64_t i) {
       op[i] = store<T>(kernels::random_uniform(seed, offset, i) >= pf ? load(xp[i]) * scale : A(0));
+    });
   });
 }
 

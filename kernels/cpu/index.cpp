@@ -21,11 +21,10 @@ void index_select(const Tensor& x, int64_t dim, const Tensor& index, const Tenso
   check_indices("index_select", idx, n, s.size);
   const char* xp = static_cast<const char*>(x.raw_data());
   char* op = static_cast<char*>(out.raw_data());
-#pragma omp parallel for if (s.outer * n * s.inner >= kParallelGrain)
-  for (int64_t l = 0; l < s.outer * n; ++l) {
+  parallel_for(s.outer * n, s.outer * n * s.inner >= kParallelGrain, [&](int64_t l) {
     int64_t o = l / n, k = l % n;
     std::memcpy(op + (o * n + k) * s.inner * es, xp + (o * s.size + idx[k]) * s.inner * es, size_t(s.inner * es));
-  }
+  });
 }
 
 void index_add(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src) {
@@ -38,14 +37,13 @@ void index_add(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor
     T* dp = ptr<T>(dst);
     const T* sp = ptr<T>(src);
     // Threads own disjoint (outer, inner) columns, so repeated indices never race.
-#pragma omp parallel for if (s.outer * n * s.inner >= kParallelGrain)
-    for (int64_t l = 0; l < s.outer * s.inner; ++l) {
+    parallel_for(s.outer * s.inner, s.outer * n * s.inner >= kParallelGrain, [&](int64_t l) {
       int64_t o = l / s.inner, i = l % s.inner;
       for (int64_t k = 0; k < n; ++k) {
         T& d = dp[(o * s.size + idx[k]) * s.inner + i];
         d = store<T>(load(d) + load(sp[(o * n + k) * s.inner + i]));
       }
-    }
+    });
   });
 }
 
@@ -80,15 +78,25 @@ void gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out
   });
 }
 
-void scatter_add(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src) {
-  check_gather("scatter_add", index, dst.size(dim));
+namespace {
+// scatter (add = false) or scatter_add: src[p] written or added at p's place in dst.
+void scatter_into(const char* op, const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src, bool add) {
+  check_gather(op, index, dst.size(dim));
   dispatch(dst.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* dp = ptr<T>(dst);
     const T* sp = ptr<T>(src);
     for_each_gather(index.shape(), dst.strides(), dim, ptr<int64_t>(index),
-                    [&](int64_t p, int64_t off) { dp[off] = store<T>(load(dp[off]) + load(sp[p])); });
+                    [&](int64_t p, int64_t off) { dp[off] = add ? store<T>(load(dp[off]) + load(sp[p])) : sp[p]; });
   });
+}
+}  // namespace
+
+void scatter(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src) {
+  scatter_into("scatter", dst, dim, index, src, false);
+}
+void scatter_add(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src) {
+  scatter_into("scatter_add", dst, dim, index, src, true);
 }
 
 }  // namespace mg::cpu

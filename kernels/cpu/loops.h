@@ -63,6 +63,19 @@ inline T* ptr(const Tensor& t) {
 // Loops of at least this many elements run on several threads.
 inline constexpr int64_t kParallelGrain = 32768;
 
+// Calls f(i) for i < n: on the OpenMP threads when `parallel`, else in a plain loop. Not
+// `omp parallel for if (...)`: libgomp enters a one-thread region even when the condition is
+// false, with a team, a barrier and a futex syscall, which is most of a small op's kernel time.
+template <class F>
+void parallel_for(int64_t n, bool parallel, F&& f) {
+  if (!parallel) {
+    for (int64_t i = 0; i < n; ++i) f(i);
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) f(i);
+}
+
 // Iterates over N tensors of one shape with their own element strides. `row(p, n, s)` gets
 // the element offsets p[k] of a run's first element, its length n and the inner strides s.
 // Long rows are cut into pieces so that one big row also spreads over the threads.
@@ -91,8 +104,7 @@ void for_each_row(const Shape& shape, const std::array<const Strides*, N>& strid
   const int64_t inner = sz.back(), rows = total / inner, nd = int64_t(sz.size()) - 1;
   const std::array<int64_t, N> inner_st = st.back();
   const int64_t piece = std::min<int64_t>(inner, kParallelGrain / 2), pieces = (inner + piece - 1) / piece;
-#pragma omp parallel for schedule(static) if (total >= kParallelGrain && rows * pieces > 1)
-  for (int64_t u = 0; u < rows * pieces; ++u) {
+  parallel_for(rows * pieces, total >= kParallelGrain && rows * pieces > 1, [&](int64_t u) {
     int64_t r = u / pieces, start = (u % pieces) * piece;
     std::array<int64_t, N> p{};
     for (int64_t d = nd - 1, rem = r; d >= 0; --d) {
@@ -102,7 +114,7 @@ void for_each_row(const Shape& shape, const std::array<const Strides*, N>& strid
     }
     for (size_t k = 0; k < N; ++k) p[k] += start * inner_st[k];
     row(p, std::min(piece, inner - start), inner_st);
-  }
+  });
 }
 
 // Calls f(line, base, stride) for every (outer, inner) line of length r of a contiguous
@@ -110,11 +122,10 @@ void for_each_row(const Shape& shape, const std::array<const Strides*, N>& strid
 template <class F>
 void for_each_line(int64_t outer, int64_t r, int64_t inner, F f) {
   int64_t lines = outer * inner;
-#pragma omp parallel for if (lines * r >= kParallelGrain && lines > 1)
-  for (int64_t l = 0; l < lines; ++l) {
+  parallel_for(lines, lines * r >= kParallelGrain && lines > 1, [&](int64_t l) {
     int64_t o = l / inner, i = l % inner;
     f(l, o * r * inner + i, inner);
-  }
+  });
 }
 
 namespace detail {

@@ -16,10 +16,50 @@ void check_targets(const Tensor& target, int64_t classes, int64_t ignore_index) 
              "cross_entropy: expected target values in [0, ", classes, ") or ignore_index ", ignore_index, ", got ",
              t[n], " at position ", n);
 }
+
+// Row max, vectorized (omp simd reductions are exempt from the NaN/signed-zero rules).
+template <class T, class A = opmath_t<T>>
+A row_max(const T* row, int64_t n) {
+  A mx = -std::numeric_limits<A>::infinity();
+#pragma omp simd reduction(max : mx)
+  for (int64_t c = 0; c < n; ++c) mx = std::max(mx, A(load(row[c])));
+  return mx;
+}
+
+// The sum of f(c) over c < n: in SIMD lanes of A within blocks of kBlock, the blocks added in
+// double, so the rounding error grows with kBlock / lanes + n / kBlock rather than n.
+template <class A, class F>
+double blocked_sum(int64_t n, F f) {
+  constexpr int64_t kBlock = 256;
+  double total = 0;
+  for (int64_t lo = 0; lo < n; lo += kBlock) {
+    const int64_t hi = std::min(n, lo + kBlock);
+    A s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t c = lo; c < hi; ++c) s += f(c);
+    total += double(s);
+  }
+  return total;
+}
+
 }  // namespace
 
-void cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& loss, int64_t ignore_index,
-                   double smoothing) {
+// A row's class weights: w[c] from `weight`, or 1 without one; and their sum.
+template <class T>
+struct ClassWeights {
+  const T* w;
+  double sum;
+  double operator[](int64_t c) const { return w ? double(load(w[c])) : 1.0; }
+};
+template <class T>
+ClassWeights<T> class_weights(const Tensor& weight, int64_t C) {
+  ClassWeights<T> r{weight.defined() ? ptr<T>(weight) : nullptr, 0.0};
+  for (int64_t c = 0; c < C; ++c) r.sum += r[c];
+  return r;
+}
+
+void cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& weight, const Tensor& loss,
+                   int64_t ignore_index, double smoothing) {
   const int64_t N = logits.size(0), C = logits.size(1);
   check_targets(target, C, ignore_index);
   dispatch_floating(logits.dtype(), "cross_entropy", [&](auto xt) {
@@ -27,35 +67,33 @@ void cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& los
     using A = opmath_t<T>;
     const T* xp = ptr<T>(logits);
     const int64_t* tp = ptr<int64_t>(target);
+    const auto w = class_weights<T>(weight, C);
     dispatch_floating(loss.dtype(), "cross_entropy", [&](auto lt) {
       using L = typename decltype(lt)::type;
       L* lp = ptr<L>(loss);
-#pragma omp parallel for if (N * C >= kParallelGrain)
-      for (int64_t n = 0; n < N; ++n) {
+      parallel_for(N, N * C >= kParallelGrain, [&](int64_t n) {
         if (tp[n] == ignore_index) {
           lp[n] = store<L>(0.0);
-          continue;
+          return;
         }
         const T* row = xp + n * C;
-        A mx = -std::numeric_limits<A>::infinity();
-        double sum = 0, total = 0;
-        for (int64_t c = 0; c < C; ++c) mx = std::max(mx, A(load(row[c])));
-#pragma omp simd reduction(+ : sum, total)
-        for (int64_t c = 0; c < C; ++c) {
-          A v = load(row[c]);
-          sum += double(exp_v(v - mx));
-          total += double(v);
+        const A mx = row_max(row, C);
+        const double sum = blocked_sum<A>(C, [&](int64_t c) { return exp_v(A(load(row[c])) - mx); });
+        const double lse = double(mx) + std::log(sum), nll = w[tp[n]] * (lse - double(load(row[tp[n]])));
+        // smoothing: the mean over classes of -w_c log p_c; logits of both signs, so shifted by max
+        double smooth = 0;
+        if (smoothing != 0) {
+          const double shifted = w.w ? blocked_sum<A>(C, [&](int64_t c) { return A(w[c]) * (A(load(row[c])) - mx); })
+                                     : blocked_sum<A>(C, [&](int64_t c) { return A(load(row[c])) - mx; });
+          smooth = (w.sum * (lse - double(mx)) - shifted) / double(C);
         }
-        double lse = double(mx) + std::log(sum);
-        double nll = lse - double(load(row[tp[n]]));
-        double smooth = lse - total / double(C);  // mean over classes of -log p
         lp[n] = store<L>((1 - smoothing) * nll + smoothing * smooth);
-      }
+      });
     });
   });
 }
 
-void cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& target,
+void cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& target, const Tensor& weight,
                             const Tensor& grad_logits, int64_t ignore_index, double smoothing) {
   const int64_t N = logits.size(0), C = logits.size(1);
   dispatch_floating(logits.dtype(), "cross_entropy_backward", [&](auto xt) {
@@ -64,31 +102,41 @@ void cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const
     const T* xp = ptr<T>(logits);
     T* gp = ptr<T>(grad_logits);
     const int64_t* tp = ptr<int64_t>(target);
+    const auto w = class_weights<T>(weight, C);
     dispatch_floating(grad_loss.dtype(), "cross_entropy_backward", [&](auto lt) {
       using L = typename decltype(lt)::type;
       const L* glp = ptr<L>(grad_loss);
-#pragma omp parallel for if (N * C >= kParallelGrain)
-      for (int64_t n = 0; n < N; ++n) {
+      parallel_for(N, N * C >= kParallelGrain, [&](int64_t n) {
         T* grow = gp + n * C;
         if (tp[n] == ignore_index) {
-          for (int64_t c = 0; c < C; ++c) grow[c] = store<T>(0.0);
-          continue;
+          std::fill(grow, grow + C, store<T>(0.0));
+          return;
         }
         const T* row = xp + n * C;
-        A mx = -std::numeric_limits<A>::infinity();
-        double sum = 0;
-        for (int64_t c = 0; c < C; ++c) mx = std::max(mx, A(load(row[c])));
-        // exp(x - max) once per element; 16-bit storage would round it, so those recompute it.
-        auto e = [&](int64_t c) { return std::is_same_v<T, A> ? A(load(grow[c])) : exp_v(A(load(row[c])) - mx); };
-#pragma omp simd reduction(+ : sum)
-        for (int64_t c = 0; c < C; ++c) {
-          A v = exp_v(A(load(row[c])) - mx);
-          if constexpr (std::is_same_v<T, A>) grow[c] = v;
-          sum += double(v);
+        const A mx = row_max(row, C);
+        // exp(x - max) once per element, kept in the output row; 16-bit storage would round it,
+        // so those recompute it.
+        constexpr bool kKeep = std::is_same_v<T, A>;
+        const double sum = blocked_sum<A>(C, [&](int64_t c) {
+          const A e = exp_v(A(load(row[c])) - mx);
+          if constexpr (kKeep) grow[c] = e;
+          return e;
+        });
+        auto e = [&](int64_t c) { return kKeep ? A(load(grow[c])) : exp_v(A(load(row[c])) - mx); };
+        // d loss / d x_c = (1 - s) w_t (p_c - [c = t]) + s / C (sum(w) p_c - w_c)
+        const int64_t t = tp[n];
+        const double wt = w[t];
+        const A g = A(load(glp[n])), inv = A(1.0 / sum), off = A(smoothing / double(C)), hit = A((1 - smoothing) * wt),
+                coef = w.w ? A((1 - smoothing) * wt + smoothing * w.sum / double(C)) : A(1);
+        const A at_target = g * (e(t) * inv * coef - off * A(w[t]) - hit);  // read before the loop overwrites it
+        if (w.w) {
+          for (int64_t c = 0; c < C; ++c) grow[c] = store<T>(g * (e(c) * inv * coef - off * A(w[c])));
+        } else {
+#pragma omp simd
+          for (int64_t c = 0; c < C; ++c) grow[c] = store<T>(g * (e(c) * inv - off));
         }
-        const A g = A(load(glp[n])), inv = A(1.0 / sum), off = A(smoothing / double(C)), hit = A(1 - smoothing);
-        for (int64_t c = 0; c < C; ++c) grow[c] = store<T>(g * (e(c) * inv - off - (c == tp[n] ? hit : A(0))));
-      }
+        grow[t] = store<T>(at_target);
+      });
     });
   });
 }

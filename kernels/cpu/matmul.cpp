@@ -1,11 +1,19 @@
-// Batched GEMM on Eigen. Operands map onto Eigen matrices without copies when one of their
-// two matrix strides is 1; the 16-bit types are widened to float and computed there.
+// Batched GEMM, variants "auto" (the default: OpenBLAS, but Eigen for inner sizes below
+// kBlasMinInner), "openblas" (cblas_sgemm/dgemm) and "eigen"; only "eigen" without MG_OPENBLAS. Operands are used
+// without copies when one of their two matrix strides is 1; the 16-bit types are widened to float and computed there,
+// integer types always run on Eigen. Both variants copy exactly the same operands, so the ledger does not depend on the
+// variant; their packing buffers are their own (OpenBLAS's pool, Eigen's stack/heap), outside the ledger.
 #include <omp.h>
 
 #include <algorithm>
+#include <optional>
 
 #include <Eigen/Core>
+#ifdef MG_WITH_OPENBLAS
+#include <cblas.h>
+#endif
 
+#include <memgrad/core/variants.h>
 #include <memgrad/kernels/cpu/cpu_kernels.h>
 #include <memgrad/kernels/cpu/loops.h>
 
@@ -32,6 +40,58 @@ void with_matrix(const A* p, const Strides& s, int64_t rows, int64_t cols, F f) 
 // Products with fewer multiply-adds than this run on one thread.
 constexpr int64_t kGemmGrain = int64_t(1) << 15;
 
+#ifdef MG_WITH_OPENBLAS
+const std::atomic<int>& g_variant = register_kernel_variants(DeviceType::CPU, "matmul", {"auto", "openblas", "eigen"});
+// bench_gemm, one core: at K = 10 (the MLP's 1024 -> 10 layer, grad of its input) Eigen reaches
+// 1.4x OpenBLAS's GFLOP/s; at K = 64 and above OpenBLAS wins every step shape (1.2x to 1.8x).
+constexpr int64_t kBlasMinInner = 16;
+bool use_openblas(int64_t K) {
+  const int v = g_variant.load(std::memory_order_relaxed);
+  return v == 1 || (v == 0 && K >= kBlasMinInner);
+}
+
+// A rows x cols matrix with strides s[1], s[2] as BLAS sees it: row-major (NoTrans) or its
+// transpose, and the leading dimension; none when BLAS cannot express the strides (Eigen can).
+struct BlasMatrix {
+  CBLAS_TRANSPOSE trans;
+  int ld;
+};
+std::optional<BlasMatrix> blas_matrix(const Strides& s, int64_t rows, int64_t cols) {
+  if ((s[2] == 1 || cols <= 1) && (rows <= 1 || s[1] >= std::max<int64_t>(cols, 1)))
+    return BlasMatrix{CblasNoTrans, int(rows <= 1 ? std::max<int64_t>(cols, 1) : s[1])};
+  if ((s[1] == 1 || rows <= 1) && (cols <= 1 || s[2] >= std::max<int64_t>(rows, 1)))
+    return BlasMatrix{CblasTrans, int(cols <= 1 ? std::max<int64_t>(rows, 1) : s[2])};
+  return std::nullopt;
+}
+
+// out (ldc) = x (rows x k) @ y (k x cols) on OpenBLAS, one thread (the openmp flavour runs one
+// inside a parallel region); false if the operands' strides do not fit BLAS.
+template <class A>
+bool blas_gemm(const A* x, const Strides& xs, const A* y, const Strides& ys, A* out, int64_t ldc, int64_t rows,
+               int64_t k, int64_t cols) {
+  if constexpr (std::is_same_v<A, float> || std::is_same_v<A, double>) {
+    const auto bx = blas_matrix(xs, rows, k), by = blas_matrix(ys, k, cols);
+    if (!bx || !by || std::max({rows, k, cols, ldc}) > INT32_MAX) return false;
+    if (rows == 0 || cols == 0) return true;
+    if constexpr (std::is_same_v<A, float>)
+      cblas_sgemm(CblasRowMajor, bx->trans, by->trans, int(rows), int(cols), int(k), 1.0f, x, bx->ld, y, by->ld, 0.0f,
+                  out, int(ldc));
+    else
+      cblas_dgemm(CblasRowMajor, bx->trans, by->trans, int(rows), int(cols), int(k), 1.0, x, bx->ld, y, by->ld, 0.0,
+                  out, int(ldc));
+    return true;
+  }
+  return false;
+}
+#else
+[[maybe_unused]] const std::atomic<int>& g_variant = register_kernel_variants(DeviceType::CPU, "matmul", {"eigen"});
+bool use_openblas(int64_t) { return false; }
+template <class A>
+bool blas_gemm(const A*, const Strides&, const A*, const Strides&, A*, int64_t, int64_t, int64_t, int64_t) {
+  return false;
+}
+#endif
+
 // out[b] = x[b] @ y[b] with A the arithmetic type; pointers index elements of type A.
 // The work is cut into tasks (one product, or a block of rows or columns of one) that each run
 // single-threaded Eigen: Eigen's own parallel GEMM spin-waits for the other threads' packed
@@ -44,11 +104,17 @@ void gemm_batched(const A* x, const Strides& xs, const A* y, const Strides& ys, 
   // Split each product only when the batch alone cannot keep every thread busy.
   const int64_t side = by_rows ? M : N;
   const int64_t parts = serial || B >= threads ? 1 : std::min((threads + B - 1) / B, std::max<int64_t>(side / 16, 1));
+  const bool blas = use_openblas(K);
   auto task = [&](int64_t t) {
     const int64_t b = t / parts, p = t % parts, lo = side * p / parts, hi = side * (p + 1) / parts;
-    Eigen::Map<RowMat<A>> o(out + b * M * N, M, N);
-    with_matrix(x + b * xs[0], xs, M, K, [&](const auto& xm) {
-      with_matrix(y + b * ys[0], ys, K, N, [&](const auto& ym) {
+    const A *xb = x + b * xs[0], *yb = y + b * ys[0];
+    A* ob = out + b * M * N;
+    if (blas && (by_rows ? blas_gemm(xb + lo * xs[1], xs, yb, ys, ob + lo * N, N, hi - lo, K, N)
+                         : blas_gemm(xb, xs, yb + lo * ys[2], ys, ob + lo, N, M, K, hi - lo)))
+      return;
+    Eigen::Map<RowMat<A>> o(ob, M, N);
+    with_matrix(xb, xs, M, K, [&](const auto& xm) {
+      with_matrix(yb, ys, K, N, [&](const auto& ym) {
         if (by_rows)
           o.middleRows(lo, hi - lo).noalias() = xm.middleRows(lo, hi - lo) * ym;
         else

@@ -17,7 +17,7 @@ void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const
     const T* wp = weight.defined() ? ptr<T>(weight) : nullptr;
     const T* bp = bias.defined() ? ptr<T>(bias) : nullptr;
     T* yp = ptr<T>(out);
-    float *mp = ptr<float>(mean), *rp = ptr<float>(rstd);
+    A *mp = ptr<A>(mean), *rp = ptr<A>(rstd);
 #pragma omp parallel for if (rows * n >= kParallelGrain)
     for (int64_t i = 0; i < rows; ++i) {
       const T* row = xp + i * n;
@@ -29,8 +29,8 @@ void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const
         ss += d * d;
       }
       double rs = 1.0 / std::sqrt(ss / double(n) + eps);
-      mp[i] = float(mu);
-      rp[i] = float(rs);
+      mp[i] = A(mu);
+      rp[i] = A(rs);
       for (int64_t j = 0; j < n; ++j) {
         A v = A((double(load(row[j])) - mu) * rs);
         if (wp) v *= load(wp[j]);
@@ -49,7 +49,7 @@ void layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& mean
     using T = typename decltype(xt)::type;
     const T *xp = ptr<T>(x), *gp = ptr<T>(grad);
     const T* wp = weight.defined() ? ptr<T>(weight) : nullptr;
-    const float *mp = ptr<float>(mean), *rp = ptr<float>(rstd);
+    const opmath_t<T>*mp = ptr<opmath_t<T>>(mean), *rp = ptr<opmath_t<T>>(rstd);
     if (grad_x.defined()) {
       T* gxp = ptr<T>(grad_x);
 #pragma omp parallel for if (rows * n >= kParallelGrain)

@@ -5,6 +5,7 @@
 
 #include <memgrad/kernels/cpu/cpu_kernels.h>
 #include <memgrad/kernels/cpu/loops.h>
+#include <memgrad/kernels/scan.h>
 
 namespace mg::cpu {
 
@@ -25,15 +26,14 @@ void reduce(ReduceOp op, const Tensor& x, const Tensor& out, int64_t outer, int6
       if (op == ReduceOp::Sum && inner > 1) {  // add whole rows with unit stride, a block of columns per task
         constexpr int64_t kCols = 256;
         const int64_t blocks = (inner + kCols - 1) / kCols;
-#pragma omp parallel for if (outer * r * inner >= kParallelGrain && outer * blocks > 1)
-        for (int64_t t = 0; t < outer * blocks; ++t) {
+        parallel_for(outer * blocks, outer * r * inner >= kParallelGrain && outer * blocks > 1, [&](int64_t t) {
           const int64_t o = t / blocks, j0 = t % blocks * kCols, n = std::min(kCols, inner - j0);
           A acc[kCols] = {};
           const T* p = xp + o * r * inner + j0;
           for (int64_t k = 0; k < r; ++k, p += inner)
             for (int64_t j = 0; j < n; ++j) acc[j] += A(load(p[j]));
           for (int64_t j = 0; j < n; ++j) op_[o * inner + j0 + j] = store<O>(acc[j]);
-        }
+        });
         return;
       }
       if (op == ReduceOp::Sum) {
@@ -50,6 +50,25 @@ void reduce(ReduceOp op, const Tensor& x, const Tensor& out, int64_t outer, int6
         });
         return;
       }
+      if (op == ReduceOp::LogSumExp) {
+        if constexpr (std::is_floating_point_v<opmath_t<T>>) {
+          for_each_line(outer, r, inner, [&](int64_t l, int64_t base, int64_t st) {
+            double mx = -std::numeric_limits<double>::infinity(), sum = 0;
+            for (int64_t k = 0; k < r; ++k) {
+              double v = double(load(xp[base + k * st]));
+              mx = is_nan(v) || v > mx ? v : mx;  // NaN sticks: it is never greater than anything
+              if (is_nan(v)) break;
+            }
+            if (!std::isfinite(mx)) {  // NaN, or a line of -inf (or containing +inf)
+              op_[l] = store<O>(mx);
+              return;
+            }
+            for (int64_t k = 0; k < r; ++k) sum += std::exp(double(load(xp[base + k * st])) - mx);
+            op_[l] = store<O>(mx + std::log(sum));
+          });
+        }
+        return;
+      }
       const bool is_max = op == ReduceOp::Max;
       for_each_line(outer, r, inner, [&](int64_t l, int64_t base, int64_t st) {
         auto best = load(xp[base]);
@@ -63,6 +82,42 @@ void reduce(ReduceOp op, const Tensor& x, const Tensor& out, int64_t outer, int6
         }
         op_[l] = store<O>(best);
       });
+    });
+  });
+}
+
+void scan(ScanOp op, const Tensor& x, const Tensor& out, int64_t outer, int64_t r, int64_t inner) {
+  dispatch(x.dtype(), [&](auto xt) {
+    using T = typename decltype(xt)::type;
+    using A = acc_t<T>;  // double for floating x, as PyTorch's CPU scans; int64 otherwise
+    const T* xp = ptr<T>(x);
+    dispatch(out.dtype(), [&](auto ot) {
+      using O = typename decltype(ot)::type;
+      O* yp = ptr<O>(out);
+      const bool sum = op == ScanOp::Sum;
+      for_each_line(outer, r, inner, [&](int64_t, int64_t base, int64_t st) {
+        A acc = sum ? A(0) : A(1);
+        for (int64_t k = 0; k < r; ++k) {
+          const A v = A(load(xp[base + k * st]));
+          acc = sum ? acc + v : acc * v;
+          yp[base + k * st] = store<O>(acc);
+        }
+      });
+    });
+  });
+}
+
+void cumprod_backward(const Tensor& grad, const Tensor& x, const Tensor& out, const Tensor& grad_in, int64_t outer,
+                      int64_t r, int64_t inner) {
+  dispatch_floating(x.dtype(), "cumprod_backward", [&](auto xt) {
+    using T = typename decltype(xt)::type;
+    const T *gp = ptr<T>(grad), *xp = ptr<T>(x), *yp = ptr<T>(out);
+    T* dp = ptr<T>(grad_in);
+    for_each_line(outer, r, inner, [&](int64_t, int64_t base, int64_t st) {
+      auto at = [&](const T* p, int64_t k) { return double(load(p[base + k * st])); };
+      kernels::cumprod_grad_line(
+          r, [&](int64_t k) { return at(xp, k); }, [&](int64_t k) { return at(yp, k); },
+          [&](int64_t k) { return at(gp, k); }, [&](int64_t k, double v) { dp[base + k * st] = store<T>(v); });
     });
   });
 }

@@ -77,10 +77,25 @@ __device__ __forceinline__ bool sees(const AttentionParams& p, int64_t i, int64_
   return j < Tk && (!p.causal || j <= i);
 }
 
+// Whether query i of head bh sees key j (in range, causal, a bool mask), and in `add` what an
+// additive mask adds to its score. `mask` holds T for additive masks.
+template <class T, class A>
+__device__ __forceinline__ bool visible(const AttentionParams& p, const void* mask, int64_t bh, int64_t i, int64_t j,
+                                        int64_t Tk, A* add) {
+  *add = A(0);
+  if (!sees(p, i, j, Tk)) return false;
+  using Kind = AttentionMask::Kind;
+  if (p.mask.kind == Kind::None) return true;
+  const int64_t off = p.mask.offset(bh, i, j);
+  if (p.mask.kind == Kind::Bool) return static_cast<const bool*>(mask)[off];
+  *add = A(dload(static_cast<const T*>(mask)[off]));
+  return true;
+}
+
 // One block: kWarps * R query rows of head bh against every visible key tile.
 template <class T, class A, int R>
-__global__ void attention_forward_kernel(const T* q, const T* k, const T* v, T* out, A* lse, int64_t Tq, int64_t Tk,
-                                         int D, int64_t row_blocks, AttentionParams p) {
+__global__ void attention_forward_kernel(const T* q, const T* k, const T* v, const void* mask, T* out, A* lse,
+                                         int64_t Tq, int64_t Tk, int D, int64_t row_blocks, AttentionParams p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   A* q_sh = reinterpret_cast<A*>(smem_raw);  // [kWarps * R][D]
   A* k_sh = q_sh + kWarps * R * D;           // [kTile][padded(D)]: lanes read rows
@@ -110,8 +125,9 @@ __global__ void attention_forward_kernel(const T* q, const T* k, const T* v, T* 
       const int row = warp * R + r;
       const int64_t i = i0 + row;
       if (i >= Tq) continue;  // uniform across the warp
-      const bool valid = sees(p, i, j, Tk);
-      const A s = valid ? A(p.scale) * dot(q_sh + row * D, k_sh + lane * padded(D), D) : neg_inf<A>();
+      A add;
+      const bool valid = visible<T>(p, mask, bh, i, j, Tk, &add);
+      const A s = valid ? A(p.scale) * dot(q_sh + row * D, k_sh + lane * padded(D), D) + add : neg_inf<A>();
       const A m_new = max(m[r], warp_reduce(s, [](A a, A b) { return max(a, b); }));
       if (m_new == neg_inf<A>()) continue;  // no visible key yet (uniform: a reduced value)
       const A alpha = exp(m[r] - m_new), e = valid ? exp(s - m_new) : A(0);
@@ -147,22 +163,23 @@ __global__ void attention_delta_kernel(const T* grad_out, const T* out, A* delta
 
 // The gradient of a query row's scores for the lane's key: ds = p * (dp - delta) * scale, with p
 // recomputed from lse and dp = dO . v through the dropout mask. Also returns the dropped-out p.
-template <class A>
-__device__ __forceinline__ A score_grad(const AttentionParams& p, const A* q_row, const A* do_row, const A* k_row,
-                                        const A* v_row, A lse_i, A delta_i, int64_t bh, int64_t i, int64_t j,
-                                        int64_t Tq, int64_t Tk, int D, A* p_dropped) {
+template <class T, class A>
+__device__ __forceinline__ A score_grad(const AttentionParams& p, const void* mask, const A* q_row, const A* do_row,
+                                        const A* k_row, const A* v_row, A lse_i, A delta_i, int64_t bh, int64_t i,
+                                        int64_t j, int64_t Tq, int64_t Tk, int D, A* p_dropped) {
   *p_dropped = 0;
-  if (!sees(p, i, j, Tk) || lse_i == neg_inf<A>()) return A(0);
-  const A prob = exp(A(p.scale) * dot(q_row, k_row, D) - lse_i), keep = keep_scale<A>(p, bh, i, j, Tq, Tk);
+  A add;
+  if (!visible<T>(p, mask, bh, i, j, Tk, &add) || lse_i == neg_inf<A>()) return A(0);
+  const A prob = exp(A(p.scale) * dot(q_row, k_row, D) + add - lse_i), keep = keep_scale<A>(p, bh, i, j, Tq, Tk);
   *p_dropped = prob * keep;
   return prob * (dot(do_row, v_row, D) * keep - delta_i) * A(p.scale);
 }
 
 // dq for kWarps * R query rows of head bh: dq_i = sum_j ds_ij k_j.
 template <class T, class A, int R>
-__global__ void attention_grad_q_kernel(const T* grad_out, const T* q, const T* k, const T* v, const A* lse,
-                                        const A* delta, T* grad_q, int64_t Tq, int64_t Tk, int D, int64_t row_blocks,
-                                        AttentionParams p) {
+__global__ void attention_grad_q_kernel(const T* grad_out, const T* q, const T* k, const T* v, const void* mask,
+                                        const A* lse, const A* delta, T* grad_q, int64_t Tq, int64_t Tk, int D,
+                                        int64_t row_blocks, AttentionParams p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int rows = kWarps * R;
   A* q_sh = reinterpret_cast<A*>(smem_raw);  // [rows][D]
@@ -190,8 +207,9 @@ __global__ void attention_grad_q_kernel(const T* grad_out, const T* q, const T* 
       const int64_t i = i0 + row;
       if (i >= Tq) continue;
       A unused;
-      const A ds = score_grad(p, q_sh + row * D, do_sh + row * D, k_sh + lane * padded(D), v_sh + lane * padded(D),
-                              lse[bh * Tq + i], delta[bh * Tq + i], bh, i, j0 + lane, Tq, Tk, D, &unused);
+      const A ds =
+          score_grad<T>(p, mask, q_sh + row * D, do_sh + row * D, k_sh + lane * padded(D), v_sh + lane * padded(D),
+                        lse[bh * Tq + i], delta[bh * Tq + i], bh, i, j0 + lane, Tq, Tk, D, &unused);
       gather_rows(acc[r], ds, k_sh, padded(D), lane, D);
     }
   }
@@ -208,9 +226,9 @@ __global__ void attention_grad_q_kernel(const T* grad_out, const T* q, const T* 
 // takes a row per lane, then its lanes (over d) gather the 32 rows' terms by shuffles, so the
 // sums stay in registers and are written once.
 template <class T, class A, int R>
-__global__ void attention_grad_kv_kernel(const T* grad_out, const T* q, const T* k, const T* v, const A* lse,
-                                         const A* delta, T* grad_k, T* grad_v, int64_t Tq, int64_t Tk, int D,
-                                         int64_t key_blocks, AttentionParams p) {
+__global__ void attention_grad_kv_kernel(const T* grad_out, const T* q, const T* k, const T* v, const void* mask,
+                                         const A* lse, const A* delta, T* grad_k, T* grad_v, int64_t Tq, int64_t Tk,
+                                         int D, int64_t key_blocks, AttentionParams p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int pitch = padded(D), keys = kWarps * R;
   A* q_sh = reinterpret_cast<A*>(smem_raw);  // [kTile][pitch]: lanes read rows, and columns
@@ -243,8 +261,8 @@ __global__ void attention_grad_kv_kernel(const T* grad_out, const T* q, const T*
     for (int r = 0; r < R; ++r) {
       const int key = warp * R + r;
       A pd;  // rows past Tq have lse -inf: ds = pd = 0
-      const A ds = score_grad(p, q_sh + lane * pitch, do_sh + lane * pitch, k_sh + key * D, v_sh + key * D,
-                              lse_sh[lane], delta_sh[lane], bh, i0 + lane, j0 + key, Tq, Tk, D, &pd);
+      const A ds = score_grad<T>(p, mask, q_sh + lane * pitch, do_sh + lane * pitch, k_sh + key * D, v_sh + key * D,
+                                 lse_sh[lane], delta_sh[lane], bh, i0 + lane, j0 + key, Tq, Tk, D, &pd);
       gather_rows(dk[r], ds, q_sh, pitch, lane, D);
       gather_rows(dv[r], pd, do_sh, pitch, lane, D);
     }
@@ -277,13 +295,19 @@ void check_head_dim(const char* op, int64_t D) {
            ", got ", D);
 }
 
+// The mask's first element on the device, or null.
+const void* mask_data(const Tensor& mask) {
+  if (!mask.defined()) return nullptr;
+  return static_cast<const char*>(mask.storage()->data()) + mask.storage_offset() * int64_t(mask.element_size());
+}
+
 constexpr int kForwardRows = 4, kGradRows = 2;  // query rows per warp
 constexpr int kGradKeys = 4;                    // keys per warp in the dk/dv kernel
 
 }  // namespace
 
-void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-               const AttentionParams& p) {
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const Tensor& out,
+               const Tensor& lse, const AttentionParams& p) {
   const int64_t BH = q.size(0), Tq = q.size(1), Tk = k.size(1), D = q.size(2);
   check_head_dim("attention", D);
   cudaStream_t s = stream_for(out);
@@ -293,13 +317,13 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
     const int64_t row_blocks = (Tq + kWarps * kForwardRows - 1) / (kWarps * kForwardRows);
     const size_t smem = sizeof(A) * size_t(kWarps * kForwardRows * D + kTile * padded(int(D)) + kTile * D);
     launch("attention", attention_forward_kernel<T, A, kForwardRows>, BH * row_blocks, 32 * kWarps, smem, s, dptr<T>(q),
-           dptr<T>(k), dptr<T>(v), dptr<T>(out), dptr<A>(lse), Tq, Tk, int(D), row_blocks, p);
+           dptr<T>(k), dptr<T>(v), mask_data(mask), dptr<T>(out), dptr<A>(lse), Tq, Tk, int(D), row_blocks, p);
   });
 }
 
-void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                        const Tensor& lse, const Tensor& delta, const Tensor& grad_q, const Tensor& grad_k,
-                        const Tensor& grad_v, const AttentionParams& p) {
+void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                        const Tensor& out, const Tensor& lse, const Tensor& delta, const Tensor& grad_q,
+                        const Tensor& grad_k, const Tensor& grad_v, const AttentionParams& p) {
   const int64_t BH = q.size(0), Tq = q.size(1), Tk = k.size(1), D = q.size(2);
   check_head_dim("attention_backward", D);
   cudaStream_t s = stream_for(grad_q);
@@ -308,16 +332,17 @@ void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k
     using A = opmath_t<T>;
     const T *go = dptr<T>(grad_out), *qp = dptr<T>(q), *kp = dptr<T>(k), *vp = dptr<T>(v);
     const A *lp = dptr<A>(lse), *dp = dptr<A>(delta);
+    const void* mp = mask_data(mask);
     launch("attention_backward", attention_delta_kernel<T, A>, grid_for(BH * Tq * 32), 256, 0, s, go, dptr<T>(out),
            dptr<A>(delta), BH * Tq, int(D));
     const int64_t row_blocks = (Tq + kWarps * kGradRows - 1) / (kWarps * kGradRows);
     const size_t smem_q = sizeof(A) * size_t(2 * kWarps * kGradRows * D + 2 * kTile * padded(int(D)));
     launch("attention_backward", attention_grad_q_kernel<T, A, kGradRows>, BH * row_blocks, 32 * kWarps, smem_q, s, go,
-           qp, kp, vp, lp, dp, dptr<T>(grad_q), Tq, Tk, int(D), row_blocks, p);
+           qp, kp, vp, mp, lp, dp, dptr<T>(grad_q), Tq, Tk, int(D), row_blocks, p);
     const int64_t key_blocks = (Tk + kWarps * kGradKeys - 1) / (kWarps * kGradKeys);
     const size_t smem_kv = sizeof(A) * size_t(2 * kTile * padded(int(D)) + 2 * kWarps * kGradKeys * D + 2 * kTile);
     launch("attention_backward", attention_grad_kv_kernel<T, A, kGradKeys>, BH * key_blocks, 32 * kWarps, smem_kv, s,
-           go, qp, kp, vp, lp, dp, dptr<T>(grad_k), dptr<T>(grad_v), Tq, Tk, int(D), key_blocks, p);
+           go, qp, kp, vp, mp, lp, dp, dptr<T>(grad_k), dptr<T>(grad_v), Tq, Tk, int(D), key_blocks, p);
   });
 }
 

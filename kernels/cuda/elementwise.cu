@@ -60,6 +60,8 @@ struct UnaryFn {
         return A(gelu_tanh_f(real(v)));
       case UnaryOp::Silu:
         return A(silu_f(real(v)));
+      case UnaryOp::Erf:
+        return A(erf(real(v)));
       case UnaryOp::PowScalar:
         return A(pow(double(v), e));
       case UnaryOp::Clamp:
@@ -78,46 +80,9 @@ struct UnaryFn {
 template <class A>
 struct UnaryGradFn {
   UnaryOp op;
-  A a, b;
-  double e;
-  __device__ A operator()(A g, A s) const {  // `s` is x, or the output y where the CPU notes it
-    switch (op) {
-      case UnaryOp::Neg:
-        return -g;
-      case UnaryOp::Exp:
-        return g * s;
-      case UnaryOp::Log:
-        return g / s;
-      case UnaryOp::Sqrt:
-        return g / (A(2) * s);
-      case UnaryOp::Rsqrt:
-        return A(-0.5) * g * s * s * s;
-      case UnaryOp::Abs:
-        return s > A(0) ? g : (s < A(0) ? -g : A(0));
-      case UnaryOp::Tanh:
-        return g * (A(1) - s * s);
-      case UnaryOp::Sigmoid:
-        return g * s * (A(1) - s);
-      case UnaryOp::Relu:
-        return s > A(0) ? g : A(0);
-      case UnaryOp::GeluErf:
-        return g * gelu_erf_grad(s);
-      case UnaryOp::GeluTanh:
-        return g * gelu_tanh_grad(s);
-      case UnaryOp::Silu:
-        return g * silu_grad(s);
-      case UnaryOp::PowScalar:
-        return e == 0 ? A(0) : A(g * e * pow(double(s), e - 1));
-      case UnaryOp::Clamp:
-        return s >= a && s <= b ? g : A(0);
-      case UnaryOp::AddScalar:
-        return g;
-      case UnaryOp::MulScalar:
-        return g * a;
-      case UnaryOp::RsubScalar:
-        return -g;
-    }
-    return g;
+  UnaryParams p;
+  __device__ A operator()(A g, A s) const {  // `s` is x, or the output y (kernels/unary.h)
+    return with_unary_op(op, [&](auto u) { return unary_grad<decltype(u)::value>(g, s, p); });
   }
 };
 
@@ -312,7 +277,7 @@ void unary_backward(UnaryOp op, const Tensor& grad, const Tensor& saved, const T
   dispatch_floating(grad.dtype(), "unary_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
-    map<T, T, T>("unary_backward", grad_in, UnaryGradFn<A>{op, A(p.a), A(p.b), p.a}, grad, saved);
+    map<T, T, T>("unary_backward", grad_in, UnaryGradFn<A>{op, p}, grad, saved);
   });
 }
 

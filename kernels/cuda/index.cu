@@ -71,6 +71,12 @@ __global__ void gather_kernel(const U* x, const int64_t* idx, U* out, GatherGeom
     out[p] = x[g.offset(p, idx)];
 }
 
+template <class U>
+__global__ void scatter_kernel(U* dst, const int64_t* idx, const U* src, GatherGeom g, int64_t n) {
+  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < n; p += int64_t(gridDim.x) * blockDim.x)
+    dst[g.offset(p, idx)] = src[p];
+}
+
 template <class T>
 __global__ void scatter_add_kernel(T* dst, const int64_t* idx, const T* src, GatherGeom g, int64_t n) {
   for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < n; p += int64_t(gridDim.x) * blockDim.x)
@@ -116,6 +122,19 @@ void gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out
     gather_kernel<<<grid_for(n), 256, 0, st>>>(dptr<U>(x), dptr<int64_t>(index), dptr<U>(out), g, n);
   });
   check_launch("gather");
+}
+
+void scatter(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src) {
+  check_indices("scatter", index, dst.size(dim));
+  const int64_t n = index.numel();
+  if (n == 0) return;
+  GatherGeom g = gather_geom("scatter", index, dst, dim);
+  cudaStream_t st = stream_for(dst);
+  dispatch_bytes(dst.element_size(), [&](auto tag) {
+    using U = typename decltype(tag)::type;
+    scatter_kernel<<<grid_for(n), 256, 0, st>>>(dptr<U>(dst), dptr<int64_t>(index), dptr<U>(src), g, n);
+  });
+  check_launch("scatter");
 }
 
 void scatter_add(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src) {

@@ -9,38 +9,46 @@ namespace mg::cuda {
 namespace {
 
 // ---- cross-entropy: one block per row; softmax statistics and the row sum in one pass
+// Softmax statistics of a row, with the class-weighted sum of its logits and the weights' sum.
 template <class A>
 struct CeStats {
-  A m, s, total;
+  A m, s, total, wsum;
 };
 template <class A>
 __device__ __forceinline__ CeStats<A> shfl_xor(CeStats<A> a, int o) {
   return {__shfl_xor_sync(0xffffffffu, a.m, o), __shfl_xor_sync(0xffffffffu, a.s, o),
-          __shfl_xor_sync(0xffffffffu, a.total, o)};
+          __shfl_xor_sync(0xffffffffu, a.total, o), __shfl_xor_sync(0xffffffffu, a.wsum, o)};
 }
 struct MergeCe {
   template <class A>
   __device__ __forceinline__ CeStats<A> operator()(CeStats<A> a, CeStats<A> b) const {
     MaxSum<A> ms = MergeMaxSum{}(MaxSum<A>{a.m, a.s}, MaxSum<A>{b.m, b.s});
-    return {ms.m, ms.s, a.total + b.total};
+    return {ms.m, ms.s, a.total + b.total, a.wsum + b.wsum};
   }
 };
 
+// Class weight c: weight[c], or 1 without weights.
 template <class T, class A>
-__device__ __forceinline__ CeStats<A> row_stats(const T* row, int64_t C) {
+__device__ __forceinline__ A class_weight(const T* weight, int64_t c) {
+  return weight ? A(dload(weight[c])) : A(1);
+}
+
+template <class T, class A>
+__device__ __forceinline__ CeStats<A> row_stats(const T* row, const T* weight, int64_t C) {
   __shared__ CeStats<A> shared[32];
   MaxSum<A> ms{-INFINITY, A(0)};
-  A total = 0;
+  A total = 0, wsum = 0;
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-    A v = dload(row[c]);
+    A v = dload(row[c]), w = class_weight<T, A>(weight, c);
     push(ms, v);
-    total += v;
+    total += w * v;
+    wsum += w;
   }
-  return block_reduce(CeStats<A>{ms.m, ms.s, total}, MergeCe{}, shared);
+  return block_reduce(CeStats<A>{ms.m, ms.s, total, wsum}, MergeCe{}, shared);
 }
 
 template <class T, class L>
-__global__ void cross_entropy_kernel(const T* x, const int64_t* target, L* loss, int64_t N, int64_t C,
+__global__ void cross_entropy_kernel(const T* x, const int64_t* target, const T* weight, L* loss, int64_t N, int64_t C,
                                      int64_t ignore_index, double smoothing) {
   using A = opmath_t<T>;
   for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
@@ -50,18 +58,19 @@ __global__ void cross_entropy_kernel(const T* x, const int64_t* target, L* loss,
       continue;
     }
     const T* row = x + n * C;
-    CeStats<A> st = row_stats<T, A>(row, C);
+    CeStats<A> st = row_stats<T, A>(row, weight, C);
     if (threadIdx.x == 0) {
       double lse = double(st.m) + ::log(double(st.s));
-      double nll = lse - double(dload(row[t])), smooth = lse - double(st.total) / double(C);
+      double nll = double(class_weight<T, A>(weight, t)) * (lse - double(dload(row[t])));
+      double smooth = (double(st.wsum) * lse - double(st.total)) / double(C);  // mean of -w_c log p_c
       loss[n] = dstore<L>((1 - smoothing) * nll + smoothing * smooth);
     }
   }
 }
 
 template <class T, class L>
-__global__ void cross_entropy_backward_kernel(const L* grad_loss, const T* x, const int64_t* target, T* gx, int64_t N,
-                                              int64_t C, int64_t ignore_index, double smoothing) {
+__global__ void cross_entropy_backward_kernel(const L* grad_loss, const T* x, const int64_t* target, const T* weight,
+                                              T* gx, int64_t N, int64_t C, int64_t ignore_index, double smoothing) {
   using A = opmath_t<T>;
   for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
     int64_t t = target[n];
@@ -71,19 +80,22 @@ __global__ void cross_entropy_backward_kernel(const L* grad_loss, const T* x, co
       continue;
     }
     const T* row = x + n * C;
-    CeStats<A> st = row_stats<T, A>(row, C);
-    A g = A(dload(grad_loss[n])), inv = A(1) / st.s, off = A(smoothing / double(C)), hit = A(1 - smoothing);
+    CeStats<A> st = row_stats<T, A>(row, weight, C);
+    // d loss / d x_c = (1 - s) w_t (p_c - [c = t]) + s / C (sum(w) p_c - w_c)
+    const A wt = class_weight<T, A>(weight, t);
+    const A g = A(dload(grad_loss[n])), inv = A(1) / st.s, off = A(smoothing / double(C)), hit = A(1 - smoothing) * wt;
+    const A coef = weight ? A(1 - smoothing) * wt + A(smoothing / double(C)) * st.wsum : A(1);
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
       A p = exp(A(dload(row[c])) - st.m) * inv;
-      grow[c] = dstore<T>(g * (p - off - (c == t ? hit : A(0))));
+      grow[c] = dstore<T>(g * (p * coef - off * class_weight<T, A>(weight, c) - (c == t ? hit : A(0))));
     }
   }
 }
 
 }  // namespace
 
-void cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& loss, int64_t ignore_index,
-                   double smoothing) {
+void cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& weight, const Tensor& loss,
+                   int64_t ignore_index, double smoothing) {
   const int64_t N = logits.size(0), C = logits.size(1);
   check_indices("cross_entropy", target, C, ignore_index);
   if (N == 0) return;
@@ -92,14 +104,15 @@ void cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& los
     using T = typename decltype(xt)::type;
     dispatch_floating(loss.dtype(), "cross_entropy", [&](auto lt) {
       using L = typename decltype(lt)::type;
-      cross_entropy_kernel<<<grid_for(N, 1), kThreads, 0, s>>>(dptr<T>(logits), dptr<int64_t>(target), dptr<L>(loss), N,
-                                                               C, ignore_index, smoothing);
+      cross_entropy_kernel<<<grid_for(N, 1), kThreads, 0, s>>>(dptr<T>(logits), dptr<int64_t>(target),
+                                                               dptr_or_null<T>(weight), dptr<L>(loss), N, C,
+                                                               ignore_index, smoothing);
     });
   });
   check_launch("cross_entropy");
 }
 
-void cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& target,
+void cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& target, const Tensor& weight,
                             const Tensor& grad_logits, int64_t ignore_index, double smoothing) {
   const int64_t N = logits.size(0), C = logits.size(1);
   if (N == 0) return;
@@ -108,9 +121,9 @@ void cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const
     using T = typename decltype(xt)::type;
     dispatch_floating(grad_loss.dtype(), "cross_entropy_backward", [&](auto lt) {
       using L = typename decltype(lt)::type;
-      cross_entropy_backward_kernel<<<grid_for(N, 1), kThreads, 0, s>>>(dptr<L>(grad_loss), dptr<T>(logits),
-                                                                        dptr<int64_t>(target), dptr<T>(grad_logits), N,
-                                                                        C, ignore_index, smoothing);
+      cross_entropy_backward_kernel<<<grid_for(N, 1), kThreads, 0, s>>>(
+          dptr<L>(grad_loss), dptr<T>(logits), dptr<int64_t>(target), dptr_or_null<T>(weight), dptr<T>(grad_logits), N,
+          C, ignore_index, smoothing);
     });
   });
   check_launch("cross_entropy_backward");

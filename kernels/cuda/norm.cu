@@ -17,8 +17,8 @@ __device__ __forceinline__ A row_reduce(A v, Op op, A* shared) {
 }
 
 template <bool kWarpRow, class T>
-__global__ void layer_norm_kernel(const T* x, const T* w, const T* b, T* y, float* mean, float* rstd, int64_t rows,
-                                  int64_t n, double eps) {
+__global__ void layer_norm_kernel(const T* x, const T* w, const T* b, T* y, opmath_t<T>* mean, opmath_t<T>* rstd,
+                                  int64_t rows, int64_t n, double eps) {
   using A = opmath_t<T>;
   __shared__ A shared[32];
   const int lanes = kWarpRow ? 32 : blockDim.x, lane = kWarpRow ? threadIdx.x % 32 : threadIdx.x;
@@ -36,7 +36,7 @@ __global__ void layer_norm_kernel(const T* x, const T* w, const T* b, T* y, floa
       ss += d * d;
     }
     A rs = A(1) / sqrt(row_reduce<kWarpRow>(ss, SumOp{}, shared) / A(n) + A(eps));
-    if (lane == 0) mean[i] = float(mu), rstd[i] = float(rs);
+    if (lane == 0) mean[i] = mu, rstd[i] = rs;
     for (int64_t j = lane; j < n; j += lanes) {
       A v = (A(dload(row[j])) - mu) * rs;
       if (w) v *= dload(w[j]);
@@ -62,8 +62,8 @@ struct SumPair {
 };
 
 template <class T>
-__global__ void layer_norm_grad_x_kernel(const T* g, const T* x, const float* mean, const float* rstd, const T* w,
-                                         T* gx, int64_t rows, int64_t n) {
+__global__ void layer_norm_grad_x_kernel(const T* g, const T* x, const opmath_t<T>* mean, const opmath_t<T>* rstd,
+                                         const T* w, T* gx, int64_t rows, int64_t n) {
   using A = opmath_t<T>;
   __shared__ Pair<A> shared[32];
   for (int64_t i = blockIdx.x; i < rows; i += gridDim.x) {
@@ -87,8 +87,8 @@ __global__ void layer_norm_grad_x_kernel(const T* g, const T* x, const float* me
 
 // Column sums over rows, blocks of 32 x 8 like reduce_cols_kernel.
 template <class T>
-__global__ void layer_norm_grad_wb_kernel(const T* g, const T* x, const float* mean, const float* rstd, T* gw, T* gb,
-                                          int64_t rows, int64_t n) {
+__global__ void layer_norm_grad_wb_kernel(const T* g, const T* x, const opmath_t<T>* mean, const opmath_t<T>* rstd,
+                                          T* gw, T* gb, int64_t rows, int64_t n) {
   using A = opmath_t<T>;
   __shared__ Pair<A> part[8][33];
   for (int64_t b = blockIdx.x; b < (n + 31) / 32; b += gridDim.x) {
@@ -128,11 +128,11 @@ void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const
     using T = typename decltype(xt)::type;
     const T *w = dptr_or_null<T>(weight), *b = dptr_or_null<T>(bias);
     if (warp_row)
-      layer_norm_kernel<true><<<grid_for(rows, 8), 256, 0, s>>>(dptr<T>(x), w, b, dptr<T>(out), dptr<float>(mean),
-                                                                dptr<float>(rstd), rows, n, eps);
+      layer_norm_kernel<true><<<grid_for(rows, 8), 256, 0, s>>>(dptr<T>(x), w, b, dptr<T>(out), dptr<opmath_t<T>>(mean),
+                                                                dptr<opmath_t<T>>(rstd), rows, n, eps);
     else
-      layer_norm_kernel<false><<<grid_for(rows, 1), kThreads, 0, s>>>(dptr<T>(x), w, b, dptr<T>(out), dptr<float>(mean),
-                                                                      dptr<float>(rstd), rows, n, eps);
+      layer_norm_kernel<false><<<grid_for(rows, 1), kThreads, 0, s>>>(
+          dptr<T>(x), w, b, dptr<T>(out), dptr<opmath_t<T>>(mean), dptr<opmath_t<T>>(rstd), rows, n, eps);
   });
   check_launch("layer_norm");
 }
@@ -145,7 +145,7 @@ void layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& mean
   dispatch_floating(x.dtype(), "layer_norm_backward", [&](auto xt) {
     using T = typename decltype(xt)::type;
     const T *g = dptr<T>(grad), *xp = dptr<T>(x);
-    const float *mp = dptr<float>(mean), *rp = dptr<float>(rstd);
+    const opmath_t<T>*mp = dptr<opmath_t<T>>(mean), *rp = dptr<opmath_t<T>>(rstd);
     if (grad_x.defined() && rows > 0)
       layer_norm_grad_x_kernel<<<grid_for(rows, 1), kThreads, 0, s>>>(g, xp, mp, rp, dptr_or_null<T>(weight),
                                                                       dptr<T>(grad_x), rows, n);

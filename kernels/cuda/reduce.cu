@@ -2,7 +2,9 @@
 // a block per row with shuffle reductions; inner > 1 gives each thread a line, strided by `inner`
 // so neighbouring threads read neighbouring bytes.
 #include <memgrad/kernels/cuda/cuda_kernels.h>
+#include <memgrad/kernels/scan.h>
 #include <memgrad/kernels/cuda/common.cuh>
+#include <memgrad/kernels/cuda/online_softmax.cuh>
 
 namespace mg::cuda {
 
@@ -68,6 +70,97 @@ __global__ void reduce_cols_kernel(const T* x, O* out, int64_t outer, int64_t r,
   }
 }
 
+// ---- log-sum-exp: running (max, sum of exp(x - max)) and whether a NaN was seen
+template <class A>
+struct Lse {
+  A m, s, nan;
+};
+template <class A>
+__device__ __forceinline__ Lse<A> shfl_xor(Lse<A> a, int o) {
+  return {__shfl_xor_sync(0xffffffffu, a.m, o), __shfl_xor_sync(0xffffffffu, a.s, o),
+          __shfl_xor_sync(0xffffffffu, a.nan, o)};
+}
+struct MergeLse {
+  template <class A>
+  __device__ __forceinline__ Lse<A> operator()(Lse<A> a, Lse<A> b) const {
+    MaxSum<A> ms = MergeMaxSum{}(MaxSum<A>{a.m, a.s}, MaxSum<A>{b.m, b.s});
+    return {ms.m, ms.s, a.nan + b.nan};
+  }
+};
+template <class A>
+__device__ __forceinline__ void push(Lse<A>& acc, A v) {
+  if (v != v) {
+    acc.nan = 1;
+    return;
+  }
+  MaxSum<A> ms{acc.m, acc.s};
+  push(ms, v);
+  acc.m = ms.m, acc.s = ms.s;
+}
+// The result as the CPU gives it: NaN if any, the max when it is infinite, else max + log(sum).
+template <class O, class A>
+__device__ __forceinline__ O lse_value(const Lse<A>& a) {
+  if (a.nan > A(0)) return dstore<O>(A(NAN));
+  return dstore<O>(isinf(a.m) ? a.m : a.m + log(a.s));
+}
+
+// inner == 1: a block per row.
+template <class T, class O>
+__global__ void logsumexp_rows_kernel(const T* x, O* out, int64_t rows, int64_t r) {
+  using A = opmath_t<T>;
+  __shared__ Lse<A> shared[32];
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    Lse<A> acc{A(-INFINITY), A(0), A(0)};
+    for (int64_t k = threadIdx.x; k < r; k += blockDim.x) push(acc, A(dload(x[row * r + k])));
+    acc = block_reduce(acc, MergeLse{}, shared);
+    if (threadIdx.x == 0) out[row] = lse_value<O>(acc);
+  }
+}
+
+// inner > 1: a thread per line; neighbouring threads read neighbouring columns.
+template <class T, class O>
+__global__ void logsumexp_cols_kernel(const T* x, O* out, int64_t outer, int64_t r, int64_t inner) {
+  using A = opmath_t<T>;
+  for (int64_t l = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; l < outer * inner;
+       l += int64_t(gridDim.x) * blockDim.x) {
+    const T* p = x + (l / inner) * r * inner + l % inner;
+    Lse<A> acc{A(-INFINITY), A(0), A(0)};
+    for (int64_t k = 0; k < r; ++k) push(acc, A(dload(p[k * inner])));
+    out[l] = lse_value<O>(acc);
+  }
+}
+
+// ---- scans and the cumulative product's gradient: a thread per line, in order (as the CPU)
+template <class T, class O>
+__global__ void scan_kernel(const T* x, O* out, int64_t outer, int64_t r, int64_t inner, bool sum) {
+  using A = acc_t<T>;
+  for (int64_t l = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; l < outer * inner;
+       l += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t base = (l / inner) * r * inner + l % inner;
+    A acc = sum ? A(0) : A(1);
+    for (int64_t k = 0; k < r; ++k) {
+      const A v = A(dload(x[base + k * inner]));
+      acc = sum ? acc + v : acc * v;
+      out[base + k * inner] = dstore<O>(acc);
+    }
+  }
+}
+
+template <class T>
+__global__ void cumprod_backward_kernel(const T* g, const T* x, const T* y, T* gi, int64_t outer, int64_t r,
+                                        int64_t inner) {
+  using A = opmath_t<T>;
+  for (int64_t l = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; l < outer * inner;
+       l += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t base = (l / inner) * r * inner + l % inner;
+    cumprod_grad_line(
+        r, [&](int64_t k) { return A(dload(x[base + k * inner])); },
+        [&](int64_t k) { return A(dload(y[base + k * inner])); },
+        [&](int64_t k) { return A(dload(g[base + k * inner])); },
+        [&](int64_t k, A v) { gi[base + k * inner] = dstore<T>(v); });
+  }
+}
+
 // (value, index) with the CPU's preference: NaN first, then the extreme, then the lower index.
 template <class A>
 struct Arg {
@@ -123,6 +216,17 @@ __global__ void arg_reduce_kernel(const T* x, T* values, int64_t* indices, int64
 void reduce(ReduceOp op, const Tensor& x, const Tensor& out, int64_t outer, int64_t r, int64_t inner) {
   if (out.numel() == 0) return;
   cudaStream_t s = stream_for(out);
+  if (op == ReduceOp::LogSumExp) {
+    dispatch_floating(x.dtype(), "logsumexp", [&](auto xt) {
+      using T = typename decltype(xt)::type;
+      if (inner == 1)
+        logsumexp_rows_kernel<<<grid_for(outer, 1), kThreads, 0, s>>>(dptr<T>(x), dptr<T>(out), outer, r);
+      else
+        logsumexp_cols_kernel<<<grid_for(outer * inner), kThreads, 0, s>>>(dptr<T>(x), dptr<T>(out), outer, r, inner);
+    });
+    check_launch("logsumexp");
+    return;
+  }
   dispatch(x.dtype(), [&](auto xt) {
     using T = typename decltype(xt)::type;
     dispatch(out.dtype(), [&](auto ot) {
@@ -135,6 +239,32 @@ void reduce(ReduceOp op, const Tensor& x, const Tensor& out, int64_t outer, int6
     });
   });
   check_launch("reduce");
+}
+
+void scan(ScanOp op, const Tensor& x, const Tensor& out, int64_t outer, int64_t r, int64_t inner) {
+  if (out.numel() == 0) return;
+  cudaStream_t s = stream_for(out);
+  dispatch(x.dtype(), [&](auto xt) {
+    using T = typename decltype(xt)::type;
+    dispatch(out.dtype(), [&](auto ot) {
+      using O = typename decltype(ot)::type;
+      scan_kernel<<<grid_for(outer * inner), kThreads, 0, s>>>(dptr<T>(x), dptr<O>(out), outer, r, inner,
+                                                               op == ScanOp::Sum);
+    });
+  });
+  check_launch("scan");
+}
+
+void cumprod_backward(const Tensor& grad, const Tensor& x, const Tensor& out, const Tensor& grad_in, int64_t outer,
+                      int64_t r, int64_t inner) {
+  if (grad_in.numel() == 0) return;
+  cudaStream_t s = stream_for(grad_in);
+  dispatch_floating(x.dtype(), "cumprod_backward", [&](auto xt) {
+    using T = typename decltype(xt)::type;
+    cumprod_backward_kernel<<<grid_for(outer * inner), kThreads, 0, s>>>(dptr<T>(grad), dptr<T>(x), dptr<T>(out),
+                                                                         dptr<T>(grad_in), outer, r, inner);
+  });
+  check_launch("cumprod_backward");
 }
 
 void arg_reduce(ReduceOp op, const Tensor& x, const Tensor& values, const Tensor& indices, int64_t outer, int64_t r,

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <random>
 
 #include <memgrad/amp/grad_scaler.h>
 #include <memgrad/memgrad.h>
@@ -100,6 +101,59 @@ TEST_CASE("GradScaler: an injected inf skips exactly one step and halves the sca
   }
   CHECK(stepped == 6);
   CHECK(scaler.skipped_steps() == 1);
+}
+
+TEST_CASE("GradScaler: PyTorch's (>= 2.1) rules over many steps, the float32 scale capped below inf") {
+  // The rules of torch's _amp_update_scale_, written out: the scale is a float32; an inf or NaN
+  // backs it off and resets the count; growth_interval clean steps grow it, unless that would
+  // overflow float32, and reset the count either way.
+  struct Rules {
+    float scale;
+    int64_t tracker = 0;
+    void update(bool found_inf, double growth, double backoff, int64_t interval) {
+      if (found_inf) {
+        scale = float(scale * backoff);
+        tracker = 0;
+      } else if (++tracker == interval) {
+        const float grown = float(scale * growth);
+        if (std::isfinite(grown)) scale = grown;
+        tracker = 0;
+      }
+    }
+  };
+  struct Setting {
+    double init, growth, backoff;
+    int64_t interval;
+  };
+  for (const Setting& s : {Setting{65536.0, 2.0, 0.5, 2}, Setting{1000.0, 3.0, 0.25, 1}, Setting{0.75, 1.5, 0.7, 3}}) {
+    CAPTURE(s.growth);
+    Tensor w = ones({4}).requires_grad_();
+    optim::SGD opt(std::vector<Tensor>{w}, optim::SGDOptions(1e-6));
+    amp::GradScaler scaler(
+        amp::GradScalerOptions().init_scale(s.init).growth_factor(s.growth).backoff_factor(s.backoff).growth_interval(
+            s.interval));
+    Rules rules{float(s.init)};
+    std::mt19937 rng(11);
+    int64_t capped_steps = 0;
+    for (int step = 0; step < 1200; ++step) {
+      // An inf now and then while the scale climbs; none once it has reached the top.
+      const bool inject = step < 500 && rng() % 17 == 0;
+      opt.zero_grad();
+      Tensor loss = (w * 1e-3).sum();  // gradients of 1e-3 * scale stay finite up to 2^127
+      if (inject) loss = loss * std::numeric_limits<float>::infinity();
+      scaler.scale(loss).backward();
+      const bool stepped = scaler.step(opt);
+      CHECK(stepped == !inject);  // no step is skipped but the injected ones, even at the top
+      scaler.update();
+      rules.update(inject, s.growth, s.backoff, s.interval);
+      REQUIRE(scaler.get_scale() == double(rules.scale));
+      CHECK(scaler.growth_tracker() == rules.tracker);
+      CHECK(std::isfinite(float(scaler.get_scale())));
+      capped_steps += std::isinf(float(scaler.get_scale() * s.growth));
+    }
+    CHECK(capped_steps > 100);  // the scale spent the end of the run at its ceiling
+    if (s.growth == 2.0) CHECK(scaler.get_scale() == std::ldexp(1.0, 127));
+  }
 }
 
 TEST_CASE("GradScaler: unscale_ once per step, state_dict round trip, static scale") {

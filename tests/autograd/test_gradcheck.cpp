@@ -7,6 +7,8 @@
 
 #include <memgrad/memgrad.h>
 
+#include "autograd/random_inputs.h"
+
 namespace {
 
 using mg::Tensor;
@@ -20,12 +22,7 @@ std::mt19937_64& rng() {
 }
 
 // Uniform in [lo, hi), float64, not requiring grad.
-Tensor uniform(const mg::Shape& shape, double lo = -1, double hi = 1) {
-  std::uniform_real_distribution<double> d(lo, hi);
-  std::vector<double> v(size_t(mg::numel_of(shape)));
-  for (auto& x : v) x = d(rng());
-  return mg::tensor(v, shape);
-}
+Tensor uniform(const mg::Shape& shape, double lo = -1, double hi = 1) { return uniform_from(rng(), shape, lo, hi); }
 
 Tensor leaf(Tensor t) { return t.requires_grad_(true); }
 Tensor param(const mg::Shape& shape, double lo = -1, double hi = 1) { return leaf(uniform(shape, lo, hi)); }

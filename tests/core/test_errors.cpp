@@ -219,6 +219,67 @@ TEST_CASE("errors: bad argument values") {
   expect_error<mg::ValueError>([] { mg::set_memory_limit(mg::kCPU, -1); }, {"set_memory_limit:", "got -1"});
 }
 
+TEST_CASE("errors: the ops ported from libtorch") {
+  auto a = mg::arange(12, mg::kFloat32).view({3, 4});
+  expect_error<mg::ValueError>([&] { mg::topk(a, 5, 1); }, {"topk:", "k in [0, 4]", "got 5"});
+  expect_error<mg::IndexError>([&] { mg::sort(a, 2); }, {"sort:", "dim in [-2, 1]", "got 2"});
+  expect_error<mg::IndexError>([&] { mg::cumsum(a, -3); }, {"cumsum:", "got -3"});
+  expect_error<mg::DTypeError>([] { mg::std(mg::ones({3}, mg::kInt64)); }, {"std:", "floating", "int64"});
+  expect_error<mg::ShapeError>(
+      [&] {
+        mg::scatter(a, 1, mg::zeros({4, 2}, mg::kInt64), mg::ones({4, 2}));
+      },
+      {"scatter", "index [4, 2]", "self [3, 4]", "dim 0"});
+  expect_error<mg::DTypeError>(
+      [&] {
+        mg::scatter_add(a, 1, mg::zeros({3, 2}, mg::kInt64), mg::ones({3, 2}, mg::kFloat64));
+      },
+      {"scatter_add", "src of self's dtype float32", "float64"});
+  expect_error<mg::IndexError>([&] { mg::scatter(a, 1, I({0, 4}).view({1, 2}), 1.0); }, {"scatter", "got 4"});
+  expect_error<mg::ShapeError>(
+      [&] {
+        mg::index_add(a, 0, I({0, 2}), mg::ones({3, 4}));
+      },
+      {"index_add_:", "source of shape [2, 4]", "got [3, 4]"});
+  expect_error<mg::IndexError>([] { mg::one_hot(I({0, 3}), 3); }, {"one_hot:", "[0, 3)", "got 3"});
+  expect_error<mg::MetaTensorError>(
+      [] { mg::one_hot(mg::zeros({2}, mg::TensorOptions(mg::kInt64).device(mg::kMeta))); },
+      {"one_hot:", "meta", "pass num_classes"});
+  expect_error<mg::ValueError>([&] { mg::flip(a, {0, -2}); }, {"flip:", "dim 0 appears more than once"});
+  expect_error<mg::ShapeError>([&] { a.repeat({2}); }, {"repeat:", "at least 2 repeats", "got 1"});
+  expect_error<mg::ShapeError>(
+      [] {
+        mg::nll_loss(mg::zeros({2, 3}), I({0, 1, 2}));
+      },
+      {"nll_loss:", "target of shape [2]", "got [3]"});
+  expect_error<mg::IndexError>(
+      [] {
+        mg::nll_loss(mg::zeros({2, 3}), I({0, 3}));
+      },
+      {"nll_loss:", "target values in [0, 3) or ignore_index -100", "got 3"});
+  expect_error<mg::ShapeError>(
+      [] {
+        mg::cross_entropy(mg::zeros({2, 3}), I({0, 1}), mg::ones({4}));
+      },
+      {"cross_entropy:", "class weight of shape [3]", "got [4]"});
+  expect_error<mg::ValueError>(
+      [] {
+        mg::group_norm(mg::ones({2, 6, 3}), 4);
+      },
+      {"group_norm:", "6 channels divisible", "got 4"});
+  auto q = mg::ones({2, 5, 4}), k = mg::ones({2, 6, 4});
+  expect_error<mg::ValueError>(
+      [&] {
+        mg::scaled_dot_product_attention(q, k, k, mg::ones({5, 6}, mg::kBool), 0.0, true);
+      },
+      {"attention:", "either attn_mask or is_causal"});
+  expect_error<mg::ShapeError>(
+      [&] {
+        mg::scaled_dot_product_attention(q, k, k, mg::ones({5, 7}, mg::kBool));
+      },
+      {"attention:", "broadcasts to [2, 5, 6]", "got [5, 7]"});
+}
+
 TEST_CASE("errors: autograd misuse") {
   expect_error<mg::AutogradError>(
       [] {
@@ -250,13 +311,19 @@ TEST_CASE("errors: autograd misuse") {
         x.mul_(2.0);
       },
       {"mul_:", "leaf tensor that requires grad"});
-  expect_error<mg::AutogradError>(
+  expect_error<mg::AutogradError>(  // a view of a non-leaf is fine (its base's history is rebased)
       [] {
         auto x = mg::ones({2}).requires_grad_();
-        auto y = x * 2.0;
-        y.select(0, 0).mul_(mg::ones({}));
+        x.select(0, 0).mul_(mg::ones({}));
       },
-      {"mul_:", "view"});
+      {"mul_:", "a view of a leaf tensor that requires grad", "clone()"});
+  expect_error<mg::AutogradError>(
+      [] {
+        auto x = mg::ones({2, 3}).requires_grad_();
+        auto y = x * 2.0;
+        y.select(0, 0).unsqueeze(0).expand({2, 3}).add_(1.0);
+      },
+      {"add_:", "stride 0", "expanded view", "contiguous()"});
   expect_error<mg::ShapeError>(
       [] {
         auto x = mg::ones({2}).requires_grad_();

@@ -246,8 +246,25 @@ TEST_CASE("mg::tensor for each C++ type") {
   CHECK(i.data_ptr<int32_t>()[0] == -7);
   auto l = mg::tensor(vec<int64_t>({int64_t(1) << 40}));
   CHECK(l.dtype() == mg::kInt64);
-  CHECK(l.dim() == 0);  // a single value with no shape makes a 0-d tensor
+  CHECK(l.shape() == mg::Shape{1});  // as libtorch: a vector of one value is 1-d
   CHECK(l.item<int64_t>() == int64_t(1) << 40);
+  // A value alone makes a 0-d tensor, braced lists 1-d and 2-d ones (torch::tensor's shapes).
+  auto s = mg::tensor(2.5);
+  CHECK(s.dim() == 0);
+  CHECK(s.dtype() == mg::kFloat64);
+  CHECK(s.item<double>() == 2.5);
+  CHECK(mg::tensor(int64_t(7)).shape() == mg::Shape{});
+  auto one = mg::tensor({3.f});
+  CHECK(one.shape() == mg::Shape{1});
+  CHECK(one.dtype() == mg::kFloat32);
+  auto list = mg::tensor({int64_t(1), int64_t(2), int64_t(3)});
+  CHECK(list.shape() == mg::Shape{3});
+  CHECK(list.to_vector<int64_t>() == vec<int64_t>({1, 2, 3}));
+  auto rows = mg::tensor({{1.f, 2.f, 3.f}, {4.f, 5.f, 6.f}}, mg::kFloat64);
+  CHECK(rows.shape() == mg::Shape{2, 3});
+  CHECK(rows.dtype() == mg::kFloat64);
+  CHECK(rows.to_vector<double>() == vec<double>({1, 2, 3, 4, 5, 6}));
+  CHECK_THROWS_AS(mg::tensor({{1.f, 2.f}, {3.f}, {4.f, 5.f, 6.f}}), mg::ShapeError);  // rows of unequal length
   // int64 values beyond 2^53 are stored and read back exactly (not through a double).
   const int64_t odd = (int64_t(1) << 62) + 1;
   auto big = mg::tensor(vec<int64_t>({odd, -odd}));

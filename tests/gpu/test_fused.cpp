@@ -12,7 +12,7 @@ TEST_CASE("cuda: scaled_dot_product_attention on heads taken out of [B, T, 3C] (
   parity("attention from qkv", {x}, [&](const std::vector<Tensor>& in) {
     auto qkv = split(in[0], H * D, 2);
     auto heads = [&](const Tensor& s) { return s.view({B, T, H, D}).transpose(1, 2); };
-    return scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), true);
+    return scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), {}, 0.0, true);
   });
 }
 

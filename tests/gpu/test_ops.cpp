@@ -43,8 +43,8 @@ void run_on_both(const Case& c, DType t, const std::string& variant) {
 
 void check_cuda(const std::string& op_name) {
   OpDef& op = op_named(op_name);
-  for (const VariantSelection& selection : variant_selections(op.variant_ops())) {
-    for (const auto& [kernel, variant] : selection) cuda::set_kernel_variant(kernel, variant);
+  for (const VariantSelection& selection : variant_selections(op.variant_ops(), DeviceType::CUDA)) {
+    VariantGuard selected(selection, DeviceType::CUDA);
     const std::string variant = variant_label(selection);
     for (const Case& c : op.cases())
       for (DType t : c.run_dtypes()) {
@@ -52,8 +52,6 @@ void check_cuda(const std::string& op_name) {
         run_on_both(c, t, variant);
       }
   }
-  for (const std::string& k : op.variant_ops())
-    if (!cuda::kernel_variants(k).empty()) cuda::set_kernel_variant(k, cuda::kernel_variants(k).front());
 }
 
 }  // namespace mg::optest

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <utility>
 
 #include <memgrad/memgrad.h>
 
@@ -41,7 +42,7 @@ std::vector<Tensor> run(const Inputs& in, bool fused, bool causal, double p, uin
   manual_seed(seed);
   Tensor q = in.q.clone().requires_grad_(true), k = in.k.clone().requires_grad_(true),
          v = in.v.clone().requires_grad_(true);
-  Tensor out = fused ? scaled_dot_product_attention(q, k, v, causal, p) : composed(q, k, v, causal, p);
+  Tensor out = fused ? scaled_dot_product_attention(q, k, v, {}, p, causal) : composed(q, k, v, causal, p);
   (out * in.grad).sum().backward();
   return {out.detach(), q.grad(), k.grad(), v.grad()};
 }
@@ -92,7 +93,9 @@ TEST_CASE("attention: gradients agree with finite differences in float64") {
   Inputs in = make_inputs({2}, 7, 5, 3);
   for (bool causal : {true, false}) {
     CAPTURE(causal);
-    auto fn = [causal](const std::vector<Tensor>& x) { return scaled_dot_product_attention(x[0], x[1], x[2], causal); };
+    auto fn = [causal](const std::vector<Tensor>& x) {
+      return scaled_dot_product_attention(x[0], x[1], x[2], {}, 0.0, causal);
+    };
     auto r = gradcheck(fn, {in.q.requires_grad_(true), in.k.requires_grad_(true), in.v.requires_grad_(true)});
     CHECK_MESSAGE(r.ok, r.message);
   }
@@ -100,7 +103,7 @@ TEST_CASE("attention: gradients agree with finite differences in float64") {
   Tensor x = make_inputs({2, 6}, 3, 3, 4).q;  // [2, 6, 3, 4] seen as [2, 3, 6, 4]
   auto fn = [](const std::vector<Tensor>& t) {
     Tensor h = t[0].transpose(1, 2);
-    return scaled_dot_product_attention(h, h * 0.5, h + 1.0, true, 0.0, 0.7);
+    return scaled_dot_product_attention(h, h * 0.5, h + 1.0, {}, 0.0, true, 0.7);
   };
   auto r = gradcheck(fn, {x.requires_grad_(true)});
   CHECK_MESSAGE(r.ok, r.message);
@@ -130,7 +133,7 @@ TEST_CASE("attention: saves q, k, v, the output and one log-sum-exp per row, nev
     auto heads = [&](const Tensor& t) { return t.view({B, T, H, D}).transpose(1, 2); };
     reset_peak(dev);
     MemoryStats before = memory_stats(dev);
-    Tensor out = scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), true);
+    Tensor out = scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), {}, 0.0, true);
     MemoryStats after = memory_stats(dev);
     const int64_t head_bytes = B * H * T * D * F, lse = B * H * T * F;
     // q, k and v were made contiguous (and saved), the output is saved, plus lse.
@@ -149,7 +152,7 @@ TEST_CASE("attention: the meta device books what the cpu books") {
     Tensor q = randn({2, 3, 40, 8}, TensorOptions().device(dev)).requires_grad_(true);
     reset_peak(dev);
     int64_t base = memory_stats(dev).allocated;
-    Tensor o = scaled_dot_product_attention(q, q * 2.0, q + 1.0, true, 0.1);
+    Tensor o = scaled_dot_product_attention(q, q * 2.0, q + 1.0, {}, 0.1, true);
     o.sum().backward();
     return std::pair{memory_stats(dev).peak_allocated - base, memory_stats(dev).allocated - base};
   };
@@ -164,7 +167,7 @@ TEST_CASE("attention: wrong shapes, dtypes and probabilities say what was expect
   CHECK_THROWS_AS(scaled_dot_product_attention(randn({4}), randn({4}), randn({4})), ShapeError);
   CHECK_THROWS_AS(scaled_dot_product_attention(q, k.to(kFloat64), k), DTypeError);
   CHECK_THROWS_AS(scaled_dot_product_attention(q.to(kInt64), k.to(kInt64), k.to(kInt64)), DTypeError);
-  CHECK_THROWS_AS(scaled_dot_product_attention(q, k, k, false, 1.0), ValueError);
+  CHECK_THROWS_AS(scaled_dot_product_attention(q, k, k, {}, 1.0), ValueError);
   try {
     scaled_dot_product_attention(q, randn({2, 6, 3}), randn({2, 6, 3}));
   } catch (const ShapeError& e) {
@@ -174,18 +177,139 @@ TEST_CASE("attention: wrong shapes, dtypes and probabilities say what was expect
   CHECK(scaled_dot_product_attention(q, k, k).shape() == q.shape());  // still usable
 }
 
+// ---- libtorch's signature: masks, broadcast leading dims, no implicit conversions
+
+namespace {
+// Whether scaled_dot_product_attention can be called with arguments of these types.
+template <class... A>
+constexpr auto sdpa_compiles(int) -> decltype(scaled_dot_product_attention(std::declval<A>()...), true) {
+  return true;
+}
+template <class... A>
+constexpr bool sdpa_compiles(...) {
+  return false;
+}
+static_assert(sdpa_compiles<Tensor, Tensor, Tensor>(0));
+static_assert(sdpa_compiles<Tensor, Tensor, Tensor, Tensor, double, bool>(0));
+static_assert(sdpa_compiles<Tensor, Tensor, Tensor, Tensor, double, bool, double>(0));
+static_assert(sdpa_compiles<Tensor, Tensor, Tensor, Tensor, int>(0));    // dropout_p 0
+static_assert(!sdpa_compiles<Tensor, Tensor, Tensor, double>(0));        // sdpa(q, k, v, 0.1): no mask is a double
+static_assert(!sdpa_compiles<Tensor, Tensor, Tensor, bool, double>(0));  // the old (is_causal, dropout_p) order
+static_assert(!sdpa_compiles<Tensor, Tensor, Tensor, Tensor, bool>(0));  // a bool dropout_p
+static_assert(!sdpa_compiles<Tensor, Tensor, Tensor, Tensor, double, double>(0));  // a double is_causal
+static_assert(!sdpa_compiles<Tensor, Tensor, Tensor, Tensor, double, int>(0));
+
+// Attention written out: q k^T * scale, the mask (false or -inf hides a key), softmax (a row that
+// sees no key reads 0), dropout, @ v; q, k, v and the mask broadcast as matmul and where do.
+Tensor masked_composed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, double p) {
+  Tensor s = matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(q.size(-1))));
+  if (mask.dtype() == kBool)
+    s = where(mask, s, full({}, -INFINITY, kFloat64));
+  else
+    s = s + mask;
+  Tensor sees = gt(amax(s.detach(), {-1}, true), Scalar(-INFINITY)), zero = zeros({}, kFloat64);
+  Tensor probs = where(sees, softmax(where(sees, s, zero), -1), zero);
+  return matmul(dropout(probs.contiguous(), p), v);
+}
+}  // namespace
+
+TEST_CASE("attention: bool and additive masks, broadcast leading dims, against the composed math") {
+  GeneratorStateGuard keep_rng;
+  manual_seed(41);
+  const int64_t B = 2, H = 3, Tq = 70, Tk = 45, D = 8;
+  Tensor keep = rand({B, 1, Tq, Tk}) > 0.3;             // per batch, shared by the heads
+  keep.select(0, 1).select(0, 0).select(0, 5).zero_();  // a query that sees no key
+  Tensor add = randn({H, Tq, Tk});                      // per head, shared by the batch
+  add.masked_fill_(rand({H, Tq, Tk}) < 0.2, -INFINITY);
+  add.select(0, 2).select(0, 9).fill_(-INFINITY);
+  struct Case {
+    const char* name;
+    Shape kv;  // k and v's leading dims (q's are [B, H])
+    Tensor mask;
+    double p;
+  };
+  for (const Case& c :
+       {Case{"bool mask", {B, H}, keep, 0.0}, Case{"bool mask, k and v shared by heads", {B, 1}, keep, 0.0},
+        Case{"additive mask", {B, H}, add.to(kFloat64), 0.0},
+        Case{"additive mask, one k and v for all", {1, 1}, add.to(kFloat64), 0.0},
+        Case{"bool [Tq, Tk] mask and dropout", {B, H}, keep.select(0, 0).select(0, 0), 0.3}}) {
+    CAPTURE(c.name);
+    Tensor q = randn({B, H, Tq, D}, kFloat64).requires_grad_(), up = randn({B, H, Tq, D}, kFloat64);
+    Shape kvs = c.kv;
+    kvs.insert(kvs.end(), {Tk, D});
+    Tensor k = randn(kvs, kFloat64).requires_grad_(), v = randn(kvs, kFloat64).requires_grad_();
+    auto run = [&](bool fused) {
+      manual_seed(5);
+      for (Tensor t : {q, k, v}) t.set_grad(Tensor());
+      Tensor out = fused ? scaled_dot_product_attention(q, k, v, c.mask, c.p) : masked_composed(q, k, v, c.mask, c.p);
+      (out * up).sum().backward();
+      return std::vector<Tensor>{out.detach(), q.grad(), k.grad(), v.grad()};
+    };
+    auto fused = run(true), ref = run(false);
+    for (size_t i = 0; i < fused.size(); ++i) {
+      CAPTURE(i);
+      CHECK(fused[i].shape() == ref[i].shape());
+      CHECK(max_diff(fused[i], ref[i]) < 1e-10);
+    }
+    if (c.mask.dtype() == kBool && c.p == 0) {  // the query that sees nothing reads zeros
+      CHECK(fused[0].select(0, 1).select(1, 5).abs().max().item<double>() == 0);
+    }
+  }
+}
+
+TEST_CASE("attention: an additive mask that requires grad gets its gradient") {
+  Tensor q = randn({2, 4, 3}, kFloat64), k = randn({2, 5, 3}, kFloat64), v = randn({2, 5, 3}, kFloat64);
+  Tensor bias = randn({4, 5}, kFloat64);  // an ALiBi-like learned bias shared by the batch
+  auto fn = [](const std::vector<Tensor>& x) { return scaled_dot_product_attention(x[0], x[1], x[2], x[3]); };
+  auto r = gradcheck(fn, {q.requires_grad_(), k.requires_grad_(), v.requires_grad_(), bias.requires_grad_()});
+  CHECK_MESSAGE(r.ok, r.message);
+}
+
+TEST_CASE("attention: with a mask, the kernels save the mask itself and nothing of [Tq, Tk] more") {
+  const int64_t B = 2, H = 4, T = 128, D = 16, F = 4;
+  for (const Device& dev : {kCPU, kMeta}) {
+    CAPTURE(dev);
+    Tensor q = randn({B, H, T, D}, TensorOptions().device(dev)).requires_grad_(true);
+    Tensor mask = ones({T, T}, TensorOptions(kBool).device(dev));
+    MemoryStats before = memory_stats(dev);
+    reset_peak(dev);
+    Tensor out = scaled_dot_product_attention(q, q, q, mask);
+    MemoryStats after = memory_stats(dev);
+    const int64_t head_bytes = B * H * T * D * F, lse = B * H * T * F;
+    // The output and lse are new and saved; q (saved as q, k and v) and the mask are inputs the op
+    // keeps without copying (they stay Input).
+    CHECK(after.category(Category::Activation) - before.category(Category::Activation) == head_bytes + lse);
+    CHECK(after.peak_allocated - before.allocated == head_bytes + lse);
+  }
+}
+
+TEST_CASE("attention: mask errors say what was expected") {
+  Tensor q = randn({2, 5, 4}), k = randn({2, 6, 4});
+  CHECK_THROWS_AS(scaled_dot_product_attention(q, k, k, ones({5, 6}, kBool), 0.0, true), ValueError);
+  CHECK_THROWS_AS(scaled_dot_product_attention(q, k, k, ones({5, 6}, kInt64)), DTypeError);
+  CHECK_THROWS_AS(scaled_dot_product_attention(q, k, k, ones({5, 6}, kFloat64)), DTypeError);
+  CHECK_THROWS_AS(scaled_dot_product_attention(q, k, k, ones({5, 7}, kBool)), ShapeError);
+  CHECK_THROWS_AS(scaled_dot_product_attention(q, k, randn({2, 6, 5})), ShapeError);  // Dv != D
+  try {
+    scaled_dot_product_attention(q, k, k, ones({3, 5, 6}, kBool));
+    FAIL("expected a ShapeError");
+  } catch (const ShapeError& e) {
+    CHECK(std::string(e.what()).find("broadcasts to [2, 5, 6]") != std::string::npos);
+  }
+}
+
 TEST_CASE("attention: no queries or no keys") {
   for (bool causal : {false, true}) {
     CAPTURE(causal);
     // No queries: an empty output, and zero gradients for k and v.
     Tensor q = randn({2, 3, 0, 8}).requires_grad_(true), k = randn({2, 3, 5, 8}).requires_grad_(true);
-    Tensor out = scaled_dot_product_attention(q, k, k, causal);
+    Tensor out = scaled_dot_product_attention(q, k, k, {}, 0.0, causal);
     CHECK(out.shape() == Shape{2, 3, 0, 8});
     out.sum().backward();
     CHECK(k.grad().abs().sum().item<double>() == 0);
     // No keys: every row attends to nothing and reads 0.
     Tensor q2 = randn({2, 3, 4, 8}).requires_grad_(true), k2 = randn({2, 3, 0, 8});
-    Tensor out2 = scaled_dot_product_attention(q2, k2, k2, causal);
+    Tensor out2 = scaled_dot_product_attention(q2, k2, k2, {}, 0.0, causal);
     CHECK(out2.shape() == Shape{2, 3, 4, 8});
     CHECK(out2.abs().sum().item<double>() == 0);
     out2.sum().backward();

@@ -66,6 +66,31 @@ TEST_CASE("nn layers: LayerNorm, Embedding, pooling, Flatten") {
   check_case(flat, "flatten");
 }
 
+// Its op, group_norm, is checked against PyTorch in the case list (tests/ops/cases_norm.cpp).
+TEST_CASE("nn layers: GroupNorm books its affine parameters and runs group_norm") {
+  const int64_t before = memory_stats().category(Category::Parameter), requested = memory_stats().requested;
+  nn::GroupNorm gn(3, 6);
+  CHECK(memory_stats().category(Category::Parameter) - before == 2 * 512);  // two [6] float32 blocks
+  CHECK(memory_stats().requested - requested == 2 * 6 * 4);
+  auto named = gn.named_parameters();
+  REQUIRE(named.size() == 2);
+  CHECK(named[0].first == "weight");
+  CHECK(named[1].first == "bias");
+  CHECK(gn.weight.to_vector<float>() == std::vector<float>(6, 1.f));
+  CHECK(gn.bias.to_vector<float>() == std::vector<float>(6, 0.f));
+  manual_seed(5);
+  nn::init::uniform_(gn.weight, 0.5, 1.5);
+  nn::init::uniform_(gn.bias, -1, 1);
+  Tensor x = randn({2, 6, 4, 3});
+  CHECK(allclose(gn(x), group_norm(x, 3, gn.weight, gn.bias, 1e-5), 0, 0));
+  nn::GroupNorm plain(2, 4, 1e-3, false);
+  CHECK(plain.parameters().empty());
+  Tensor y = randn({3, 4, 5});
+  CHECK(allclose(plain(y), group_norm(y, 2, {}, {}, 1e-3), 0, 0));
+  CHECK_THROWS_AS(plain(randn({3, 6, 5})), ShapeError);  // channels other than num_channels
+  CHECK_THROWS_AS(nn::GroupNorm(4, 6), ValueError);      // 6 channels in 4 groups
+}
+
 TEST_CASE("nn layers: Sequential, MLP, CausalSelfAttention, Block") {
   nn::Sequential seq;
   seq.emplace_back<nn::Linear>(4, 8);

@@ -1,21 +1,34 @@
-// Fused attention (kernels/*/attention.*): scaled_dot_product_attention, causal or not, with
-// dropout, over head dims around the gpu's 32-lane split and lengths around its 32-key tiles.
+// Fused attention (kernels/*/attention.*): scaled_dot_product_attention in libtorch's argument
+// order (q, k, v, attn_mask, dropout_p, is_causal, scale), causal or with a bool or additive mask
+// (inputs 4), broadcast leading dims, with dropout, over head dims around the gpu's 32-lane split
+// and lengths around its 32-key tiles.
+#include <cmath>
+#include <optional>
+
 #include "ops/op_case.h"
 
 using namespace mg;
 using namespace mg::optest;
 
 namespace {
-Args attention(bool causal, double p = 0.0, double scale = 0.0) {
+Args attention(bool causal, double p = 0.0, Arg scale = nullptr) {
   return {{"is_causal", causal}, {"dropout_p", p}, {"scale", scale}};
+}
+// A random bool mask in which every query sees key 0 (PyTorch's composed softmax gives NaN for a
+// query that sees no key), of shape [..., Tq, Tk].
+Input bool_mask(const Shape& s) {
+  const size_t tk = size_t(s.back());
+  return Bools(s).map([tk](size_t i, double v) { return i % tk == 0 ? 1 : v; });
 }
 const std::string kDropout = "its dropout mask comes from memgrad's counter-based generator, not PyTorch's";
 }  // namespace
 
 MG_OP_CASES(scaled_dot_product_attention) {
   call([](const Tensors& x, const Args& a) {
-    return mg::scaled_dot_product_attention(x[0], x[1], x[2], bool_arg(a, "is_causal"), float_arg(a, "dropout_p"),
-                                            float_arg(a, "scale"));
+    std::optional<double> scale;
+    if (auto s = optional_scalar_arg(a, "scale")) scale = s->value;
+    return mg::scaled_dot_product_attention(x[0], x[1], x[2], optional_input(x, 3), float_arg(a, "dropout_p"),
+                                            bool_arg(a, "is_causal"), scale);
   });
   // The gpu keeps the running max, sum and output in registers and sums in another order.
   defaults().cuda_tolerance([](DType t, const std::string&) {
@@ -30,6 +43,35 @@ MG_OP_CASES(scaled_dot_product_attention) {
         .not_torch(kDropout);
   }
   add_case("attention_scale", {U({3, 5, 4}), U({3, 5, 4}), U({3, 5, 4})}, attention(false, 0.0, 0.7));
+  // Broadcast leading dims: k and v shared by the batch, or by the heads too.
+  add_case("attention_broadcast_kv", {U({2, 3, 5, 4}), U({1, 3, 6, 4}), U({3, 6, 4})}, attention(false));
+  add_case("attention_broadcast_q_causal", {U({3, 5, 4}), U({2, 3, 5, 4}), U({2, 1, 5, 4})}, attention(true));
+  // Masks: bool (true: the query sees the key) and additive, broadcast over batch and heads.
+  const Input q = U({2, 3, 5, 4}), kv = U({2, 3, 6, 4});
+  add_case("attention_bool_mask", {q, kv, kv, bool_mask({5, 6})}, attention(false));
+  add_case("attention_bool_mask_per_batch", {q, kv, kv, bool_mask({2, 1, 5, 6})}, attention(false, 0.0, 0.5));
+  add_case("attention_bool_mask_full", {q, kv, kv, bool_mask({2, 3, 5, 6})}, attention(false));
+  add_case("attention_bool_mask_broadcast_kv", {q, U({3, 6, 4}), U({1, 6, 4}), bool_mask({3, 1, 6})}, attention(false));
+  add_case("attention_bool_mask_dropout", {q, kv, kv, bool_mask({5, 6})}, attention(false, 0.25)).not_torch(kDropout);
+  add_case("attention_additive_mask", {q, kv, kv, U({5, 6}, -2, 2).no_grad()}, attention(false));
+  add_case("attention_additive_mask_minus_inf",
+           {q, kv, kv, U({2, 1, 5, 6}, -2, 2).no_grad().map([](size_t i, double v) {
+              return i % 6 != 0 && i % 4 == 1 ? -INFINITY : v;  // keys a query never sees, key 0 always seen
+            })},
+           attention(false));
+  // An additive mask that requires grad (a learned bias) takes the composed path, which keeps the
+  // probabilities for the mask's gradient.
+  add_case("attention_additive_mask_grad", {q, kv, kv, U({2, 1, 5, 6}, -2, 2)}, attention(false))
+      .meta_workspace_differs(kCpuWidens16BitGemm, {kFloat16, kBFloat16});  // the composed path's matmuls
+  add_case("attention_additive_mask_grad_transposed", {q, kv, kv, U({6, 5}, -2, 2).t()}, attention(false, 0.0, 0.3))
+      .meta_workspace_differs(kCpuWidens16BitGemm, {kFloat16, kBFloat16});
+  // A query that sees no key gets zeros; the others a softmax (here uniform: q is zero).
+  add_case("attention_row_sees_nothing",
+           {Vals({0, 0, 0, 0}, {2, 2}), Vals({1, -1, 2, 0}, {2, 2}), Vals({1, 2, 3, 4}, {2, 2}),
+            Vals({0, 0, 1, 1}, {2, 2}).as(kBool)},
+           attention(false))
+      .expect({{0, 0, 2, 3}})
+      .not_torch("PyTorch's composed softmax gives NaN for a query that sees no key; memgrad gives zeros");
   add_case("attention_heads_transposed", {U({2, 5, 3, 4}).t(1, 2), U({2, 5, 3, 4}).t(1, 2), U({2, 5, 3, 4}).t(1, 2)},
            attention(true));
   struct Size {
@@ -46,4 +88,23 @@ MG_OP_CASES(scaled_dot_product_attention) {
                  attention(causal, p))
             .big();
       }
+  // The kernels read masks through strides: broadcast, per batch, transposed; k and v broadcast.
+  const Input bq = U({2, 3, 71, 64}, -1.7, 1.7), bkv = U({2, 3, 97, 64}, -1.7, 1.7);
+  add_case("attention_big_bool_mask", {bq, bkv, bkv, bool_mask({2, 1, 71, 97})}, attention(false)).big();
+  add_case("attention_big_bool_mask_dropout", {bq, bkv, bkv, bool_mask({71, 97})}, attention(false, 0.25)).big();
+  add_case("attention_big_additive_mask", {bq, bkv, bkv, U({97, 71}, -3, 3).no_grad().t()}, attention(false)).big();
+  // -inf here and there, and queries 0 and 5 of each head seeing no key (zeros out).
+  add_case("attention_big_additive_mask_full",
+           {bq, bkv, bkv, U({2, 3, 71, 97}, -3, 3).no_grad().map([](size_t i, double v) {
+              const size_t row = i / 97 % 71;
+              return row == 0 || row == 5 || i % 5 == 1 ? -INFINITY : v;
+            })},
+           attention(false))
+      .big();
+  add_case("attention_big_bool_mask_empty_rows",
+           {bq, bkv, bkv, Bools({71, 97}).map([](size_t i, double v) { return i / 97 == 3 ? 0 : v; })},
+           attention(false, 0.25))
+      .big();
+  add_case("attention_big_broadcast_kv", {bq, U({1, 3, 97, 64}, -1.7, 1.7), U({3, 97, 64}, -1.7, 1.7)}, attention(true))
+      .big();
 }

@@ -256,6 +256,12 @@ MG_OP_CASES(abs) {
   add_case("abs_int32", {IntVals({7, -7, 2, 9}).as(kInt32)}).expect({{7, 7, 2, 9}});
 }
 
+MG_OP_CASES(erf) {
+  call([](const Tensors& x, const Args&) { return mg::erf(x[0]); });
+  map_cases(*this, -3, 3);
+  add_case("erf_values", {Vals({-INFINITY, -2, -0.5, 0, 1.5, 6})}).expect(each([](double v) { return std::erf(v); }));
+}
+
 MG_OP_CASES(tanh) {
   call([](const Tensors& x, const Args&) { return mg::tanh(x[0]); });
   map_cases(*this, -3, 3);

@@ -1,5 +1,5 @@
-// Losses (kernels/*/loss.*): cross_entropy (fused with log_softmax; ignore_index, label smoothing,
-// [N, C, d...] logits) and mse_loss.
+// Losses (kernels/*/loss.*): cross_entropy (fused with log_softmax; class weights, ignore_index,
+// label smoothing, [N, C, d...] logits), nll_loss and mse_loss.
 #include <algorithm>
 #include <cmath>
 
@@ -19,10 +19,19 @@ Args ce(const std::string& reduction = "mean", int64_t ignore = -100, double smo
   return {{"ignore_index", ignore}, {"label_smoothing", smoothing}, {"reduction", reduction}};
 }
 
+// The gpu's rows: 1000 classes, two ignored targets.
+Input wide_logits() { return U({37, 1000}, -5.1, 5.1); }
+Input wide_targets() {
+  return Ints({37}, 0, 1000).map([](size_t i, double v) { return i == 4 || i == 20 ? -100 : v; });
+}
+
 }  // namespace
 
 MG_OP_CASES(cross_entropy) {
   call([](const Tensors& x, const Args& a) {
+    if (x.size() > 2)  // class weights: libtorch's order (weight, reduction, ignore_index, label_smoothing)
+      return mg::cross_entropy(x[0], x[1], x[2], reduction_of(a), int_arg(a, "ignore_index"),
+                               float_arg(a, "label_smoothing"));
     return mg::cross_entropy(x[0], x[1], int_arg(a, "ignore_index"), float_arg(a, "label_smoothing"), reduction_of(a));
   });
   const Input logits = U({6, 5}, -3, 3), target = IntVals({0, 4, 2, 2, 1, 3});
@@ -36,6 +45,20 @@ MG_OP_CASES(cross_entropy) {
     add_case("cross_entropy_ncd_smoothing_" + red, {U({2, 3, 4}, -2, 2), IntVals({0, 2, 1, -100, 2, 2, 0, 1}, {2, 4})},
              ce(red, -100, 0.2));
   }
+  // Class weights (they get no gradient, as in PyTorch): the mean divides by the targets' weights.
+  const Input weight = U({5}, 0.2, 2).no_grad();
+  for (const std::string red : {"mean", "sum", "none"}) {
+    add_case("cross_entropy_weight_" + red, {logits, target, weight}, ce(red));
+    add_case("cross_entropy_weight_ignore_smoothing_" + red, {logits, ignoring(-100), weight}, ce(red, -100, 0.1));
+  }
+  add_case("cross_entropy_weight_ncd", {U({2, 5, 3}, -2, 2), Ints({2, 3}, 0, 5), weight}, ce("mean", 4, 0.2));
+  add_case("cross_entropy_weight_unbatched", {U({5}, -2, 2), IntVals({3}, {}), weight}, ce("none"));
+  add_case("cross_entropy_weight_values", {Vals(V(6, 0.0), {2, 3}), IntVals({0, 2}), Vals({1, 2, 3}).no_grad()}, ce())
+      .expect({{std::log(3.0)}}, {1e-6, 1e-6});  // (1 * log 3 + 3 * log 3) / (1 + 3)
+  add_case("cross_entropy_weight_1000", {wide_logits(), wide_targets(), U({1000}, 0.2, 2).no_grad()},
+           ce("mean", -100, 0.1))
+      .big()
+      .cuda_tolerance(4);
   add_case("cross_entropy_ignore_1", {logits, ignoring(1)}, ce("mean", 1));
   add_case("cross_entropy_ignore_smoothing", {logits, ignoring(1)}, ce("mean", 1, 0.2));
   add_case("cross_entropy_ncd", {U({3, 5, 4}, -3, 3), Ints({3, 4}, 0, 5)}, ce());
@@ -58,8 +81,7 @@ MG_OP_CASES(cross_entropy) {
   add_case("cross_entropy_values_ncd", {Vals(V(8, 0.0), {1, 4, 2}), IntVals({0, 3}, {1, 2})}, ce("none"))
       .expect({{std::log(4.0), std::log(4.0)}}, {1e-5, 1e-5});
   // The gpu's rows: 1000 classes, two ignored targets, every reduction, with and without smoothing.
-  const Input wide = U({37, 1000}, -5.1, 5.1),
-              targets = Ints({37}, 0, 1000).map([](size_t i, double v) { return i == 4 || i == 20 ? -100 : v; });
+  const Input wide = wide_logits(), targets = wide_targets();
   for (double smoothing : {0.0, 0.1})
     for (const std::string red : {"mean", "sum", "none"})
       add_case("cross_entropy_1000_" + red + (smoothing > 0 ? "_smoothing" : ""), {wide, targets},
@@ -82,6 +104,28 @@ MG_OP_CASES(cross_entropy) {
             return std::vector<V>{{loss}};
           },
           {1e-5, 0});
+}
+
+MG_OP_CASES(nll_loss) {  // inputs: log-probabilities, targets, class weights (optional)
+  call([](const Tensors& x, const Args& a) {
+    return mg::nll_loss(x[0], x[1], optional_input(x, 2), reduction_of(a), int_arg(a, "ignore_index"));
+  });
+  auto nll = [](const std::string& reduction, int64_t ignore = -100) {
+    return Args{{"reduction", reduction}, {"ignore_index", ignore}};
+  };
+  const Input logp = U({6, 5}, -3, 0), target = IntVals({0, 4, 2, 2, -100, 3}), weight = U({5}, 0.2, 2).no_grad();
+  for (const std::string red : {"mean", "sum", "none"}) {
+    add_case("nll_loss_" + red, {logp, target}, nll(red));
+    add_case("nll_loss_weight_" + red, {logp, target, weight}, nll(red));
+  }
+  add_case("nll_loss_ignore_2", {logp, IntVals({0, 2, 2, 4, 1, 3}), weight}, nll("mean", 2));
+  add_case("nll_loss_ncd", {U({2, 5, 3}, -3, 0), Ints({2, 3}, 0, 5), weight}, nll("mean"));
+  add_case("nll_loss_transposed", {U({5, 4}, -3, 0).t(), IntVals({1, 0, 4, 4})}, nll("sum"));
+  add_case("nll_loss_unbatched", {U({5}, -3, 0), IntVals({2}, {})}, nll("none"));
+  add_case("nll_loss_values", {Vals({-1, -2, -3, -4}, {2, 2}), IntVals({1, 0}), Vals({1, 3}).no_grad()}, nll("mean"))
+      .expect({{(3 * 2 + 1 * 3) / 4.0}});  // (w[1] * 2 + w[0] * 3) / (w[1] + w[0])
+  add_case("nll_loss_all_ignored", {U({2, 3}), IntVals({-100, -100})}, nll("sum")).expect({{0.0}});
+  add_case("nll_loss_big", {U({37, 1000}, -7, 0), wide_targets(), U({1000}, 0.2, 2).no_grad()}, nll("mean")).big();
 }
 
 MG_OP_CASES(mse_loss) {

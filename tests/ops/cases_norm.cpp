@@ -1,4 +1,4 @@
-// Normalisation (kernels/*/norm.*): layer_norm.
+// Normalisation (kernels/*/norm.*): layer_norm, and group_norm on its kernels.
 #include <cmath>
 
 #include "ops/op_case.h"
@@ -37,4 +37,23 @@ MG_OP_CASES(layer_norm) {
     add_case("layer_norm_n" + s, {U({3, 41, n}, -2.4, 4.4), U({n}, -1.7, 1.7), U({n}, -1.7, 1.7)}, ln({n})).big();
     add_case("layer_norm_plain_n" + s, {U({3, 41, n}, -2.4, 4.4)}, ln({n})).big();
   }
+}
+
+MG_OP_CASES(group_norm) {  // inputs: x [N, C, ...], weight [C], bias [C] (optional)
+  call([](const Tensors& x, const Args& a) {
+    return group_norm(x[0], int_arg(a, "num_groups"), optional_input(x, 1), optional_input(x, 2), float_arg(a, "eps"));
+  });
+  defaults().cuda_tolerance(4);  // layer_norm's kernels
+  auto gn = [](int64_t groups, double eps = 1e-5) { return Args{{"num_groups", groups}, {"eps", eps}}; };
+  add_case("group_norm_affine", {U({2, 6, 3, 4}), U({6}), U({6})}, gn(3));
+  add_case("group_norm_plain", {U({2, 4, 5})}, gn(2));
+  add_case("group_norm_one_group", {U({3, 4, 2}), U({4})}, gn(1, 1e-3));
+  add_case("group_norm_per_channel", {U({2, 3, 5}), U({3}), U({3})}, gn(3));  // instance norm
+  add_case("group_norm_2d_input", {U({4, 6}), U({6}), U({6})}, gn(2));
+  add_case("group_norm_permuted", {U({3, 4, 2, 6}).permute({0, 3, 1, 2}), U({6}), U({6})}, gn(3));
+  // Channels [1, 3] and [2, 4] in one group of [1, 2, 3, 4]: mean 2.5, variance 1.25.
+  const double r = 1 / std::sqrt(1.25 + 1e-5);
+  add_case("group_norm_values", {Vals({1, 3, 2, 4}, {1, 2, 2})}, gn(1))
+      .expect({{-1.5 * r, 0.5 * r, -0.5 * r, 1.5 * r}}, {1e-5, 1e-5});
+  add_case("group_norm_big", {U({4, 32, 7, 9}, -2.4, 4.4), U({32}), U({32})}, gn(8)).big();
 }

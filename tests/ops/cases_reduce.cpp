@@ -1,6 +1,8 @@
-// Reductions (kernels/*/reduce.*): sum, mean, var, amax, amin, max and min (over a dim, giving
-// values and indices, and over everything), argmax, argmin, sum_to.
+// Reductions and scans (kernels/*/reduce.*): sum, mean, var, std, logsumexp, amax, amin, max and
+// min (over a dim, giving values and indices, and over everything), argmax, argmin, sum_to, cumsum,
+// cumprod.
 #include <cmath>
+#include <optional>
 
 #include "ops/op_case.h"
 
@@ -130,6 +132,48 @@ MG_OP_CASES(var) {
       .expect({{2.0 / 3, 2.0 / 3}});
 }
 
+MG_OP_CASES(std) {  // the square root of var: its gradient divides by the result
+  call([](const Tensors& x, const Args& a) {
+    return mg::std(x[0], ints_arg(a, "dims"), int_arg(a, "correction"), bool_arg(a, "keepdim"));
+  });
+  for (int64_t corr : {0, 1}) {
+    for (const Dims& d : {Dims{{}, false}, Dims{{1}, true}, Dims{{0, 2}, false}, Dims{{-1}, false}}) {
+      Args args = dims_args(d);
+      args["correction"] = corr;
+      add_case("std" + dims_name(d) + "_c" + std::to_string(corr), {U({3, 4, 5})}, args);
+    }
+  }
+  add_case("std_permuted", {permuted()}, {{"dims", {0, 2}}, {"correction", 1}, {"keepdim", true}});
+  add_case("std_values_all", {Vals(k123456, {2, 3})},
+           {{"dims", std::vector<int64_t>{}}, {"correction", 1}, {"keepdim", false}})
+      .expect({{std::sqrt(3.5)}});
+  add_case("std_values_1_c0", {Vals({1, 3, 2, 2}, {2, 2})}, {{"dims", {1}}, {"correction", 0}, {"keepdim", false}})
+      .expect({{1, 0}})
+      .no_backward("a constant row: the square root's kink at 0");
+  for (Dims d : kBigDims)
+    add_case("std_big" + dims_name(d), {big()}, {{"dims", d.dims}, {"correction", 1}, {"keepdim", false}})
+        .big()
+        .cuda_tolerance(8);
+}
+
+MG_OP_CASES(logsumexp) {
+  call(
+      [](const Tensors& x, const Args& a) { return mg::logsumexp(x[0], ints_arg(a, "dims"), bool_arg(a, "keepdim")); });
+  dims_cases(*this, true, 8);
+  add_case("logsumexp_large", {Vals({1000, 1000, -1000, 999}, {2, 2})}, {{"dims", {1}}, {"keepdim", false}})
+      .expect({{1000 + std::log(2.0), 999}}, {1e-6, 1e-4})  // from the max: no overflow
+      .torch_tolerance({1e-4, 1e-4}, "the gradient exp(x - lse) inherits the float32 rounding of lse near 1000");
+  add_case("logsumexp_minus_inf", {Vals({-INFINITY, -INFINITY, 0, -INFINITY}, {2, 2})},
+           {{"dims", {1}}, {"keepdim", false}})
+      .expect({{-INFINITY, 0}})
+      .no_backward("-inf inputs");
+  add_case("logsumexp_empty", {U({3, 0})}, {{"dims", {1}}, {"keepdim", false}})
+      .expect({{-INFINITY, -INFINITY, -INFINITY}});
+  add_case("logsumexp_int64", {IntVals({1, 2, 3})}, {{"dims", {0}}, {"keepdim", false}})
+      .expect({{std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0))}})
+      .check(outputs_of_dtype(kFloat32));  // as PyTorch, integers give float32
+}
+
 MG_OP_CASES(amax) {
   call([](const Tensors& x, const Args& a) { return mg::amax(x[0], ints_arg(a, "dims"), bool_arg(a, "keepdim")); });
   dims_cases(*this);
@@ -168,8 +212,8 @@ void dim_cases(OpDef& op) {
 
 MG_OP_CASES(max_dim) {
   call([](const Tensors& x, const Args& a) {
-    auto r = mg::max(x[0], int_arg(a, "dim"), bool_arg(a, "keepdim"));
-    return Tensors{r.values, r.indices};
+    auto [values, indices] = mg::max(x[0], int_arg(a, "dim"), bool_arg(a, "keepdim"));
+    return Tensors{values, indices};
   });
   dim_cases(*this);
   add_case("max_dim_ties", {Vals({3, 1, 3, 2, 5, 5}, {2, 3})}, {{"dim", 1}, {"keepdim", false}})
@@ -182,8 +226,8 @@ MG_OP_CASES(max_dim) {
 
 MG_OP_CASES(min_dim) {
   call([](const Tensors& x, const Args& a) {
-    auto r = mg::min(x[0], int_arg(a, "dim"), bool_arg(a, "keepdim"));
-    return Tensors{r.values, r.indices};
+    auto [values, indices] = mg::min(x[0], int_arg(a, "dim"), bool_arg(a, "keepdim"));
+    return Tensors{values, indices};
   });
   dim_cases(*this);
   add_case("min_dim_values_keepdim", {Vals({3, 1, 3, 2, 5, 5}, {2, 3})}, {{"dim", 0}, {"keepdim", true}})
@@ -238,4 +282,54 @@ MG_OP_CASES(sum_to) {  // the inverse of broadcasting (backward rules use it)
   add_case("sum_to_column", {U({2, 3, 4})}, {{"shape", {3, 1}}});
   add_case("sum_to_row", {U({2, 3, 4})}, {{"shape", {4}}});
   add_case("sum_to_values", {Vals(V(24, 1.0), {2, 3, 4})}, {{"shape", {3, 1}}}).expect({{8, 8, 8}});
+}
+
+// ---- scans along a dim
+
+namespace {
+std::optional<DType> scan_dtype(const Args& a) {
+  return a.count("dtype") ? std::optional<DType>(dtype_named(string_arg(a, "dtype"))) : std::nullopt;
+}
+// The scans' cases: each dim of [3, 4, 5], a permuted view, a 0-d input and the gpu's odd sizes (a
+// line longer than a block, lines of one element, many short lines).
+void scan_cases(OpDef& op, const Input& small, const Input& large) {
+  const std::string n = op.name();
+  for (int64_t d : {0, 1, 2, -1}) op.add_case(n + "_" + (d < 0 ? "m1" : std::to_string(d)), {small}, {{"dim", d}});
+  op.add_case(n + "_permuted", {small.permute({2, 0, 1})}, {{"dim", 1}});
+  op.add_case(n + "_transposed_last", {small.t(1, 2)}, {{"dim", -1}});
+  op.add_case(n + "_zero_dim", {small.select(0, 1).select(0, 2).select(0, 3)}, {{"dim", 0}});
+  for (int64_t d : {0, 1, 2})
+    op.add_case(n + "_big_" + std::to_string(d), {large}, {{"dim", d}}).big().cuda_tolerance(8);
+  op.add_case(n + "_long_line", {U({2, 3000}, 0.999, 1.001)}, {{"dim", 1}}).big().cuda_tolerance(64);
+}
+}  // namespace
+
+MG_OP_CASES(cumsum) {
+  call([](const Tensors& x, const Args& a) { return mg::cumsum(x[0], int_arg(a, "dim"), scan_dtype(a)); });
+  scan_cases(*this, U({3, 4, 5}), big());
+  add_case("cumsum_values", {Vals(k123456, {2, 3})}, {{"dim", 1}}).expect({{1, 3, 6, 4, 9, 15}});
+  add_case("cumsum_values_0", {Vals(k123456, {2, 3})}, {{"dim", 0}}).expect({{1, 2, 3, 5, 7, 9}});
+  add_case("cumsum_int32", {IntVals({7, -7, 2, 9}).as(kInt32)}, {{"dim", 0}})
+      .expect({{7, 0, 2, 11}})
+      .check(outputs_of_dtype(kInt64));  // as PyTorch: integers and bools sum in int64
+  add_case("cumsum_bool", {Vals({1, 1, 0, 1}).as(kBool)}, {{"dim", 0}}).expect({{1, 2, 2, 3}});
+  add_case("cumsum_dtype", {IntVals({1, 2, 3})}, {{"dim", 0}, {"dtype", "float64"}})
+      .expect({{1, 3, 6}})
+      .check(outputs_of_dtype(kFloat64));
+  add_case("cumsum_empty", {U({0, 3})}, {{"dim", 0}});
+}
+
+MG_OP_CASES(cumprod) {
+  call([](const Tensors& x, const Args& a) { return mg::cumprod(x[0], int_arg(a, "dim"), scan_dtype(a)); });
+  scan_cases(*this, Away({3, 4, 5}, 0.5, 1.5), Away({13, 257, 9}, 0.9, 1.1));
+  add_case("cumprod_values", {Vals(k123456, {2, 3})}, {{"dim", 1}}).expect({{1, 2, 6, 4, 20, 120}});
+  // Zeros: the gradient before a zero needs the products past it (one zero and two zeros in a line).
+  add_case("cumprod_zero", {Vals({2, 0, 3, 4, 1.5, 0.5, 0, 2, 0, 3, 0.5, 2}, {3, 4})}, {{"dim", 1}})
+      .expect({{2, 0, 0, 0, 1.5, 0.75, 0, 0, 0, 0, 0, 0}});
+  add_case("cumprod_zero_first", {Vals({0, 2, 3, 1.5})}, {{"dim", 0}});
+  add_case("cumprod_int64", {IntVals({2, -3, 4})}, {{"dim", 0}}).expect({{2, -6, -24}}).check(outputs_of_dtype(kInt64));
+  add_case("cumprod_zero_big", {Away({5, 600}, 0.99, 1.01).map([](size_t i, double v) { return i % 97 ? v : 0; })},
+           {{"dim", 1}})
+      .big()
+      .cuda_tolerance(8);
 }

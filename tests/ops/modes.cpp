@@ -181,21 +181,24 @@ void expect_same_ledger(const Ledger& meta, const Ledger& cpu) {
 
 }  // namespace
 
+// On every combination of the op's cpu kernel variants (matmul: openblas, eigen).
 void check_values(const std::string& op) {
-  for (const Case& c : op_named(op).cases()) {
-    INFO("case ", c.name);
-    const bool torch = !c.large && c.no_torch.empty();
-    if (!torch && !c.formula && !c.property) continue;
-    Tensors leaves = make_leaves(c, kFloat32, kCPU, torch);
-    Tensors views = apply_views(c, leaves);
-    Tensors outs = forward(c, leaves);
-    if (c.formula) check_formula(c, views, outs);
-    if (c.property) {
-      const std::string failure = c.property(views, outs);
-      CHECK_MESSAGE(failure.empty(), failure);
+  for (const VariantSelection& selection : variant_selections(op_named(op).variant_ops(), DeviceType::CPU))
+    for (const Case& c : op_named(op).cases()) {
+      VariantGuard selected(selection, DeviceType::CPU);
+      INFO("case ", c.name, selection.empty() ? "" : ", variant ", variant_label(selection));
+      const bool torch = !c.large && c.no_torch.empty();
+      if (!torch && !c.formula && !c.property) continue;
+      Tensors leaves = make_leaves(c, kFloat32, kCPU, torch);
+      Tensors views = apply_views(c, leaves);
+      Tensors outs = forward(c, leaves);
+      if (c.formula) check_formula(c, views, outs);
+      if (c.property) {
+        const std::string failure = c.property(views, outs);
+        CHECK_MESSAGE(failure.empty(), failure);
+      }
+      if (torch) check_against_fixture(c, leaves, outs, upstream_for(c, outs, kCPU));
     }
-    if (torch) check_against_fixture(c, leaves, outs, upstream_for(c, outs, kCPU));
-  }
 }
 
 void check_gradients(const std::string& op) {

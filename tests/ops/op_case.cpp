@@ -11,6 +11,7 @@
 #include <memgrad/autograd/node.h>
 #include <memgrad/core/cuda.h>
 #include <memgrad/core/memory.h>
+#include <memgrad/core/variants.h>
 #include <nlohmann/json.hpp>
 
 namespace mg::optest {
@@ -361,10 +362,10 @@ bool backward(const Tensors& outputs, const Tensors& upstream) {
   return true;
 }
 
-std::vector<VariantSelection> variant_selections(const std::vector<std::string>& kernels) {
+std::vector<VariantSelection> variant_selections(const std::vector<std::string>& kernels, DeviceType d) {
   std::vector<VariantSelection> all{{}};
   for (const std::string& k : kernels) {
-    std::vector<std::string> variants = cuda::kernel_variants(k);
+    std::vector<std::string> variants = kernel_variants(d, k);
     if (variants.empty()) continue;
     std::vector<VariantSelection> next;
     for (const VariantSelection& s : all)
@@ -375,6 +376,14 @@ std::vector<VariantSelection> variant_selections(const std::vector<std::string>&
     all = std::move(next);
   }
   return all;
+}
+
+VariantGuard::VariantGuard(const VariantSelection& s, DeviceType d) : selection_(s), device_(d) {
+  for (const auto& [kernel, variant] : s) set_kernel_variant(d, kernel, variant);
+}
+VariantGuard::~VariantGuard() {
+  for (const auto& [kernel, variant] : selection_)
+    set_kernel_variant(device_, kernel, kernel_variants(device_, kernel).front());
 }
 
 std::string variant_label(const VariantSelection& s) {

@@ -268,11 +268,23 @@ Tensors upstream_for(const Case& c, const Tensors& outputs, const Device& device
 // Backward from every output with an upstream gradient; false when there is none.
 bool backward(const Tensors& outputs, const Tensors& upstream);
 
-// Every combination of the cuda variants of `kernels` (cuda::kernel_variants): (kernel, variant)
-// pairs to select; one empty selection when none has variants (or without CUDA).
+// Every combination of the variants of `kernels` on device type `d` (kernel_variants): (kernel,
+// variant) pairs to select; one empty selection when none has variants (cuda: or without CUDA).
 using VariantSelection = std::vector<std::pair<std::string, std::string>>;
-std::vector<VariantSelection> variant_selections(const std::vector<std::string>& kernels);
+std::vector<VariantSelection> variant_selections(const std::vector<std::string>& kernels, DeviceType d);
 std::string variant_label(const VariantSelection& s);  // "cudnn", "block+im2col", "" for none
+// Selects each (kernel, variant) of `s` on `d` for its lifetime, then each kernel's default again.
+class VariantGuard {
+ public:
+  VariantGuard(const VariantSelection& s, DeviceType d);
+  ~VariantGuard();
+  VariantGuard(const VariantGuard&) = delete;
+  VariantGuard& operator=(const VariantGuard&) = delete;
+
+ private:
+  VariantSelection selection_;
+  DeviceType device_;
+};
 
 // A digest of a case's inputs and upstream gradients in float32 (what a fixture was computed
 // from): a fixture whose digest differs is stale.

@@ -47,13 +47,21 @@ def a_slice(x, dim, start, end, step):
 
 
 def attention(x, a):
-    q, k, v = x
-    scale = a["scale"] or 1 / q.shape[-1] ** 0.5
+    """softmax(scale q k^T + mask) v, composed (torch 1.13 has no scaled_dot_product_attention)."""
+    q, k, v = x[:3]
+    scale = a["scale"] if a["scale"] is not None else 1 / q.shape[-1] ** 0.5
     s = q @ k.transpose(-2, -1) * scale
     if a["is_causal"]:
         tq, tk = s.shape[-2], s.shape[-1]
         s = s.masked_fill(torch.ones(tq, tk, dtype=torch.bool).triu(1), float("-inf"))
+    if len(x) > 3:  # bool: true where the query sees the key; else added to the scores
+        m = x[3]
+        s = s.masked_fill(~m, float("-inf")) if m.dtype == torch.bool else s + m
     return torch.softmax(s, -1) @ v
+
+
+def scan(f):
+    return lambda x, a: f(x[0], a["dim"], dtype=DTYPES[a["dtype"]] if a.get("dtype") else None)
 
 
 def reduce_dims(f):
@@ -82,6 +90,7 @@ TORCH_OPS = {
     "rsqrt": lambda x, a: torch.rsqrt(x[0]),
     "abs": lambda x, a: torch.abs(x[0]),
     "tanh": lambda x, a: torch.tanh(x[0]),
+    "erf": lambda x, a: torch.erf(x[0]),
     "sigmoid": lambda x, a: torch.sigmoid(x[0]),
     "relu": lambda x, a: torch.relu(x[0]),
     "gelu": lambda x, a: F.gelu(x[0], approximate=a["approximate"]),
@@ -96,6 +105,13 @@ TORCH_OPS = {
     "amax": lambda x, a: torch.amax(x[0], a["dims"], a["keepdim"]),
     "amin": lambda x, a: torch.amin(x[0], a["dims"], a["keepdim"]),
     "var": lambda x, a: torch.var(x[0], a["dims"] or None, correction=a["correction"], keepdim=a["keepdim"]),
+    "std": lambda x, a: torch.std(x[0], a["dims"] or None, correction=a["correction"], keepdim=a["keepdim"]),
+    "logsumexp": lambda x, a: torch.logsumexp(x[0], a["dims"] or list(range(x[0].dim())), a["keepdim"]),
+    "cumsum": scan(torch.cumsum),
+    "cumprod": scan(torch.cumprod),
+    "sort": lambda x, a: tuple(torch.sort(x[0], dim=a["dim"], descending=a["descending"], stable=True)),
+    "argsort": lambda x, a: torch.sort(x[0], dim=a["dim"], descending=a["descending"], stable=True)[1],
+    "topk": lambda x, a: tuple(torch.topk(x[0], a["k"], a["dim"], a["largest"], True)),
     "max_dim": lambda x, a: tuple(torch.max(x[0], a["dim"], a["keepdim"])),
     "min_dim": lambda x, a: tuple(torch.min(x[0], a["dim"], a["keepdim"])),
     "max_all": lambda x, a: torch.max(x[0]),
@@ -115,12 +131,23 @@ TORCH_OPS = {
     "chunk": lambda x, a: torch.chunk(x[0], a["chunks"], a["dim"]),
     "gather": lambda x, a: torch.gather(x[0], a["dim"], x[1]),
     "index_select": lambda x, a: torch.index_select(x[0], a["dim"], x[1]),
+    "scatter": lambda x, a: torch.scatter(x[0], a["dim"], x[1], x[2]),
+    "scatter_value": lambda x, a: torch.scatter(x[0], a["dim"], x[1], a["value"]),
+    "scatter_add": lambda x, a: torch.scatter_add(x[0], a["dim"], x[1], x[2]),
+    "index_add": lambda x, a: torch.index_add(x[0], a["dim"], x[1], x[2], alpha=a["alpha"]),
+    "one_hot": lambda x, a: F.one_hot(x[0], a["num_classes"]),
+    "flip": lambda x, a: torch.flip(x[0], a["dims"]),
+    "repeat": lambda x, a: x[0].repeat(*a["repeats"]),
     "embedding": lambda x, a: F.embedding(x[1], x[0]),
     "tril": lambda x, a: torch.tril(x[0], a["diagonal"]),
     "triu": lambda x, a: torch.triu(x[0], a["diagonal"]),
     "layer_norm": lambda x, a: F.layer_norm(x[0], a["normalized_shape"], *x[1:], eps=a["eps"]),
-    "cross_entropy": lambda x, a: F.cross_entropy(x[0], x[1], ignore_index=a["ignore_index"],
-                                                  label_smoothing=a["label_smoothing"], reduction=a["reduction"]),
+    "group_norm": lambda x, a: F.group_norm(x[0], a["num_groups"], *x[1:], eps=a["eps"]),
+    "cross_entropy": lambda x, a: F.cross_entropy(x[0], x[1], weight=x[2] if len(x) > 2 else None,
+                                                  ignore_index=a["ignore_index"], label_smoothing=a["label_smoothing"],
+                                                  reduction=a["reduction"]),
+    "nll_loss": lambda x, a: F.nll_loss(x[0], x[1], weight=x[2] if len(x) > 2 else None,
+                                        ignore_index=a["ignore_index"], reduction=a["reduction"]),
     "mse_loss": lambda x, a: F.mse_loss(x[0], x[1], reduction=a["reduction"]),
     "conv2d": lambda x, a: F.conv2d(*x, stride=a["stride"], padding=a["padding"], dilation=a["dilation"],
                                     groups=a["groups"]),

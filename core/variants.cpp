@@ -1,0 +1,83 @@
+// The kernel-variant registry (core/variants.h), for every device type.
+#include <memgrad/core/variants.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+
+#include <memgrad/core/error.h>
+
+namespace mg {
+
+namespace {
+struct Entry {
+  std::vector<std::string> names;
+  std::atomic<int> selected{0};  // map nodes never move, so kernels may keep a reference
+};
+struct Registry {
+  std::mutex mu;
+  std::map<std::pair<DeviceType, std::string>, Entry> entries;
+};
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+}  // namespace
+
+const std::atomic<int>& register_kernel_variants(DeviceType d, const std::string& op,
+                                                 const std::vector<std::string>& variants) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> g(r.mu);
+  Entry& e = r.entries[{d, op}];
+  e.names = variants;
+  return e.selected;
+}
+
+std::vector<std::string> kernel_ops(DeviceType d) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> g(r.mu);
+  std::vector<std::string> ops;
+  for (auto& [key, e] : r.entries)
+    if (key.first == d) ops.push_back(key.second);
+  return ops;
+}
+
+std::vector<std::string> kernel_variants(DeviceType d, const std::string& op) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> g(r.mu);
+  auto it = r.entries.find({d, op});
+  return it == r.entries.end() ? std::vector<std::string>{} : it->second.names;
+}
+
+void set_kernel_variant(DeviceType d, const std::string& op, const std::string& variant) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> g(r.mu);
+  auto it = r.entries.find({d, op});
+  MG_CHECK(it != r.entries.end(), ValueError, "set_kernel_variant: expected an op with variants on ", Device(d),
+           ", got '", op, "' (see kernel_ops())");
+  const std::vector<std::string>& names = it->second.names;
+  auto pos = std::find(names.begin(), names.end(), variant);
+  if (pos == names.end()) {
+    std::string list;
+    for (auto& v : names) list += (list.empty() ? "" : ", ") + v;
+    throw ValueError(detail::str("set_kernel_variant: expected one of [", list, "] for '", op, "' on ", Device(d),
+                                 ", got '", variant, "'"));
+  }
+  it->second.selected = int(pos - names.begin());
+}
+
+std::string kernel_variant(DeviceType d, const std::string& op) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> g(r.mu);
+  auto it = r.entries.find({d, op});
+  return it == r.entries.end() ? std::string() : it->second.names[size_t(it->second.selected.load())];
+}
+
+int kernel_variant_index(DeviceType d, const std::string& op) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> g(r.mu);
+  auto it = r.entries.find({d, op});
+  return it == r.entries.end() ? 0 : it->second.selected.load();
+}
+
+}  // namespace mg

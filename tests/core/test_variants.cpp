@@ -1,0 +1,157 @@
+// The kernel-variant registry (core/variants.h) and the CPU matmul variants: each variant on
+// every operand layout the kernel distinguishes (row- or column-major views, strides BLAS cannot
+// express, broadcast batches, one-row and one-column products, the parallel row and column
+// splits) against a float64 product of the same values, with the same ledger whatever the variant.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <memgrad/memgrad.h>
+
+namespace {
+
+using mg::DeviceType;
+using mg::Tensor;
+
+// The float64 product of a [.., M, K] and b [.., K, N] (same batch), from their values.
+std::vector<double> reference(const Tensor& a, const Tensor& b) {
+  const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1), B = a.numel() / std::max<int64_t>(M * K, 1);
+  std::vector<double> x = a.contiguous().to_vector<double>(), y = b.contiguous().to_vector<double>(), out(B * M * N);
+  for (int64_t s = 0; s < B; ++s)
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double acc = 0;
+        for (int64_t k = 0; k < K; ++k) acc += x[(s * M + i) * K + k] * y[(s * K + k) * N + j];
+        out[(s * M + i) * N + j] = acc;
+      }
+  return out;
+}
+
+struct Layout {
+  std::string name;
+  std::function<std::pair<Tensor, Tensor>(mg::DType)> make;
+};
+
+std::vector<Layout> layouts() {
+  auto r = [](mg::Shape s, mg::DType t) { return mg::randn(s).to(t); };
+  return {
+      {"contiguous",
+       [=](auto t) {
+         return std::pair{r({5, 7}, t), r({7, 3}, t)};
+       }},
+      {"a transposed",
+       [=](auto t) {
+         return std::pair{r({7, 5}, t).t(), r({7, 3}, t)};
+       }},
+      {"b transposed",
+       [=](auto t) {
+         return std::pair{r({5, 7}, t), r({3, 7}, t).t()};
+       }},
+      {"both transposed",
+       [=](auto t) {
+         return std::pair{r({7, 5}, t).t(), r({3, 7}, t).t()};
+       }},
+      {"batched, b transposed",
+       [=](auto t) {
+         return std::pair{r({4, 5, 7}, t), r({4, 3, 7}, t).transpose(1, 2)};
+       }},
+      {"every other column (copied)",
+       [=](auto t) {
+         return std::pair{r({5, 14}, t).slice(1, 0, 14, 2), r({7, 3}, t)};
+       }},
+      {"rows of stride 0 (no BLAS layout)",
+       [=](auto t) {
+         return std::pair{r({1, 7}, t).expand({5, 7}), r({7, 3}, t)};
+       }},
+      {"columns of stride 0",
+       [=](auto t) {
+         return std::pair{r({5, 7}, t), r({7, 1}, t).expand({7, 3})};
+       }},
+      {"padded rows",
+       [=](auto t) {
+         return std::pair{r({5, 9}, t).narrow(1, 1, 7), r({7, 12}, t).narrow(1, 2, 3)};
+       }},
+      {"one row",
+       [=](auto t) {
+         return std::pair{r({1, 7}, t), r({7, 3}, t)};
+       }},
+      {"one column",
+       [=](auto t) {
+         return std::pair{r({5, 7}, t), r({7, 1}, t)};
+       }},
+      {"inner size 1",
+       [=](auto t) {
+         return std::pair{r({5, 1}, t), r({1, 3}, t)};
+       }},
+      {"one row of a transposed",
+       [=](auto t) {
+         return std::pair{r({7, 1}, t).t(), r({3, 7}, t).t()};
+       }},
+      {"parallel by rows",
+       [=](auto t) {
+         return std::pair{r({96, 130}, t), r({70, 130}, t).t()};
+       }},
+      {"parallel by columns",
+       [=](auto t) {
+         return std::pair{r({130, 20}, t).t(), r({130, 300}, t)};
+       }},
+      {"batch split by rows",
+       [=](auto t) {
+         return std::pair{r({2, 150, 64}, t), r({2, 64, 40}, t)};
+       }},
+  };
+}
+
+}  // namespace
+
+TEST_CASE("kernel variants: the cpu registry") {
+  const std::vector<std::string> variants = mg::kernel_variants(DeviceType::CPU, "matmul");
+  REQUIRE(!variants.empty());
+  CHECK(variants.back() == "eigen");
+  CHECK(mg::kernel_variant(DeviceType::CPU, "matmul") == variants.front());
+  const std::vector<std::string> ops = mg::kernel_ops(DeviceType::CPU);
+  CHECK(std::count(ops.begin(), ops.end(), "matmul") == 1);
+  CHECK(mg::kernel_variants(DeviceType::CUDA, "matmul").empty());  // per device type
+  mg::set_kernel_variant(DeviceType::CPU, "matmul", "eigen");
+  CHECK(mg::kernel_variant_index(DeviceType::CPU, "matmul") == int(variants.size()) - 1);
+  CHECK_THROWS_AS(mg::set_kernel_variant(DeviceType::CPU, "matmul", "fastest"), mg::ValueError);
+  CHECK_THROWS_AS(mg::set_kernel_variant(DeviceType::CPU, "no_such_kernel", "eigen"), mg::ValueError);
+  mg::set_kernel_variant(DeviceType::CPU, "matmul", variants.front());
+  CHECK(mg::kernel_variant_index(DeviceType::CPU, "matmul") == 0);
+}
+
+TEST_CASE("kernel variants: every cpu matmul variant on every layout, with the same ledger") {
+  mg::GeneratorStateGuard restore;
+  mg::NoGradGuard no_grad;
+  const std::vector<std::string> variants = mg::kernel_variants(DeviceType::CPU, "matmul");
+  for (mg::DType t : {mg::kFloat32, mg::kFloat64, mg::kBFloat16, mg::kInt64})
+    for (const Layout& l : layouts()) {
+      auto [a, b] = l.make(t == mg::kInt64 ? mg::kFloat32 : t);
+      if (t == mg::kInt64) a = (a * 4.0).to(t), b = (b * 4.0).to(t);
+      const std::vector<double> want = reference(a, b);
+      std::vector<int64_t> peaks, allocs;
+      for (const std::string& v : variants) {
+        INFO(l.name, ", ", t, ", variant ", v);
+        mg::set_kernel_variant(DeviceType::CPU, "matmul", v);
+        mg::reset_peak(mg::kCPU);
+        const mg::MemoryStats before = mg::memory_stats(mg::kCPU);
+        std::vector<double> got = mg::matmul(a, b).to_vector<double>();
+        const mg::MemoryStats after = mg::memory_stats(mg::kCPU);
+        peaks.push_back(after.peak_requested - before.requested);
+        allocs.push_back(after.num_allocs - before.num_allocs);
+        REQUIRE(got.size() == want.size());
+        const double tol = t == mg::kFloat64 ? 1e-12 : t == mg::kBFloat16 ? 3e-2 : t == mg::kInt64 ? 0 : 1e-5;
+        for (size_t i = 0; i < got.size(); ++i)
+          REQUIRE_MESSAGE(std::abs(got[i] - want[i]) <= tol * (1 + std::abs(want[i])), "element ", i, ": ", got[i],
+                          " vs ", want[i]);
+      }
+      INFO(l.name, ", ", t);
+      CHECK(std::count(peaks.begin(), peaks.end(), peaks.front()) == int64_t(peaks.size()));
+      CHECK(std::count(allocs.begin(), allocs.end(), allocs.front()) == int64_t(allocs.size()));
+    }
+  mg::set_kernel_variant(DeviceType::CPU, "matmul", variants.front());
+}

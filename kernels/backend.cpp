@@ -11,4 +11,9 @@ std::vector<std::string> missing_kernels(const Backend& b) {
   return missing;
 }
 
+const Backend& scratch_backend(DeviceType target) {
+  static const Backend none;
+  return target == DeviceType::CPU ? cpu_scratch() : target == DeviceType::CUDA ? cuda_scratch() : none;
+}
+
 }  // namespace mg::kernels

@@ -99,14 +99,17 @@ std::string run_signature(const TrainFlags& f, const mg::plan::ModelSpec& spec) 
   return buf;
 }
 
-// One training run's state, as a safetensors file: model.*, optim.*, scaler.*, and in the
-// metadata the step, the default generator's position and the run's signature.
+// One training run's state, as a safetensors file: model.*, master.* (the float32 masters of a
+// storage precision), optim.*, scaler.*, and in the metadata the step, the default generator's
+// position and the run's signature.
 void save_state(const std::string& path, int64_t step, const std::string& signature, const mg::nn::Module& model,
-                const mg::optim::Optimizer& opt, const mg::amp::GradScaler* scaler) {
+                mg::plan::Trainer& trainer) {
   mg::nn::StateDict all;
   for (auto& [k, t] : model.state_dict()) all["model." + k] = t;
-  for (auto& [k, t] : opt.state_dict()) all["optim." + k] = t;
-  if (scaler)
+  if (auto* masters = trainer.masters())
+    for (auto& [k, t] : masters->named_parameters()) all["master." + k] = t.detach();
+  for (auto& [k, t] : trainer.optimizer()->state_dict()) all["optim." + k] = t;
+  if (auto* scaler = trainer.scaler())
     for (auto& [k, v] : scaler->state_dict()) all["scaler." + k] = mg::scalar_tensor(v, mg::kFloat64);
   mg::Generator& g = mg::default_generator();
   mg::nn::save_safetensors(all, path,
@@ -117,7 +120,7 @@ void save_state(const std::string& path, int64_t step, const std::string& signat
 }
 
 int64_t load_state(const std::string& path, const std::string& signature, mg::nn::Module& model,
-                   mg::optim::Optimizer& opt, mg::amp::GradScaler* scaler) {
+                   mg::plan::Trainer& trainer) {
   mg::nn::Metadata meta;
   mg::nn::StateDict all = mg::nn::load_safetensors(path, &meta);
   for (const char* key : {"memgrad.step", "memgrad.rng_seed", "memgrad.rng_offset", "memgrad.run"})
@@ -125,16 +128,25 @@ int64_t load_state(const std::string& path, const std::string& signature, mg::nn
   if (meta["memgrad.run"] != signature)
     throw UsageError("--resume " + path + " was saved by a different run:\n  saved: " + meta["memgrad.run"] +
                      "\n  now:   " + signature);
-  mg::nn::StateDict m, o;
+  mg::nn::StateDict m, o, masters;
   std::map<std::string, double> s;
   for (auto& [k, t] : all) {
     if (k.rfind("model.", 0) == 0) m[k.substr(6)] = t;
+    if (k.rfind("master.", 0) == 0) masters[k.substr(7)] = t;
     if (k.rfind("optim.", 0) == 0) o[k.substr(6)] = t;
     if (k.rfind("scaler.", 0) == 0) s[k.substr(7)] = t.item<double>();
   }
   model.load_state_dict(m);
-  opt.load_state_dict(o);
-  if (scaler) scaler->load_state_dict(s);
+  if (auto* mw = trainer.masters()) {
+    mg::NoGradGuard no_grad;
+    for (auto& [name, t] : mw->named_parameters()) {
+      auto it = masters.find(name);
+      if (it == masters.end()) throw mg::IOError(path + ": no float32 master of '" + name + "'");
+      t.copy_(it->second);
+    }
+  }
+  trainer.optimizer()->load_state_dict(o);
+  if (auto* scaler = trainer.scaler()) scaler->load_state_dict(s);
   mg::default_generator().manual_seed(std::stoull(meta["memgrad.rng_seed"]));
   mg::default_generator().set_offset(std::stoull(meta["memgrad.rng_offset"]));
   return std::stoll(meta["memgrad.step"]);
@@ -186,6 +198,30 @@ std::string sample_text(mg::nn::GPT& gpt, const mg::Device& device, int64_t n, u
   return out;
 }
 
+// What the planner says about a run that ran out of memory under --memory-limit: the limit its step
+// needs, and what fits under this one (the largest batch; --checkpoint auto's choice).
+std::string oom_advice(const TrainFlags& f, const mg::plan::ModelSpec& spec, const mg::plan::Policy& policy,
+                       const mg::Device& device) {
+  mg::plan::PlanOptions o;
+  o.device = device.type;
+  const int64_t limit = mg::memory_stats(device).limit;
+  const mg::plan::StepOptions step = step_options(f.step);
+  const mg::plan::InputShape shape = input_shape(f.step);
+  const mg::plan::StepReport r = mg::plan::plan(spec, shape, step, policy, o);
+  std::string advice = "\nthe planner: this step needs a --memory-limit of at least " +
+                       mg::format_bytes(r.smallest_limit) + " (" + std::to_string(r.smallest_limit) +
+                       " B, its reserved peak)";
+  if (limit <= 0) return advice + ".\n";
+  advice += "; the limit is " + mg::format_bytes(limit) + " (" + std::to_string(limit) + " B).\n";
+  const int64_t b = mg::plan::largest_batch(spec, shape, step, policy, limit, o);
+  advice += "  the largest --batch whose steps run under it: " + std::to_string(b) + "\n";
+  const auto best = mg::plan::best_fit(mg::plan::choose_segments(spec, shape, step, limit, o));
+  advice += best ? "  --checkpoint auto --budget " + std::to_string(limit) + " would run " + best->method + " (" +
+                       best->policy.str() + ")\n"
+                 : "  no checkpoint segments make batch " + std::to_string(f.step.batch) + " run under it\n";
+  return advice;
+}
+
 }  // namespace
 
 void add_train_flags(CLI::App& app, TrainFlags& f) {
@@ -233,7 +269,9 @@ int run_train(const TrainFlags& f) {
   if (f.memory_limit) mg::set_memory_limit(device, int64_t(f.memory_limit));
   const mg::plan::ModelSpec spec = model_spec(f.model, f.step.seq);
   const mg::plan::InputShape shape = input_shape(f.step);
-  const mg::plan::Policy policy = memgrad_cli::policy(f.step, spec, true);
+  mg::plan::PlanOptions target;
+  target.device = device.type;
+  const mg::plan::Policy policy = memgrad_cli::policy(f.step, spec, true, target);
   if (spec.kind == mg::plan::ModelSpec::Kind::GPT && spec.gpt.vocab_size < 256)
     throw UsageError("--vocab " + std::to_string(spec.gpt.vocab_size) +
                      ": memgrad train reads bytes, so the GPT needs a vocabulary of at least 256");
@@ -242,19 +280,22 @@ int run_train(const TrainFlags& f) {
     throw UsageError("--seq " + std::to_string(f.step.seq) + " is too long for the " +
                      std::to_string(data.corpus_bytes()) + "-byte corpus (its held-out tenth must hold a window)");
 
+  // The plan starts from an empty allocator: so does the run (nothing the checks above made is cached).
+  mg::empty_cache(device);
   const mg::MemoryStats base = mg::memory_stats(device);
   mg::manual_seed(f.seed);
   mg::plan::ChainModel chain(spec, device);
   mg::nn::Module& model = chain.module();
-  auto opt = make_optimizer(f, model.named_parameters());
-  std::optional<mg::amp::GradScaler> scaler;
-  if (f.step.precision == "fp16") scaler.emplace();
+  const mg::plan::StepOptions options = step_options(f.step);
+  mg::plan::Trainer trainer(model, options,
+                            [&f](const mg::nn::NamedTensors& params) { return make_optimizer(f, params); });
+  mg::optim::Optimizer& opt = *trainer.optimizer();
+  mg::amp::GradScaler* scaler = trainer.scaler();
 
   const std::string signature = run_signature(f, spec);
   std::optional<mg::optim::LinearWarmupLR> warmup;  // made before a resume overwrites the lr with its scheduled value
-  if (f.warmup) warmup.emplace(*opt, f.warmup);
-  const int64_t first =
-      f.resume.empty() ? 1 : load_state(f.resume, signature, model, *opt, scaler ? &*scaler : nullptr) + 1;
+  if (f.warmup) warmup.emplace(opt, f.warmup);
+  const int64_t first = f.resume.empty() ? 1 : load_state(f.resume, signature, model, trainer) + 1;
   for (int64_t t = 1; warmup && t < first; ++t) warmup->step();  // the schedule's position at the saved step
   std::printf("memgrad train: %s, %s parameters, on %s\n", model_str(spec).c_str(),
               thousands(model.num_parameters()).c_str(), device.str().c_str());
@@ -275,46 +316,55 @@ int run_train(const TrainFlags& f) {
     log << "step,loss,tokens_per_s,allocated\n";
   }
   if (!f.timeline.empty()) mg::record_history(true, 1000000);
-  const mg::plan::StepOptions options = step_options(f.step);
   const int64_t tokens_per_step = f.step.batch * (data.is_gpt() ? f.step.seq : 1) * f.step.accum;  // mlp: rows
   Progress progress(first, f.steps, f.log_every ? f.log_every : std::max<int64_t>(1, (f.steps - first + 1) / 20),
                     f.quiet, data.is_gpt() ? "tok" : "rows");
   double loss = 0, train_seconds = 0;
-  int64_t peaks[2] = {0, 0};         // of the first step and the one after it
-  bool skipped[2] = {false, false};  // by the grad scaler, which meta cannot foresee
-  int64_t workspace[2] = {0, 0};     // kernel scratch at the peak, which meta does not allocate
-  for (int64_t step = first; step <= f.steps; ++step) {
-    const auto t0 = Clock::now();
-    if (!f.timeline.empty()) mg::annotate_memory("step " + std::to_string(step), device);
-    model.zero_grad();  // set_to_none, before the peak is reset, as the planner does
-    if (step <= first + 1) mg::reset_peak(device);
-    loss = mg::plan::train_step(
-        chain, opt.get(), scaler ? &*scaler : nullptr, [&](int64_t micro) { return data.batch(step, micro, shape); },
-        policy, options);
-    if (warmup) warmup->step();
-    if (device.is_cuda()) mg::cuda::synchronize(device.index);
-    const double dt = seconds_since(t0);
-    train_seconds += dt;
-    const mg::MemoryStats m = mg::memory_stats(device);
-    if (step <= first + 1) {
-      peaks[step - first] = m.peak_allocated - base.allocated;
-      workspace[step - first] = m.at_peak(mg::Category::Workspace) - base.category(mg::Category::Workspace);
-      skipped[step - first] = scaler && scaler->skipped_steps() > (step == first ? 0 : int64_t(skipped[0]));
+  int64_t peaks[2] = {0, 0};  // allocated: the first step, and the largest of the later ones
+  int64_t reserved = 0;       // the largest reserved of all steps
+  mg::CategoryBytes at_peak{};
+  std::map<std::string, int64_t> owners_at_peak;
+  try {
+    for (int64_t step = first; step <= f.steps; ++step) {
+      const auto t0 = Clock::now();
+      if (!f.timeline.empty()) mg::annotate_memory("step " + std::to_string(step), device);
+      mg::reset_peak(device);  // as the planner does: the step (gradients cleared first) is measured whole
+      loss = mg::plan::train_step(
+          chain, trainer, [&](int64_t micro) { return data.batch(step, micro, shape); }, policy);
+      if (warmup) warmup->step();
+      if (device.is_cuda()) mg::cuda::synchronize(device.index);
+      const double dt = seconds_since(t0);
+      train_seconds += dt;
+      const mg::MemoryStats m = mg::memory_stats(device);
+      const int64_t peak = m.peak_allocated - base.allocated;
+      reserved = std::max(reserved, m.peak_reserved - base.reserved);
+      if (step == first) peaks[0] = peak;
+      if (step > first && peak >= peaks[1]) {
+        peaks[1] = peak;
+        at_peak = m.at_peak_by_category;
+        for (int c = 0; c < mg::kNumCategories; ++c) at_peak[size_t(c)] -= base.by_category[size_t(c)];
+        owners_at_peak = m.at_peak_by_owner;
+      }
+      progress.update(step, loss, double(tokens_per_step) / dt, m);
+      if (log) {
+        char line[128];
+        std::snprintf(line, sizeof line, "%lld,%.9g,%.1f,%lld\n", static_cast<long long>(step), loss,
+                      double(tokens_per_step) / dt, static_cast<long long>(m.allocated));
+        log << line;
+      }
+      if (!f.timeline.empty() && step == std::min(first + f.timeline_steps - 1, f.steps)) {  // once: off clears it
+        mg::write_memory_timeline(
+            f.timeline, device,
+            "memgrad train: steps " + std::to_string(first) + "-" + std::to_string(step) + ", " + model_str(spec));
+        mg::record_history(false);
+      }
     }
-    progress.update(step, loss, double(tokens_per_step) / dt, m);
-    if (log) {
-      char line[128];
-      std::snprintf(line, sizeof line, "%lld,%.9g,%.1f,%lld\n", static_cast<long long>(step), loss,
-                    double(tokens_per_step) / dt, static_cast<long long>(m.allocated));
-      log << line;
-    }
-    if (!f.timeline.empty() && step == std::min(first + f.timeline_steps - 1, f.steps)) {  // once: off clears it
-      mg::write_memory_timeline(
-          f.timeline, device,
-          "memgrad train: steps " + std::to_string(first) + "-" + std::to_string(step) + ", " + model_str(spec));
-      mg::record_history(false);
-    }
+  } catch (const mg::OutOfMemoryError&) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "%s", oom_advice(f, spec, policy, device).c_str());
+    throw;
   }
+  model.zero_grad();  // the last step's gradients: not needed for evaluation
   const int64_t steps_run = f.steps - first + 1;
   std::printf("\ntrained %lld steps in %s: %.0f %s/s, final loss %.4f", static_cast<long long>(steps_run),
               format_seconds(train_seconds).c_str(), double(tokens_per_step * steps_run) / train_seconds,
@@ -337,34 +387,49 @@ int run_train(const TrainFlags& f) {
       std::printf("sample:\n%s\n", sample_text(dynamic_cast<mg::nn::GPT&>(model), device, f.sample, f.seed).c_str());
   }
 
-  const mg::MemoryStats s = mg::memory_stats(device);
-  std::printf("\nmemory on %s at the peak of steps %lld-%lld, counted from before the model was built:\n",
-              device.str().c_str(), static_cast<long long>(std::min(first + 1, f.steps)),
-              static_cast<long long>(f.steps));
-  mg::CategoryBytes at_peak = s.at_peak_by_category;
-  for (int c = 0; c < mg::kNumCategories; ++c) at_peak[size_t(c)] -= base.by_category[size_t(c)];
-  print_breakdown(s.peak_allocated - base.allocated, at_peak, s.at_peak_by_owner, 12);
-  std::printf("  reserved by the caching allocator: %s (peak %s)\n", mg::format_bytes(s.reserved).c_str(),
-              mg::format_bytes(s.peak_reserved).c_str());
-  for (int64_t i = 0; i < 2 && first + i <= f.steps; ++i) {  // the planner runs the same steps on meta
-    if (i == 0 && !f.resume.empty()) continue;               // a resumed run's first step already holds optimizer state
-    const int64_t planned = mg::plan::plan(spec, shape, step_options(f.step, i + 1), policy).peak;
-    std::printf("  %s peak: measured %s (%lld B), planned on meta %s (%lld B): %s\n",
-                i == 0 ? "first step's" : "later steps'", mg::format_bytes(peaks[i]).c_str(),
-                static_cast<long long>(peaks[i]), mg::format_bytes(planned).c_str(), static_cast<long long>(planned),
-                peaks[i] == planned ? "exact"
-                : skipped[i]        ? "the grad scaler skipped that step (inf/NaN gradients), the plan assumes it ran"
-                : workspace[i] > 0
-                    ? ("off by " + std::to_string(peaks[i] - planned) + " B, with " + std::to_string(workspace[i]) +
-                       " B of kernel scratch (Workspace) at the peak: backend-specific, e.g. the CPU's float32 "
-                       "copies for half GEMMs, and not planned")
-                          .c_str()
-                    : ("off by " + std::to_string(peaks[i] - planned) + " B").c_str());
+  if (steps_run == 1) {  // no later step: the breakdown of the first
+    const mg::MemoryStats m = mg::memory_stats(device);
+    at_peak = m.at_peak_by_category;
+    for (int c = 0; c < mg::kNumCategories; ++c) at_peak[size_t(c)] -= base.by_category[size_t(c)];
+    owners_at_peak = m.at_peak_by_owner;
   }
-  std::printf("\noptimizer state per parameter (%s):\n%s", opt->type().c_str(), opt->state_report().str().c_str());
+  std::printf("\nmemory on %s at the peak of step%s %lld%s%s, counted from before the model was built:\n",
+              device.str().c_str(), steps_run > 1 ? "s" : "", static_cast<long long>(std::min(first + 1, f.steps)),
+              steps_run > 2 ? "-" : "", steps_run > 2 ? std::to_string(f.steps).c_str() : "");
+  print_breakdown(steps_run > 1 ? peaks[1] : peaks[0], at_peak, owners_at_peak, 12);
+  const mg::MemoryStats s = mg::memory_stats(device);
+  std::printf("  reserved by the caching allocator: %s now\n", mg::format_bytes(s.reserved).c_str());
+
+  // The planner runs the same steps on meta, for this device and under the same limit.
+  mg::plan::PlanOptions plan_options;
+  plan_options.device = device.type;
+  plan_options.memory_limit = int64_t(f.memory_limit);
+  plan_options.max_steps = std::min<int64_t>(steps_run, 16);
+  const mg::plan::StepReport planned = mg::plan::plan(spec, shape, options, policy, plan_options);
+  auto compare = [&](const char* what, int64_t measured, int64_t plan_bytes) {
+    std::string verdict = measured == plan_bytes ? "exact" : "off by " + std::to_string(measured - plan_bytes) + " B";
+    if (measured != plan_bytes && scaler && scaler->skipped_steps())
+      verdict += ": the grad scaler skipped steps (inf/NaN gradients), the plan assumes every step is taken";
+    std::printf("  %s: measured %s (%lld B), planned on meta %s (%lld B): %s\n", what,
+                mg::format_bytes(measured).c_str(), static_cast<long long>(measured),
+                mg::format_bytes(plan_bytes).c_str(), static_cast<long long>(plan_bytes), verdict.c_str());
+  };
+  if (!f.resume.empty()) {  // a resumed run's first step already holds optimizer state: only later steps compare
+    if (steps_run > 1) compare("later steps' allocated peak", peaks[1], planned.peak);
+    std::printf("  (a resumed run's allocator history differs from the plan's, which starts from the first step)\n");
+  } else {
+    compare("first step's allocated peak", peaks[0], planned.first_peak);
+    if (steps_run > 1) compare("later steps' allocated peak", peaks[1], planned.peak);
+    compare(f.memory_limit ? "reserved peak under this --memory-limit" : "reserved peak with no limit", reserved,
+            planned.reserved);
+  }
+  if (planned.smallest_limit)
+    std::printf("  the smallest --memory-limit these steps run under: %s (%lld B)\n",
+                mg::format_bytes(planned.smallest_limit).c_str(), static_cast<long long>(planned.smallest_limit));
+  std::printf("\noptimizer state per parameter (%s):\n%s", opt.type().c_str(), opt.state_report().str().c_str());
   if (!f.timeline.empty()) std::printf("memory timeline: %s\n", f.timeline.c_str());
   if (!f.save.empty()) {
-    save_state(f.save, f.steps, signature, model, *opt, scaler ? &*scaler : nullptr);
+    save_state(f.save, f.steps, signature, model, trainer);
     std::printf("training state (step %lld): %s\n", static_cast<long long>(f.steps), f.save.c_str());
   }
   return 0;

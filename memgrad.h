@@ -1,5 +1,16 @@
 // memgrad: a C++17 tensor library with reverse-mode autograd that shows, to the byte, where
 // training memory goes. Include this one header for the whole public API.
+//
+// Embedding it: which state is shared and which is per thread.
+// - Process-wide, safe to use from any thread: the memory ledger and its statistics, history and
+//   peaks, one per device (core/memory.h); memory limits (set_memory_limit, MG_MEMORY_LIMIT); the
+//   caching allocator's pools and empty_cache(); the selected kernel variants and the TF32 switch
+//   (core/cuda.h); the default random generator (core/random.h: locked, so concurrent random ops
+//   never share counters; pass your own Generator for an independent stream).
+// - Per thread: grad mode (NoGradGuard), autocast (AutocastGuard), memory scopes (MemoryScope's
+//   category and owner labels, OpScope), saved-tensor hooks, flop counters, the current CUDA stream.
+// - Tensors themselves are not locked: two threads may read one tensor, but not write it while
+//   another reads or writes it, and one autograd graph runs backward on one thread at a time.
 #pragma once
 
 #include <memgrad/amp/grad_scaler.h>
@@ -17,9 +28,12 @@
 #include <memgrad/core/grad_mode.h>
 #include <memgrad/core/memory.h>
 #include <memgrad/core/memory/batch_size.h>
+#include <memgrad/core/op.h>
 #include <memgrad/core/ops.h>
 #include <memgrad/core/random.h>
 #include <memgrad/core/tensor.h>
+#include <memgrad/distributed/data_parallel.h>
+#include <memgrad/distributed/process_group.h>
 #include <memgrad/nn/gpt.h>
 #include <memgrad/nn/init.h>
 #include <memgrad/nn/layers.h>
@@ -32,3 +46,4 @@
 #include <memgrad/optim/scheduler.h>
 #include <memgrad/optim/sgd.h>
 #include <memgrad/plan/planner.h>
+#include <memgrad/plan/zero.h>

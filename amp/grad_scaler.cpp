@@ -1,5 +1,7 @@
 #include <memgrad/amp/grad_scaler.h>
 
+#include <cmath>
+
 #include <memgrad/core/grad_mode.h>
 #include <memgrad/core/memory.h>
 #include <memgrad/core/ops.h>
@@ -43,7 +45,7 @@ bool check_and_unscale(const std::vector<Tensor>& tensors, double inv_scale) {
       MemoryScope scope(Category::Temporary, "GradScaler.found_inf");
       flag = zeros({1}, TensorOptions(kFloat32).device(device));
     }
-    kernels::run("GradScaler.unscale_", device, &kernels::Backend::non_finite_check_and_unscale, list, flag, inv_scale);
+    kernels::run(device, &kernels::Backend::non_finite_check_and_unscale, list, flag, inv_scale);
     if (!device.is_meta()) found |= flag.item<float>() != 0;  // meta: the flag's bytes, no values
     if (inv_scale != 1.0)
       for (auto& t : list) t.storage()->bump_version();
@@ -128,13 +130,21 @@ std::map<std::string, double> GradScaler::state_dict() const {
 void GradScaler::load_state_dict(const std::map<std::string, double>& s) {
   for (const char* k : {"scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"})
     MG_CHECK(s.count(k), ValueError, "GradScaler.load_state_dict: expected key '", k, "', got a dict without it");
+  // Counts are whole numbers, checked before the cast (a double such as 1e30 has no int64 value).
+  auto count = [&](const char* k, double lo, double below) {
+    const double v = s.at(k);
+    MG_CHECK(v >= lo && v < below && v == std::floor(v), ValueError, "GradScaler.load_state_dict: expected ", k,
+             " to be a whole number in [", lo, ", ", below, "), got ", v);
+    return int64_t(v);
+  };
   GradScalerOptions o = o_;
   o.growth_factor(s.at("growth_factor")).backoff_factor(s.at("backoff_factor"));
-  o.growth_interval(int64_t(s.at("growth_interval")));
-  GradScaler check(o.init_scale(s.at("scale")));  // validates the values before changing anything
+  o.growth_interval(count("growth_interval", 1, 0x1p62));
+  const int64_t tracker = count("_growth_tracker", 0, double(o.growth_interval_));
+  GradScaler check(o.init_scale(s.at("scale")));  // the constructor's checks, before changing anything
   o_ = o;
   scale_ = s.at("scale");
-  growth_tracker_ = int64_t(s.at("_growth_tracker"));
+  growth_tracker_ = tracker;
 }
 
 }  // namespace mg::amp

@@ -51,6 +51,11 @@ class GradScaler {
   // Adjusts the scale from this step's outcome and re-arms unscale_.
   void update();
 
+  // Data parallelism where each process unscales only its slice of the gradients: records whether
+  // any other process found inf/NaN in its slice this step, so that every process skips the same
+  // steps (call between unscale_ and step; distributed::DataParallel::any_rank combines the flags).
+  void merge_found_inf(bool found_elsewhere) { found_inf_ = found_inf_ || found_elsewhere; }
+
   double get_scale() const { return scale_; }
   int64_t growth_tracker() const { return growth_tracker_; }
   bool found_inf() const { return found_inf_; }

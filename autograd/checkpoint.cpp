@@ -11,7 +11,7 @@
 namespace mg {
 
 CheckpointPolicy CheckpointPolicy::keep_matmuls() {
-  return {[](const std::string& op) { return op == "matmul" || op == "linear" || op == "conv2d"; }};
+  return {[](Op op) { return op == Op::matmul || op == Op::linear || op == Op::conv2d; }};
 }
 
 namespace {
@@ -22,7 +22,7 @@ struct Frame {
   CheckpointPolicy policy;
   std::vector<autograd::SavedTensor> inputs;
   std::vector<bool> input_requires_grad;
-  uint64_t seed = 0, offset = 0;
+  DrawLog draws;  // the first run's random draws, replayed by the recompute
   amp::AutocastState autocast;
   std::string owner;
 
@@ -57,9 +57,7 @@ struct SlotHandle {
 std::string describe(const Shape& s, DType t) { return shape_str(s) + " " + dtype_name(t); }
 
 void Frame::recompute() {
-  GeneratorStateGuard rng;
-  default_generator().manual_seed(seed);
-  default_generator().set_offset(offset);
+  DrawLog::Replay same_random_numbers(draws);
   // A guard, not set_autocast_state: the half copies of parameters it caches are dropped when the
   // recompute ends (backward runs outside any guard, so nothing else would clear them; they stayed
   // allocated until the next guard closed, through the optimizer step).
@@ -117,8 +115,6 @@ std::vector<Tensor> checkpoint(const SegmentFn& fn, const std::vector<Tensor>& i
   auto frame = std::make_shared<Frame>();
   frame->fn = fn;
   frame->policy = policy;
-  frame->seed = default_generator().seed();
-  frame->offset = default_generator().offset();
   frame->autocast = amp::autocast_state();
   frame->owner = current_owner();
   for (auto& x : inputs) {
@@ -130,13 +126,13 @@ std::vector<Tensor> checkpoint(const SegmentFn& fn, const std::vector<Tensor>& i
       [weak](const Tensor& t) -> std::any {
         auto f = weak.lock();
         size_t i = f->slots.size();
-        const char* op = memory::current_op();
-        bool keep = f->policy.keep && f->policy.keep(op ? op : "");
+        bool keep = f->policy.keep && f->policy.keep(memory::current_op());
         f->slots.push_back({t.shape(), t.dtype(), keep ? t : Tensor(), t.version()});
         if (keep) t.storage()->add_saved_ref();
         return std::shared_ptr<SlotHandle>(new SlotHandle{f, i});  // no temporary: its destructor releases
       },
       unpack);
+  DrawLog::Recording record_draws(frame->draws);
   return fn(inputs);
 }
 

@@ -1,7 +1,8 @@
 // Recompute-on-backward segments. checkpoint(fn, inputs) runs fn but keeps none of the tensors
 // its ops save for backward (beyond what a policy keeps); the first backward use of a dropped
-// tensor re-runs fn with the RNG offset and autocast state of the original run, and each
-// recomputed tensor is released as soon as the node that needed it has run.
+// tensor re-runs fn with the random draws (core/random.h's DrawLog, from any generator) and the
+// autocast state of the original run, and each recomputed tensor is released as soon as the node
+// that needed it has run.
 #pragma once
 #include <functional>
 #include <string>
@@ -11,9 +12,9 @@
 namespace mg {
 
 // Decides, per tensor an op saves inside a segment, whether to keep it (true) or recompute it.
-// `op` is the name of the op saving the tensor (e.g. "matmul", "gelu", "softmax").
+// `op` is the op saving the tensor (e.g. Op::matmul, Op::gelu, Op::softmax; core/op.h).
 struct CheckpointPolicy {
-  std::function<bool(const std::string& op)> keep;  // empty: recompute everything
+  std::function<bool(Op op)> keep;  // empty: recompute everything
 
   static CheckpointPolicy recompute_all() { return {}; }
   // Korthikanti et al. 2022 in spirit: keep outputs of matmul/linear/conv, recompute the cheap

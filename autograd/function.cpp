@@ -27,13 +27,15 @@ TensorList apply_function(const std::string& name, const ForwardFn& forward, Use
     for (auto& i : inputs)
       if (o.defined() && o.is_same(i)) o = i.detach();
   size_t n_inputs = inputs.size();
-  std::string label = name;
-  record(label.c_str(), inputs, outputs, [ctx, backward, n_inputs, label](const TensorList& g, const Node&) {
-    TensorList grads = backward(*ctx, g);
-    MG_CHECK(grads.size() == n_inputs, AutogradError, label, ": backward returned ", grads.size(),
-             " gradients, expected one per input (", n_inputs, ")");
-    return grads;
-  });
+  record(
+      Op::custom, inputs, outputs,
+      [ctx, backward, n_inputs, name](const TensorList& g, const Node&) {
+        TensorList grads = backward(*ctx, g);
+        MG_CHECK(grads.size() == n_inputs, AutogradError, name, ": backward returned ", grads.size(),
+                 " gradients, expected one per input (", n_inputs, ")");
+        return grads;
+      },
+      name);
   return outputs;
 }
 

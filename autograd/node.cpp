@@ -4,6 +4,7 @@
 
 #include <memgrad/core/grad_mode.h>
 #include <memgrad/core/ops.h>
+#include <memgrad/core/tensor_impl.h>
 
 namespace mg {
 
@@ -14,7 +15,7 @@ std::atomic<uint64_t> g_sequence{0};
 thread_local std::vector<std::pair<SavedTensorHooks::Pack, SavedTensorHooks::Unpack>> t_saved_hooks;
 }  // namespace
 
-Node::Node(std::string name) : name_(std::move(name)), sequence_nr_(g_sequence++) {}
+Node::Node(Op op, std::string label) : op_(op), label_(std::move(label)), sequence_nr_(g_sequence++) {}
 
 // ---- saved tensors
 
@@ -77,35 +78,39 @@ TensorList FunctionNode::apply(TensorList&& grad_outputs) {
   return fn_(grad_outputs, *this);
 }
 
-AccumulateGrad::AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : Node("AccumulateGrad"), leaf_(leaf) {}
+AccumulateGrad::AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : Node(Op::none, "AccumulateGrad"), leaf_(leaf) {}
 
 TensorList AccumulateGrad::apply(TensorList&& grads) {
   auto leaf = leaf_.lock();
   if (!leaf || !grads[0].defined()) return {};
   NoGradGuard no_grad;
-  Tensor g = grads[0];
-  grads.clear();
-  for (auto& h : leaf->leaf_hooks)
-    if (Tensor r = h(g); r.defined()) g = r;
   Tensor self(leaf);
-  Tensor cur = self.grad();
-  if (!cur.defined()) {
-    // Take the incoming buffer when nothing else refers to it; otherwise copy it.
-    bool sole = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 && g.is_contiguous() &&
-                g.dtype() == leaf->dtype && g.storage_offset() == 0 &&
-                size_t(g.numel()) * g.element_size() == g.storage()->nbytes();
-    Tensor owned;
-    {
-      MemoryScope scope(Category::Gradient);
-      owned = sole ? g : g.to(leaf->dtype).clone();
+  {  // the incoming buffers are released before the post-accumulate hooks run
+    Tensor g = grads[0];
+    grads.clear();
+    for (auto& h : leaf->leaf_hooks)
+      if (Tensor r = h(g); r.defined()) g = r;
+    Tensor cur = self.grad();
+    if (!cur.defined()) {
+      // Take the incoming buffer when nothing else refers to it; otherwise copy it.
+      bool sole = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 && g.is_contiguous() &&
+                  g.dtype() == leaf->dtype && g.storage_offset() == 0 &&
+                  size_t(g.numel()) * g.element_size() == g.storage()->nbytes();
+      Tensor owned;
+      {
+        MemoryScope scope(Category::Gradient);
+        owned = sole ? g : g.to(leaf->dtype).clone();
+      }
+      owned.storage()->set_category(Category::Gradient);
+      if (auto* param_block = leaf->storage->block())  // the ledger names the buffer after its parameter
+        owned.storage()->set_owner(param_block->owner.empty() ? "grad" : param_block->owner + ".grad");
+      self.set_grad(owned);
+    } else {
+      cur.add_(g);
     }
-    owned.storage()->set_category(Category::Gradient);
-    if (auto* param_block = leaf->storage->block())  // the ledger names the buffer after its parameter
-      owned.storage()->set_owner(param_block->owner.empty() ? "grad" : param_block->owner + ".grad");
-    self.set_grad(owned);
-  } else {
-    cur.add_(g);
   }
+  const auto hooks = leaf->post_accumulate_hooks;  // a hook may remove itself
+  for (auto& [id, h] : hooks) h(self);
   return {};
 }
 
@@ -130,9 +135,10 @@ Edge gradient_edge(const Tensor& t) {
   return {acc, 0};
 }
 
-std::shared_ptr<Node> record(const char* name, const TensorList& inputs, const TensorList& outputs, BackwardFn fn) {
+std::shared_ptr<Node> record(Op op, const TensorList& inputs, const TensorList& outputs, BackwardFn fn,
+                             std::string label) {
   if (!any_requires_grad(inputs)) return nullptr;
-  auto node = std::make_shared<FunctionNode>(name, std::move(fn));
+  auto node = std::make_shared<FunctionNode>(op, std::move(label), std::move(fn));
   for (auto& t : inputs) node->next_edges().push_back(gradient_edge(t));
   for (uint32_t i = 0; i < outputs.size(); ++i) {
     auto* o = outputs[i].impl();

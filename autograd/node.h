@@ -8,8 +8,10 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include <memgrad/core/op.h>
 #include <memgrad/core/tensor.h>
 
 namespace mg::autograd {
@@ -33,7 +35,8 @@ using TensorList = std::vector<Tensor>;
 
 class Node : public std::enable_shared_from_this<Node> {
  public:
-  explicit Node(std::string name);
+  // `label` names a node that is not a built-in op (a user's function, a leaf's accumulator).
+  explicit Node(Op op, std::string label = {});
   virtual ~Node() = default;
 
   // Maps gradients w.r.t. this node's outputs to gradients w.r.t. its inputs (one per edge;
@@ -42,7 +45,8 @@ class Node : public std::enable_shared_from_this<Node> {
   // Drops saved tensors after backward (unless retain_graph). A later apply() then raises.
   virtual void release_saved() {}
 
-  const std::string& name() const { return name_; }
+  Op op() const { return op_; }
+  std::string_view name() const { return label_.empty() ? std::string_view(op_name(op_)) : label_; }
   uint64_t sequence_nr() const { return sequence_nr_; }
   std::vector<Edge>& next_edges() { return next_edges_; }
   bool needs_input_grad(size_t i) const { return i < next_edges_.size() && next_edges_[i].valid(); }
@@ -51,7 +55,8 @@ class Node : public std::enable_shared_from_this<Node> {
   std::map<uint32_t, std::vector<GradHook>>& pre_hooks() { return pre_hooks_; }
 
  private:
-  std::string name_;
+  Op op_;
+  std::string label_;
   uint64_t sequence_nr_;
   std::vector<Edge> next_edges_;
   std::vector<OutputMeta> outputs_;
@@ -91,7 +96,7 @@ using BackwardFn = std::function<TensorList(const TensorList& grad_outputs, cons
 
 class FunctionNode : public Node {
  public:
-  FunctionNode(std::string name, BackwardFn fn) : Node(std::move(name)), fn_(std::move(fn)) {}
+  FunctionNode(Op op, std::string label, BackwardFn fn) : Node(op, std::move(label)), fn_(std::move(fn)) {}
   TensorList apply(TensorList&& grad_outputs) override;
   void release_saved() override { fn_ = nullptr; }
 
@@ -115,7 +120,9 @@ bool any_requires_grad(const TensorList& inputs);
 Edge gradient_edge(const Tensor& t);
 // Records `fn` as the backward of an op mapping `inputs` to `outputs` when any input requires
 // grad (and grad mode is on); outputs then require grad and point at the new node.
-std::shared_ptr<Node> record(const char* name, const TensorList& inputs, const TensorList& outputs, BackwardFn fn);
+// `label` names a user's function (op Op::custom).
+std::shared_ptr<Node> record(Op op, const TensorList& inputs, const TensorList& outputs, BackwardFn fn,
+                             std::string label = {});
 // Runs the backward pass from `roots` seeded with `grads` (see Tensor::backward).
 void run_backward(const TensorList& roots, const TensorList& grads, bool retain_graph);
 

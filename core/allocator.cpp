@@ -71,9 +71,11 @@ using memory::kRoundBytes;
 using memory::kSmallRequest;
 using memory::Segment;
 
+std::atomic<int64_t> g_fail_countdown{0};  // fail_allocation_after
+
 thread_local std::optional<Category> t_category;
 thread_local std::string t_owner;
-thread_local const char* t_op = nullptr;
+thread_local Op t_op = Op::none;
 
 uintptr_t stream_key(const Chunk* c) { return reinterpret_cast<uintptr_t>(c->segment->stream.handle()); }
 
@@ -129,7 +131,7 @@ void record(DeviceState& s, MemoryEventKind kind, int64_t bytes, uint64_t addres
   e.bytes = bytes;
   e.address = address;
   if (b) {
-    e.requested = int64_t(b->requested);
+    e.requested = int64_t(std::min<size_t>(b->requested, INT64_MAX));
     e.category = b->category;
     e.owner = b->owner;
     e.op = b->op ? b->op : "";
@@ -193,6 +195,8 @@ void* source_alloc(DeviceState& s, size_t n) {
     case DeviceType::CUDA:
       return cuda::malloc(s.device.index, n);
     case DeviceType::Meta: {
+      // Fake addresses are never reused; up to 2^63 (n <= kMaxRequest) every byte count fits in int64.
+      if (s.next_meta_address + n > (uintptr_t(1) << 63)) return nullptr;
       void* p = reinterpret_cast<void*>(s.next_meta_address);
       s.next_meta_address += n;
       return p;
@@ -271,15 +275,21 @@ void account_alloc(DeviceState& s, const Block& b, int64_t sign) {
 
 // ---- out of memory
 
-[[noreturn]] void throw_oom(DeviceState& s, const Block& b, size_t segment_size, bool refused_by_device) {
+enum class OomCause { Limit, DeviceRefused, TooLarge, Injected };
+
+[[noreturn]] void throw_oom(DeviceState& s, const Block& b, size_t segment_size, OomCause cause) {
   auto& st = s.stats;
   ++st.num_ooms;
-  record(s, MemoryEventKind::Oom, int64_t(b.size), 0, &b);
-  std::string m = detail::str("out of memory on ", s.device, ": tried to allocate ", format_bytes(int64_t(b.size)));
+  record(s, MemoryEventKind::Oom, int64_t(std::min<size_t>(b.size, INT64_MAX)), 0, &b);
+  std::string m = detail::str("out of memory on ", s.device, ": tried to allocate ", format_byte_count(b.size));
   if (b.op) m += detail::str(" in ", b.op);
   if (!b.owner.empty()) m += detail::str(" for \"", b.owner, "\"");
   m += " (" + std::string(category_name(b.category)) + ")";
-  if (refused_by_device) m += detail::str("; the device refused a segment of ", format_bytes(int64_t(segment_size)));
+  if (cause == OomCause::DeviceRefused)
+    m += detail::str("; the device refused a segment of ", format_byte_count(segment_size));
+  if (cause == OomCause::TooLarge)
+    m += detail::str("; no device can address more than ", format_byte_count(memory::kMaxRequest));
+  if (cause == OomCause::Injected) m += "; injected by memory::fail_allocation_after (a test hook)";
   if (st.limit > 0)
     m += detail::str("; limit ", format_bytes(st.limit), ", allocated ", format_bytes(st.allocated), ", reserved ",
                      format_bytes(st.reserved), ", free ", format_bytes(std::max<int64_t>(0, st.limit - st.reserved)),
@@ -398,7 +408,7 @@ Segment* new_segment(DeviceState& s, const Block& b, bool small, const cuda::Str
       ++s.stats.num_retries;
     }
   }
-  throw_oom(s, b, preferred, refused);
+  throw_oom(s, b, preferred, refused ? OomCause::DeviceRefused : OomCause::Limit);
 }
 
 // Keeps the first `size` bytes of free chunk `c` and returns the rest to the pool when worth keeping.
@@ -416,7 +426,7 @@ void split(DeviceState& s, Chunk* c, size_t size) {
 Chunk* take_chunk(DeviceState& s, const Block& b, const cuda::Stream& stream) {
   process_events(s, false);  // blocks whose other streams have finished become reusable
   // Only matters when the limit was lowered below what is reserved: cached bytes past it are off limits too.
-  if (s.stats.limit > 0 && s.stats.allocated + int64_t(b.size) > s.stats.limit) throw_oom(s, b, 0, false);
+  if (s.stats.limit > 0 && s.stats.allocated + int64_t(b.size) > s.stats.limit) throw_oom(s, b, 0, OomCause::Limit);
   bool small = b.size <= kSmallRequest;
   auto& pool = s.pool(small);
   for (bool first = true;; first = false) {
@@ -456,8 +466,8 @@ int64_t parse_size(const std::string& text) {
   for (auto [suffix, s] : {std::pair{'K', 1024.0}, {'M', 1024.0 * 1024}, {'G', 1024.0 * 1024 * 1024}})
     if (!unit.empty() && unit[0] == suffix && (unit.size() == 1 || unit.substr(1) == "B" || unit.substr(1) == "IB"))
       scale = s;
-  MG_CHECK(used > 0 && scale > 0 && v >= 0, ValueError,
-           "MG_MEMORY_LIMIT: expected a byte count such as 1073741824, 512M or 8GiB, got \"", text, "\"");
+  MG_CHECK(used > 0 && scale > 0 && v >= 0 && v * scale < 0x1p63, ValueError,
+           "MG_MEMORY_LIMIT: expected a byte count such as 1073741824, 512M or 8GiB (below 8 EiB), got \"", text, "\"");
   return int64_t(v * scale);
 }
 
@@ -476,12 +486,18 @@ MemoryScope::~MemoryScope() {
 Category current_category(Category fallback) { return t_category.value_or(fallback); }
 const std::string& current_owner() { return t_owner; }
 
-OpScope::OpScope(const char* op) : prev_(t_op) { t_op = op; }
+OpScope::OpScope(Op op) : prev_(t_op) { t_op = op; }
 OpScope::~OpScope() { t_op = prev_; }
 
 namespace memory {
 
-const char* current_op() { return t_op; }
+Op current_op() { return t_op; }
+
+void fail_allocation_after(int64_t n) {
+  MG_CHECK(n >= 0, ValueError, "fail_allocation_after: expected a count >= 0, got ", n);
+  g_fail_countdown = n;
+}
+int64_t allocations_until_failure() { return g_fail_countdown.load(); }
 
 int64_t limit_from_env(const std::string& spec, DeviceType type) {
   static const char* names[] = {"cpu", "cuda", "meta"};
@@ -509,14 +525,19 @@ Block* allocate(const Device& d, size_t nbytes, Category fallback) {
   DeviceState& s = state(d);
   auto b = std::make_unique<Block>();
   b->requested = nbytes;
-  b->size = round_size(nbytes);
+  b->size = nbytes > memory::kMaxRequest ? nbytes : round_size(nbytes);
   b->device = d;
   b->category = current_category(fallback);
-  b->op = t_op;
-  b->owner = t_owner.empty() && t_op ? std::string(t_op) : t_owner;
+  b->op = t_op == Op::none ? nullptr : op_name(t_op);
+  b->owner = t_owner.empty() && b->op ? std::string(b->op) : t_owner;
   // The block belongs to the stream it is allocated on (on cuda, the thread's current stream).
   cuda::Stream stream = d.is_cuda() ? cuda::current_stream(d.index) : cuda::Stream();
   std::lock_guard<std::mutex> g(s.mu);
+  if (nbytes > memory::kMaxRequest) throw_oom(s, *b, 0, OomCause::TooLarge);
+  int64_t countdown = g_fail_countdown.load();
+  while (countdown > 0 && !g_fail_countdown.compare_exchange_weak(countdown, countdown - 1)) {
+  }
+  if (countdown == 1) throw_oom(s, *b, 0, OomCause::Injected);
   Chunk* c = take_chunk(s, *b, stream);
   c->block = b.get();
   b->chunk = c;

@@ -26,6 +26,7 @@
 
 #include <memgrad/core/device.h>
 #include <memgrad/core/memory.h>
+#include <memgrad/core/op.h>
 
 namespace mg {
 
@@ -42,6 +43,9 @@ inline constexpr size_t kSmallSegment = size_t(2) << 20;      // small-pool segm
 inline constexpr size_t kLargeSegment = size_t(20) << 20;     // segment for 1-10 MiB requests
 inline constexpr size_t kLargeSegmentMin = size_t(10) << 20;  // from here a segment per request
 inline constexpr size_t kLargeRound = size_t(2) << 20;        // large segments round to this
+// Larger requests raise OutOfMemoryError without asking the device: no machine addresses more
+// than 2^57 bytes (x86-64 with 5-level paging), and below it no size the ledger adds up overflows.
+inline constexpr size_t kMaxRequest = size_t(1) << 57;
 // The size a request of `nbytes` counts in the ledger (a multiple of 512, at least 512).
 inline size_t round_size(size_t nbytes) {
   return nbytes == 0 ? kRoundBytes : (nbytes + kRoundBytes - 1) / kRoundBytes * kRoundBytes;
@@ -71,8 +75,13 @@ void record_stream(const Block* b, const cuda::Stream& stream);
 void set_category(Block* b, Category c);
 // Moves a live block to another owner label (e.g. a gradient buffer becomes "<param>.grad").
 void set_owner(Block* b, const std::string& owner);
-// The op whose allocations follow (for owner labels of op outputs); see OpScope.
-const char* current_op();
+// The op whose allocations follow (for owner labels of op outputs); Op::none outside every OpScope.
+Op current_op();
+// Test hook for failure paths: the `n`-th allocation from now on (1: the next), on any device,
+// throws OutOfMemoryError as a real one would (counted in num_ooms, recorded in the history);
+// n = 0 disarms it. allocations_until_failure() is what is left of the countdown (0: disarmed or fired).
+void fail_allocation_after(int64_t n);
+int64_t allocations_until_failure();
 // The limit for a device of `type` that an MG_MEMORY_LIMIT value `spec` asks for (0: none); see
 // set_memory_limit. Throws ValueError for a malformed value.
 int64_t limit_from_env(const std::string& spec, DeviceType type);
@@ -81,11 +90,13 @@ int64_t limit_from_env(const std::string& spec, DeviceType type);
 // Marks allocations made inside an op with the op's name.
 class OpScope {
  public:
-  explicit OpScope(const char* op);
+  explicit OpScope(Op op);
   ~OpScope();
+  OpScope(const OpScope&) = delete;
+  OpScope& operator=(const OpScope&) = delete;
 
  private:
-  const char* prev_;
+  Op prev_;
 };
 
 }  // namespace mg

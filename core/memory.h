@@ -130,8 +130,10 @@ void empty_cache(const Device& d = kCPU);
 // freed (for comparison with the caching allocator); turning it off empties the cache.
 void set_caching(const Device& d, bool on);
 
-// "1.50 MiB": bytes in binary units, for reports.
+// "1.50 MiB": bytes in binary units (B to EiB), for reports.
 std::string format_bytes(int64_t bytes);
+// The same for a byte count beyond int64 (a request of 8 EiB or more).
+std::string format_byte_count(uint64_t bytes);
 
 // A readable table of the stats of `d` (like PyTorch's memory_summary) with the breakdown by
 // category and the top owners at the peak.

@@ -5,6 +5,7 @@
 #include <optional>
 #include <vector>
 
+#include <memgrad/core/random.h>
 #include <memgrad/core/tensor.h>
 
 namespace mg {
@@ -24,9 +25,11 @@ Tensor arange(const Scalar& end, const TensorOptions& o);
 Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, const TensorOptions& o);
 Tensor linspace(double start, double end, int64_t steps, const TensorOptions& o = {});
 Tensor eye(int64_t n, const TensorOptions& o = {});
-Tensor rand(const Shape& shape, const TensorOptions& o = {});   // U[0, 1)
-Tensor randn(const Shape& shape, const TensorOptions& o = {});  // N(0, 1)
-Tensor randint(int64_t low, int64_t high, const Shape& shape, const TensorOptions& o = kInt64);
+// Random factories draw from `generator`, or from the default generator when it is null (core/random.h).
+Tensor rand(const Shape& shape, const TensorOptions& o = {}, Generator* generator = nullptr);   // U[0, 1)
+Tensor randn(const Shape& shape, const TensorOptions& o = {}, Generator* generator = nullptr);  // N(0, 1)
+Tensor randint(int64_t low, int64_t high, const Shape& shape, const TensorOptions& o = kInt64,
+               Generator* generator = nullptr);
 // Copies `data` into a new tensor of `shape` (a 1-d shape of data.size() when empty).
 template <class T>
 Tensor tensor(const std::vector<T>& data, const Shape& shape = {}, const TensorOptions& o = dtype_of<T>::value);
@@ -134,7 +137,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
                   double momentum = 0.1, double eps = 1e-5);
 // Zeroes elements with probability p and scales the rest by 1/(1-p). The mask is not stored:
 // backward regenerates it from the counter-based generator's seed and offset.
-Tensor dropout(const Tensor& x, double p, bool training = true);
+Tensor dropout(const Tensor& x, double p, bool training = true, Generator* generator = nullptr);
 enum class Reduction { None, Mean, Sum };
 // softmax(scale * q k^T) @ v over the last two dims, fused: no [Tq, Tk] matrix is stored.
 // q [..., Tq, D], k and v [..., Tk, D] with equal leading dims; scale <= 0 means 1/sqrt(D).

@@ -6,10 +6,35 @@
 
 namespace mg {
 
-int64_t numel_of(const Shape& s) {
+std::optional<int64_t> checked_mul(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) return std::nullopt;
+  return r;
+}
+
+std::optional<int64_t> checked_add(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) return std::nullopt;
+  return r;
+}
+
+std::optional<int64_t> checked_numel(const Shape& s) {
   int64_t n = 1;
-  for (auto d : s) n *= d;
+  bool overflow = false;
+  for (auto d : s) {
+    if (d == 0) return 0;  // also when the other sizes' product would overflow
+    auto m = checked_mul(n, d);
+    overflow |= !m;
+    n = m.value_or(1);
+  }
+  if (overflow) return std::nullopt;
   return n;
+}
+
+int64_t numel_of(const Shape& s) {
+  auto n = checked_numel(s);
+  MG_CHECK(n, ShapeError, "shape ", shape_str(s), " has more than 2^63 - 1 elements");
+  return *n;
 }
 
 Strides contiguous_strides(const Shape& s) {
@@ -17,7 +42,10 @@ Strides contiguous_strides(const Shape& s) {
   int64_t acc = 1;
   for (size_t i = s.size(); i-- > 0;) {
     st[i] = acc;
-    acc *= std::max<int64_t>(s[i], 1);
+    if (i == 0) break;
+    auto next = checked_mul(acc, std::max<int64_t>(s[i], 1));
+    MG_CHECK(next, ShapeError, "shape ", shape_str(s), ": the stride of dim ", i - 1, " overflows int64");
+    acc = *next;
   }
   return st;
 }
@@ -73,20 +101,24 @@ Shape reduced_shape(const Shape& s, const std::vector<int64_t>& dims, bool keepd
 }
 
 Shape infer_shape(Shape t, int64_t numel, const char* op) {
-  int64_t known = 1, infer = -1;
+  int64_t infer = -1;
   for (size_t i = 0; i < t.size(); ++i) {
     if (t[i] == -1) {
       MG_CHECK(infer < 0, ShapeError, op, ": only one dim can be -1, got ", shape_str(t));
       infer = int64_t(i);
     } else {
       MG_CHECK(t[i] >= 0, ShapeError, op, ": expected non-negative sizes, got ", shape_str(t));
-      known *= t[i];
     }
   }
   if (infer >= 0) {
+    Shape known_dims = t;
+    known_dims[size_t(infer)] = 1;
+    const auto k = checked_numel(known_dims);
+    MG_CHECK(k, ShapeError, op, ": shape ", shape_str(t), " has more than 2^63 - 1 elements");
+    const int64_t known = *k;
     MG_CHECK(known > 0 && numel % known == 0, ShapeError, op, ": shape ", shape_str(t), " is invalid for ", numel,
              " elements");
-    t[infer] = numel / known;
+    t[size_t(infer)] = numel / known;
   }
   MG_CHECK(numel_of(t) == numel, ShapeError, op, ": shape ", shape_str(t), " is invalid for ", numel, " elements");
   return t;

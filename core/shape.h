@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -10,7 +11,16 @@ namespace mg {
 using Shape = std::vector<int64_t>;
 using Strides = std::vector<int64_t>;  // in elements
 
+// Size arithmetic that cannot wrap (compiler builtins): a * b and a + b, or nullopt when the
+// result does not fit in int64. Every count, extent and byte size computed from a shape uses these.
+std::optional<int64_t> checked_mul(int64_t a, int64_t b);
+std::optional<int64_t> checked_add(int64_t a, int64_t b);
+
+// The element count; 0 when any size is 0. checked_numel gives nullopt and numel_of throws
+// ShapeError naming the shape when it overflows int64.
+std::optional<int64_t> checked_numel(const Shape& s);
 int64_t numel_of(const Shape& s);
+// Row-major strides (a size-0 dim counts as 1); ShapeError naming the shape when one overflows.
 Strides contiguous_strides(const Shape& s);
 std::string shape_str(const Shape& s);  // "[2, 3]"
 // Wraps a possibly negative dim into [0, ndim); throws IndexError naming `op` otherwise.

@@ -1,5 +1,9 @@
 #include <memgrad/core/tensor.h>
 
+#include <atomic>
+
+#include <memgrad/core/tensor_impl.h>
+
 #include <iomanip>
 #include <optional>
 #include <ostream>
@@ -21,9 +25,18 @@ Tensor make_tensor(std::shared_ptr<Storage> storage, Shape shape, Strides stride
   return Tensor(std::move(impl));
 }
 
-Tensor empty_with(const Shape& shape, DType dtype, const Device& device, Category fallback) {
+size_t nbytes_of(const Shape& shape, DType dtype) {
   for (auto d : shape) MG_CHECK(d >= 0, ShapeError, "empty: expected non-negative sizes, got ", shape_str(shape));
-  auto st = std::make_shared<Storage>(device, size_t(numel_of(shape)) * dtype_size(dtype), fallback);
+  const int64_t n = numel_of(shape);
+  contiguous_strides(shape);  // a zero-size tensor's strides can overflow where its count does not
+  const size_t item = dtype_size(dtype);
+  MG_CHECK(size_t(n) <= SIZE_MAX / item, ShapeError, "empty: shape ", shape_str(shape), " of ", dtype,
+           " needs 2^64 bytes or more");
+  return size_t(n) * item;
+}
+
+Tensor empty_with(const Shape& shape, DType dtype, const Device& device, Category fallback) {
+  auto st = std::make_shared<Storage>(device, nbytes_of(shape, dtype), fallback);
   return make_tensor(std::move(st), shape, contiguous_strides(shape), 0, dtype);
 }
 
@@ -35,6 +48,28 @@ int64_t Tensor::size(int64_t dim) const {
 int64_t Tensor::stride(int64_t dim) const {
   MG_CHECK(this->dim() > 0, IndexError, "stride: a 0-d tensor has no dims, asked for dim ", dim);
   return strides()[size_t(wrap_dim(dim, this->dim(), "stride"))];
+}
+
+TensorImpl* Tensor::checked() const {
+  if (!impl_) throw ValueError("Tensor: expected a defined tensor, got an undefined one");
+  return impl_.get();
+}
+const Shape& Tensor::shape() const { return checked()->shape; }
+const Strides& Tensor::strides() const { return checked()->strides; }
+DType Tensor::dtype() const { return checked()->dtype; }
+Device Tensor::device() const { return checked()->storage->device(); }
+int64_t Tensor::storage_offset() const { return checked()->offset; }
+const std::shared_ptr<Storage>& Tensor::storage() const { return checked()->storage; }
+bool Tensor::requires_grad() const { return checked()->requires_grad; }
+const std::shared_ptr<autograd::Node>& Tensor::grad_fn() const { return checked()->grad_fn; }
+
+void Tensor::set_data(const Tensor& src) const {
+  TensorImpl *i = checked(), *s = src.checked();
+  i->storage = s->storage;
+  i->shape = s->shape;
+  i->strides = s->strides;
+  i->offset = s->offset;
+  i->dtype = s->dtype;
 }
 
 bool Tensor::is_contiguous() const {
@@ -165,6 +200,24 @@ void Tensor::register_hook(GradHook hook) {
     i->grad_fn->pre_hooks()[i->output_nr].push_back(std::move(hook));
   else
     i->leaf_hooks.push_back(std::move(hook));
+}
+
+uint64_t Tensor::register_post_accumulate_grad_hook(PostAccumulateGradHook hook) {
+  auto* i = checked();
+  MG_CHECK(!i->grad_fn && i->requires_grad, AutogradError,
+           "register_post_accumulate_grad_hook: expected a leaf tensor that requires grad, got ",
+           i->grad_fn ? "the output of " + std::string(i->grad_fn->name())
+                      : std::string("a tensor that does not require grad"));
+  static std::atomic<uint64_t> next_id{1};
+  const uint64_t id = next_id++;
+  i->post_accumulate_hooks.emplace_back(id, std::move(hook));
+  return id;
+}
+
+void Tensor::remove_post_accumulate_grad_hook(uint64_t id) {
+  auto& hooks = checked()->post_accumulate_hooks;
+  for (auto it = hooks.begin(); it != hooks.end(); ++it)
+    if (it->first == id) return void(hooks.erase(it));
 }
 
 // ---- printing

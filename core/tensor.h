@@ -5,6 +5,7 @@
 #include <iosfwd>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <memgrad/core/device.h>
@@ -21,6 +22,7 @@ class Node;
 }
 class Tensor;
 using GradHook = std::function<Tensor(const Tensor&)>;  // returns a replacement or undefined
+using PostAccumulateGradHook = std::function<void(const Tensor& leaf)>;
 
 struct TensorOptions {
   DType dtype_ = kFloat32;
@@ -35,23 +37,10 @@ struct TensorOptions {
   TensorOptions& requires_grad(bool r = true) { return requires_grad_ = r, *this; }
 };
 
-struct TensorImpl {
-  std::shared_ptr<Storage> storage;
-  Shape shape;
-  Strides strides;
-  int64_t offset = 0;  // in elements
-  DType dtype = kFloat32;
-
-  // Autograd state. A tensor with a grad_fn is the output `output_nr` of that node.
-  bool requires_grad = false;
-  bool retains_grad = false;
-  bool is_view = false;  // shares storage with a base that is part of a graph
-  std::shared_ptr<TensorImpl> grad;
-  std::shared_ptr<autograd::Node> grad_fn;
-  uint32_t output_nr = 0;
-  std::weak_ptr<autograd::Node> grad_accumulator;  // for leaves
-  std::vector<GradHook> leaf_hooks;                // run before accumulation into .grad
-};
+// The tensor's state (storage, shape, strides, autograd links) lives in TensorImpl, private to
+// memgrad (core/tensor_impl.h): users reach it only through Tensor's methods. impl() is for
+// identity (a key in maps) and for the library's own internals.
+struct TensorImpl;
 
 class Tensor {
  public:
@@ -64,21 +53,21 @@ class Tensor {
   bool is_same(const Tensor& o) const { return impl_ == o.impl_; }
 
   // ---- metadata
-  const Shape& shape() const { return checked()->shape; }
+  const Shape& shape() const;
   const Shape& sizes() const { return shape(); }
   int64_t size(int64_t dim) const;
-  const Strides& strides() const { return checked()->strides; }
+  const Strides& strides() const;
   int64_t stride(int64_t dim) const;
   int64_t dim() const { return int64_t(shape().size()); }
   int64_t numel() const { return numel_of(shape()); }
-  DType dtype() const { return checked()->dtype; }
-  Device device() const { return checked()->storage->device(); }
-  int64_t storage_offset() const { return checked()->offset; }
+  DType dtype() const;
+  Device device() const;
+  int64_t storage_offset() const;
   size_t element_size() const { return dtype_size(dtype()); }
   size_t nbytes() const { return size_t(numel()) * element_size(); }
   bool is_contiguous() const;
   bool is_meta() const { return device().is_meta(); }
-  const std::shared_ptr<Storage>& storage() const { return checked()->storage; }
+  const std::shared_ptr<Storage>& storage() const;
   uint64_t version() const { return storage()->version(); }
   TensorOptions options() const { return TensorOptions().dtype(dtype()).device(device()); }
 
@@ -92,19 +81,27 @@ class Tensor {
   std::vector<T> to_vector() const;  // all elements in row-major order, converted to T
 
   // ---- autograd
-  bool requires_grad() const { return checked()->requires_grad; }
+  bool requires_grad() const;
   Tensor& requires_grad_(bool r = true);
-  bool is_leaf() const { return !checked()->grad_fn; }
-  const std::shared_ptr<autograd::Node>& grad_fn() const { return checked()->grad_fn; }
+  bool is_leaf() const { return !grad_fn(); }
+  const std::shared_ptr<autograd::Node>& grad_fn() const;
   Tensor grad() const;                   // undefined until a backward pass reaches this leaf
   void set_grad(const Tensor& g) const;  // set or clear (undefined) the .grad
   // Computes gradients of this tensor w.r.t. the leaves; `gradient` defaults to 1 for scalars.
   void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
   Tensor detach() const;  // shares storage, no history
+  // Points this tensor at `src`'s storage, shape, strides and dtype, keeping its own identity and
+  // autograd state (libtorch's set_data): how a module moves its parameters to another device or dtype.
+  void set_data(const Tensor& src) const;
   Tensor& detach_();
   Tensor& retain_grad();  // keep .grad on a non-leaf
   // `hook(grad)` runs when this tensor's gradient is computed; a defined result replaces it.
   void register_hook(GradHook hook);
+  // On a leaf: `hook(leaf)` runs each time a backward pass has accumulated into leaf.grad() (once per
+  // backward, after all of that pass's contributions), as torch's register_post_accumulate_grad_hook.
+  // Data parallelism uses it to reduce gradients while backward still runs. Returns an id for removal.
+  uint64_t register_post_accumulate_grad_hook(PostAccumulateGradHook hook);
+  void remove_post_accumulate_grad_hook(uint64_t id);  // unknown ids are ignored
 
   // ---- views (no copies; share storage)
   Tensor view(const Shape& shape) const;
@@ -165,10 +162,7 @@ class Tensor {
   Tensor& masked_fill_(const Tensor& mask, const Scalar& v);
 
  private:
-  TensorImpl* checked() const {
-    if (!impl_) throw ValueError("Tensor: expected a defined tensor, got an undefined one");
-    return impl_.get();
-  }
+  TensorImpl* checked() const;
   std::shared_ptr<TensorImpl> impl_;
 };
 
@@ -176,6 +170,10 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
 // Creates a tensor header over `storage` (used by ops and factories).
 Tensor make_tensor(std::shared_ptr<Storage> storage, Shape shape, Strides strides, int64_t offset, DType dtype);
+// Bytes of a contiguous tensor of `shape` and `dtype`. Throws ShapeError naming the shape when a
+// size is negative or the element count or byte count overflows; a count too large for any device
+// is left to the allocator, which raises OutOfMemoryError.
+size_t nbytes_of(const Shape& shape, DType dtype);
 // A fresh contiguous tensor allocated under the scope's category, else `fallback`.
 Tensor empty_with(const Shape& shape, DType dtype, const Device& device, Category fallback);
 

@@ -1,5 +1,7 @@
 #include <memgrad/kernels/backend.h>
 
+#include <memgrad/core/allocator.h>
+
 namespace mg::kernels {
 
 std::vector<std::string> missing_kernels(const Backend& b) {
@@ -14,6 +16,12 @@ std::vector<std::string> missing_kernels(const Backend& b) {
 const Backend& scratch_backend(DeviceType target) {
   static const Backend none;
   return target == DeviceType::CPU ? cpu_scratch() : target == DeviceType::CUDA ? cuda_scratch() : none;
+}
+
+void no_kernel(const Device& device, const char* kernel) {
+  Op op = memory::current_op();
+  throw NotImplementedError(
+      detail::str(op == Op::none ? kernel : op_name(op), ": no kernel ", kernel, " for device ", device, " yet"));
 }
 
 }  // namespace mg::kernels

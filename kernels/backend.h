@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <memgrad/core/grad_mode.h>
@@ -83,19 +84,32 @@ const Backend& scratch_backend(DeviceType target);
 // The names of the required (non-optional) entries `b` lacks: empty for a complete backend.
 std::vector<std::string> missing_kernels(const Backend& b);
 
+// The name of Backend entry `fn`, as kernel_list.h spells it (for messages).
+template <class Fn>
+const char* kernel_name(Fn Backend::*fn) {
+#define MG_KERNEL(name, ...)                                 \
+  if constexpr (std::is_same_v<Fn, decltype(Backend::name)>) \
+    if (fn == &Backend::name) return #name;
+#define MG_OPTIONAL_KERNEL MG_KERNEL
+#include <memgrad/kernels/kernel_list.h>
+  return "?";
+}
+// Raises NotImplementedError: `device`'s backend has no kernel `kernel` (for the current op).
+[[noreturn]] void no_kernel(const Device& device, const char* kernel);
+
 // Runs `fn` of the backend for `device`; on meta, only the scratch the kernel of meta_target() would
-// allocate. Raises NotImplementedError naming `op` when the backend lacks the kernel.
+// allocate. Raises NotImplementedError naming the current op (OpScope) and the kernel when the
+// backend lacks it.
 template <class Fn, class... Args>
-void run(const char* op, const Device& device, Fn Backend::*fn, Args&&... args) {
+void run(const Device& device, Fn Backend::*fn, Args&&... args) {
   NoGradGuard no_grad;                       // kernels never record history
   MemoryScope scratch(Category::Workspace);  // anything a kernel allocates is scratch
   if (device.is_meta()) {
     if (auto f = scratch_backend(meta_target()).*fn) f(std::forward<Args>(args)...);
     return;
   }
-  const Backend& b = device.is_cuda() ? cuda_backend() : cpu_backend();
-  auto f = b.*fn;
-  MG_CHECK(f != nullptr, NotImplementedError, op, ": no kernel for device ", device, " yet");
+  auto f = (device.is_cuda() ? cuda_backend() : cpu_backend()).*fn;
+  if (f == nullptr) no_kernel(device, kernel_name(fn));
   f(std::forward<Args>(args)...);
 }
 

@@ -40,39 +40,39 @@ void check(const char* op, const Tensor& t) {
 
 Tensor& constant_(Tensor& t, double value) {
   check("constant_", t);
-  kernels::run("constant_", t.device(), &Backend::fill, t, value);
+  kernels::run(t.device(), &Backend::fill, t, value);
   t.storage()->bump_version();
   return t;
 }
 Tensor& zeros_(Tensor& t) { return constant_(t, 0.0); }
 Tensor& ones_(Tensor& t) { return constant_(t, 1.0); }
 
-Tensor& normal_(Tensor& t, double mean, double std) {
+Tensor& normal_(Tensor& t, double mean, double std, Generator* generator) {
   check("normal_", t);
   MG_CHECK(t.is_contiguous(), ValueError, "normal_: expected a contiguous tensor");
-  uint64_t off = default_generator().reserve(2 * uint64_t(t.numel()));  // Box-Muller: two words each
-  kernels::run("normal_", t.device(), &Backend::normal, t, default_generator().seed(), off, mean, std);
+  auto d = generator_or_default(generator).draw(2 * uint64_t(t.numel()));  // Box-Muller: two words each
+  kernels::run(t.device(), &Backend::normal, t, d.seed, d.offset, mean, std);
   t.storage()->bump_version();
   return t;
 }
 
-Tensor& uniform_(Tensor& t, double lo, double hi) {
+Tensor& uniform_(Tensor& t, double lo, double hi, Generator* generator) {
   check("uniform_", t);
   MG_CHECK(t.is_contiguous(), ValueError, "uniform_: expected a contiguous tensor");
-  uint64_t off = default_generator().reserve(uint64_t(t.numel()));
-  kernels::run("uniform_", t.device(), &Backend::uniform, t, default_generator().seed(), off, lo, hi);
+  auto d = generator_or_default(generator).draw(uint64_t(t.numel()));
+  kernels::run(t.device(), &Backend::uniform, t, d.seed, d.offset, lo, hi);
   t.storage()->bump_version();
   return t;
 }
 
-Tensor& xavier_uniform_(Tensor& t, double gain) {
+Tensor& xavier_uniform_(Tensor& t, double gain, Generator* generator) {
   auto [fi, fo] = fans(t);
   double a = gain * std::sqrt(6.0 / double(fi + fo));
-  return uniform_(t, -a, a);
+  return uniform_(t, -a, a, generator);
 }
-Tensor& xavier_normal_(Tensor& t, double gain) {
+Tensor& xavier_normal_(Tensor& t, double gain, Generator* generator) {
   auto [fi, fo] = fans(t);
-  return normal_(t, 0.0, gain * std::sqrt(2.0 / double(fi + fo)));
+  return normal_(t, 0.0, gain * std::sqrt(2.0 / double(fi + fo)), generator);
 }
 
 namespace {
@@ -81,12 +81,12 @@ double kaiming_std(const Tensor& t, double a, FanMode mode, Nonlinearity nl) {
   return calculate_gain(nl, a) / std::sqrt(double(mode == FanMode::FanIn ? fi : fo));
 }
 }  // namespace
-Tensor& kaiming_uniform_(Tensor& t, double a, FanMode mode, Nonlinearity nl) {
+Tensor& kaiming_uniform_(Tensor& t, double a, FanMode mode, Nonlinearity nl, Generator* generator) {
   double bound = std::sqrt(3.0) * kaiming_std(t, a, mode, nl);
-  return uniform_(t, -bound, bound);
+  return uniform_(t, -bound, bound, generator);
 }
-Tensor& kaiming_normal_(Tensor& t, double a, FanMode mode, Nonlinearity nl) {
-  return normal_(t, 0.0, kaiming_std(t, a, mode, nl));
+Tensor& kaiming_normal_(Tensor& t, double a, FanMode mode, Nonlinearity nl, Generator* generator) {
+  return normal_(t, 0.0, kaiming_std(t, a, mode, nl), generator);
 }
 
 void gpt2_init_(Module& model, int64_t n_layer, const std::string& residual_suffix) {

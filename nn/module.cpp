@@ -141,12 +141,7 @@ void Module::convert(const Device* device, const DType* dtype) {
       if (r.is_same(t)) return;
       r = r.contiguous();
     }
-    TensorImpl* i = t.impl();
-    i->storage = r.storage();
-    i->shape = r.shape();
-    i->strides = r.strides();
-    i->offset = r.storage_offset();
-    i->dtype = r.dtype();
+    t.set_data(r);
   };
   for (auto& [name, p] : named_parameters()) {
     move(p, Category::Parameter, name);

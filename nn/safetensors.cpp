@@ -1,13 +1,19 @@
 #include <memgrad/nn/safetensors.h>
 
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <vector>
 
 #include <memgrad/core/grad_mode.h>
@@ -45,6 +51,88 @@ bool parse_dtype(const std::string& s, DType* t) {
   return false;
 }
 
+// The reference implementation's limit: a larger header is not a safetensors file.
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
+// Parses the header, refusing a key that appears twice in one object (nlohmann::json would keep
+// the last silently) and nesting deeper than the format has (a tensor's shape is at depth 3).
+nlohmann::json parse_header(const std::string& text, const std::string& where) {
+  std::vector<std::set<std::string>> keys;  // one set per object being parsed
+  auto check = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    using E = nlohmann::json::parse_event_t;
+    MG_CHECK(depth <= 8, IOError, where, " has a corrupted header: nested deeper than 8 levels");
+    if (event == E::object_start) keys.emplace_back();
+    if (event == E::object_end) keys.pop_back();
+    if (event == E::key)
+      MG_CHECK(keys.back().insert(parsed.get<std::string>()).second, IOError, where,
+               " has a corrupted header: the key '", parsed.get<std::string>(), "' appears twice in one object");
+    return true;
+  };
+  return nlohmann::json::parse(text, check);
+}
+
+}  // namespace
+
+namespace {
+
+// A file descriptor closed when it goes out of scope.
+struct File {
+  int fd = -1;
+  ~File() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+std::string errno_text() { return std::strerror(errno); }
+
+void write_all(int fd, const void* data, size_t n, const std::string& where) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, std::min<size_t>(n, size_t(1) << 30));
+    if (w < 0 && errno == EINTR) continue;
+    MG_CHECK(w > 0, IOError, where, ": write failed: ", w < 0 ? errno_text() : "no progress");
+    p += w, n -= size_t(w);
+  }
+}
+
+// Exactly n bytes at `offset`: an IOError naming the file and the offset on an error or a short read
+// (a file that shrank, or one whose size fstat does not know).
+void read_all(int fd, void* data, size_t n, uint64_t offset, const std::string& where) {
+  char* p = static_cast<char*>(data);
+  while (n > 0) {
+    const ssize_t r = ::pread(fd, p, std::min<size_t>(n, size_t(1) << 30), off_t(offset));
+    if (r < 0 && errno == EINTR) continue;
+    MG_CHECK(r >= 0, IOError, where, ": reading at offset ", offset, " failed: ", errno_text());
+    MG_CHECK(r > 0, IOError, where, ": the file ends at offset ", offset, ", ", n, " bytes short of what it declares");
+    p += r, n -= size_t(r), offset += uint64_t(r);
+  }
+}
+
+// The folder of `path` and its file name.
+std::pair<std::string, std::string> split_path(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return {".", path};
+  return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
+}
+
+// Removes "<name>.tmp.<pid>" files in `dir` left by saves of processes that no longer exist (killed
+// mid-save). Best effort: a file that cannot be removed stays.
+void remove_stale_temporaries(const std::string& dir, const std::string& name) {
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return;
+  const std::string prefix = name + ".tmp.";
+  while (const dirent* e = ::readdir(d)) {
+    const std::string entry = e->d_name;
+    if (entry.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string digits = entry.substr(prefix.size());
+    pid_t pid = 0;
+    auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), pid);
+    if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size() || pid <= 0) continue;
+    if (pid != ::getpid() && ::kill(pid, 0) != 0 && errno == ESRCH) ::unlink((dir + "/" + entry).c_str());
+  }
+  ::closedir(d);
+}
+
 }  // namespace
 
 void save_safetensors(const StateDict& tensors, const std::string& path, const Metadata& metadata) {
@@ -69,45 +157,58 @@ void save_safetensors(const StateDict& tensors, const std::string& path, const M
   unsigned char len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
 
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    MG_CHECK(f.good(), IOError, "save_safetensors: cannot open '", tmp, "' for writing: ", std::strerror(errno));
-    f.write(reinterpret_cast<const char*>(len), 8);
-    f.write(text.data(), std::streamsize(text.size()));
-    for (auto& h : host) f.write(static_cast<const char*>(h.raw_data()), std::streamsize(h.nbytes()));
-    f.flush();
-    if (!f.good()) {
-      f.close();
-      std::remove(tmp.c_str());
-      throw IOError(detail::str("save_safetensors: writing '", tmp, "' failed (disk full?)"));
-    }
+  // Durable and atomic: a temporary file in the same folder, synced to disk, renamed over `path`,
+  // then the folder synced so the rename itself survives a crash.
+  const auto [dir, name] = split_path(path);
+  remove_stale_temporaries(dir, name);
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const std::string where = "save_safetensors: '" + tmp + "'";
+  try {
+    File f{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666)};
+    MG_CHECK(f.fd >= 0, IOError, "save_safetensors: cannot open '", tmp, "' for writing: ", errno_text());
+    write_all(f.fd, len, 8, where);
+    write_all(f.fd, text.data(), text.size(), where);
+    for (auto& h : host) write_all(f.fd, h.raw_data(), h.nbytes(), where);
+    MG_CHECK(::fsync(f.fd) == 0, IOError, where, ": fsync failed: ", errno_text());
+    const int fd = f.fd;
+    f.fd = -1;
+    MG_CHECK(::close(fd) == 0, IOError, where, ": close failed: ", errno_text());
+    MG_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, IOError, "save_safetensors: cannot rename '", tmp, "' to '",
+             path, "': ", errno_text());
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    std::remove(tmp.c_str());
-    throw IOError(detail::str("save_safetensors: cannot rename '", tmp, "' to '", path, "': ", std::strerror(err)));
-  }
+  File d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+  // Some file systems cannot sync a folder (EINVAL); the file itself is on disk by now.
+  MG_CHECK(d.fd >= 0 && (::fsync(d.fd) == 0 || errno == EINVAL), IOError, "save_safetensors: wrote '", path,
+           "' but could not sync its folder '", dir, "': ", errno_text());
 }
 
 StateDict load_safetensors(const std::string& path, Metadata* metadata) {
   const std::string where = "load_safetensors: '" + path + "'";
-  std::ifstream f(path, std::ios::binary | std::ios::ate);
-  MG_CHECK(f.good(), IOError, where, " cannot be opened: ", std::strerror(errno));
-  const uint64_t size = uint64_t(f.tellg());
+  // Non-blocking, so that opening a FIFO does not wait for a writer; only regular files are read.
+  File f{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)};
+  MG_CHECK(f.fd >= 0, IOError, where, " cannot be opened: ", errno_text());
+  struct stat st;
+  MG_CHECK(::fstat(f.fd, &st) == 0, IOError, where, " cannot be examined: ", errno_text());
+  MG_CHECK(!S_ISDIR(st.st_mode), IOError, where, " is a directory, not a safetensors file");
+  MG_CHECK(S_ISREG(st.st_mode), IOError, where, " is not a regular file (a device, FIFO or socket)");
+  const uint64_t size = uint64_t(st.st_size);
   MG_CHECK(size >= 8, IOError, where, " is truncated: expected at least an 8-byte header length, got ", size, " bytes");
-  f.seekg(0);
   unsigned char len[8];
-  f.read(reinterpret_cast<char*>(len), 8);
+  read_all(f.fd, len, 8, 0, where);
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= uint64_t(len[i]) << (8 * i);
   MG_CHECK(n <= size - 8, IOError, where, " is truncated or corrupted: the header claims ", n, " bytes, but only ",
            size - 8, " follow");
+  MG_CHECK(n <= kMaxHeaderBytes, IOError, where, " has a header of ", n, " bytes, more than the format's limit of ",
+           kMaxHeaderBytes);
   std::string text(n, '\0');
-  f.read(text.data(), std::streamsize(n));
+  read_all(f.fd, text.data(), n, 8, where);
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(text);
+    header = parse_header(text, where);
   } catch (const nlohmann::json::exception& e) {
     throw IOError(where + " has a corrupted header (not JSON): " + e.what());
   }
@@ -138,14 +239,16 @@ StateDict load_safetensors(const std::string& path, Metadata* metadata) {
     MG_CHECK(v["dtype"].is_string() && parse_dtype(v["dtype"].get<std::string>(), &e.dtype), IOError, what,
              ": unsupported dtype ", v["dtype"].dump(), " (expected F32, F16, BF16, F64, I32, I64 or BOOL)");
     MG_CHECK(v["shape"].is_array(), IOError, what, ": expected the shape as an array");
-    uint64_t numel = 1;
     for (auto& d : v["shape"]) {
-      MG_CHECK(d.is_number_unsigned(), IOError, what, ": expected non-negative integer sizes, got ", v["shape"].dump());
-      uint64_t s = d.get<uint64_t>();
-      MG_CHECK(s == 0 || numel <= data_size / s, IOError, what, ": shape ", v["shape"].dump(),
-               " is larger than the file's data (", data_size, " bytes)");
-      numel *= s;
-      e.shape.push_back(int64_t(s));
+      MG_CHECK(d.is_number_unsigned() && d.get<uint64_t>() <= uint64_t(INT64_MAX), IOError, what,
+               ": expected sizes that are integers in [0, 2^63 - 1], got ", v["shape"].dump());
+      e.shape.push_back(int64_t(d.get<uint64_t>()));
+    }
+    size_t bytes = 0;
+    try {
+      bytes = nbytes_of(e.shape, e.dtype);
+    } catch (const ShapeError& err) {
+      throw IOError(detail::str(what, ": ", err.what()));
     }
     auto& off = v["data_offsets"];
     MG_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() && off[1].is_number_unsigned(), IOError,
@@ -153,8 +256,8 @@ StateDict load_safetensors(const std::string& path, Metadata* metadata) {
     e.begin = off[0].get<uint64_t>(), e.end = off[1].get<uint64_t>();
     MG_CHECK(e.begin <= e.end && e.end <= data_size, IOError, what, ": data_offsets [", e.begin, ", ", e.end,
              "] lie outside the ", data_size, " data bytes (truncated file?)");
-    MG_CHECK(e.end - e.begin == numel * dtype_size(e.dtype), IOError, what, ": expected ", numel * dtype_size(e.dtype),
-             " bytes for shape ", v["shape"].dump(), " of ", v["dtype"].get<std::string>(), ", got ", e.end - e.begin);
+    MG_CHECK(e.end - e.begin == bytes, IOError, what, ": expected ", bytes, " bytes for shape ", v["shape"].dump(),
+             " of ", v["dtype"].get<std::string>(), ", got ", e.end - e.begin);
     entries.push_back(std::move(e));
   }
   // The tensors must tile the data exactly: no gaps, no overlaps, nothing left over.
@@ -174,9 +277,7 @@ StateDict load_safetensors(const std::string& path, Metadata* metadata) {
   StateDict out;
   for (auto& e : entries) {
     Tensor t = empty(e.shape, e.dtype);
-    f.seekg(std::streamoff(8 + n + e.begin));
-    f.read(static_cast<char*>(t.raw_data()), std::streamsize(e.end - e.begin));
-    MG_CHECK(f.good(), IOError, where, ": reading entry '", e.name, "' failed");
+    read_all(f.fd, t.raw_data(), e.end - e.begin, 8 + n + e.begin, where + " entry '" + e.name + "'");
     if (e.dtype == kBool) {  // any non-zero byte is true; store canonical 0/1
       auto* p = static_cast<unsigned char*>(t.raw_data());
       for (int64_t i = 0; i < t.numel(); ++i) p[i] = p[i] != 0;

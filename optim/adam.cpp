@@ -18,12 +18,24 @@ Hyperparameters AdamOptions::to_map() const {
 }
 
 Adam::Adam(std::vector<ParamGroup> groups, const AdamOptions& options, bool decoupled)
-    : Optimizer({}, options.to_map(), decoupled ? "AdamW" : "Adam"), decoupled_(decoupled) {
-  MG_CHECK(options.beta1_ >= 0 && options.beta1_ < 1 && options.beta2_ >= 0 && options.beta2_ < 1, ValueError, type(),
-           ": expected betas in [0, 1), got ", options.beta1_, " and ", options.beta2_);
-  MG_CHECK(options.eps_ >= 0 && options.weight_decay_ >= 0, ValueError, type(),
-           ": expected eps and weight_decay >= 0, got ", options.eps_, " and ", options.weight_decay_);
-  for (auto& g : groups) add_param_group(std::move(g));
+    : Optimizer(options.to_map(), decoupled ? "AdamW" : "Adam"), decoupled_(decoupled) {
+  add_param_groups(std::move(groups));
+}
+
+std::vector<std::string> Adam::state_names(const Hyperparameters& o) const {
+  if (o.at("amsgrad") != 0) return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+  return {"exp_avg", "exp_avg_sq"};
+}
+
+void Adam::check_options(const Hyperparameters& o) const {
+  Optimizer::check_options(o);
+  check_flag(o, "amsgrad");
+  check_flag(o, "maximize");
+  const double b1 = o.at("beta1"), b2 = o.at("beta2");
+  MG_CHECK(b1 >= 0 && b1 < 1 && b2 >= 0 && b2 < 1, ValueError, type(), ": expected betas in [0, 1), got ", b1, " and ",
+           b2);
+  MG_CHECK(o.at("eps") >= 0 && o.at("weight_decay") >= 0, ValueError, type(),
+           ": expected eps and weight_decay >= 0, got ", o.at("eps"), " and ", o.at("weight_decay"));
 }
 
 void Adam::update(const Hyperparameters& o, const std::vector<ParamUpdate>& params) {

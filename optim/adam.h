@@ -38,6 +38,9 @@ class Adam : public Optimizer {
  protected:
   Adam(std::vector<ParamGroup> groups, const AdamOptions& options, bool decoupled);
   void update(const Hyperparameters& o, const std::vector<ParamUpdate>& params) override;
+  // betas in [0, 1), eps and weight_decay >= 0 (as torch).
+  void check_options(const Hyperparameters& o) const override;
+  std::vector<std::string> state_names(const Hyperparameters& o) const override;
 
  private:
   bool decoupled_;

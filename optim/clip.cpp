@@ -9,6 +9,11 @@
 namespace mg::optim {
 
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type) {
+  return clip_grad_norm_(params, max_norm, norm_type, nullptr);
+}
+
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type,
+                       const std::function<double(double)>& combine) {
   MG_CHECK(norm_type > 0, ValueError, "clip_grad_norm_: expected a positive norm type, got ", norm_type);
   NoGradGuard ng;
   double total = 0;
@@ -27,6 +32,7 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
     total = std::isinf(norm_type) ? std::max(total, part.item<double>()) : total + part.item<double>();
   }
   if (meta) return 0.0;
+  if (combine) total = combine(total);
   if (!std::isinf(norm_type)) total = std::pow(total, 1.0 / norm_type);
   double coef = max_norm / (total + 1e-6);
   if (coef < 1)

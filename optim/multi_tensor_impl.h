@@ -27,14 +27,14 @@ void run_update(const char* op, void (*kernels::Backend::*fn)(const kernels::Ten
     it->second.push_back(j);
   }
   for (auto& [device, which] : by_device) {
-    if (by_device.size() == 1) return kernels::run(op, device, fn, lists, scalars);
+    if (by_device.size() == 1) return kernels::run(device, fn, lists, scalars);
     kernels::TensorLists sub(lists.size());
     std::vector<S> sub_scalars;
     for (size_t j : which) {
       for (size_t k = 0; k < lists.size(); ++k) sub[k].push_back(lists[k][j]);
       sub_scalars.push_back(scalars[j]);
     }
-    kernels::run(op, device, fn, sub, sub_scalars);
+    kernels::run(device, fn, sub, sub_scalars);
   }
 }
 

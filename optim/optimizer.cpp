@@ -1,8 +1,12 @@
 #include <memgrad/optim/optimizer.h>
 
+#include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <iomanip>
 #include <ostream>
 #include <sstream>
+#include <unordered_set>
 
 #include <memgrad/core/grad_mode.h>
 #include <memgrad/core/memory.h>
@@ -11,10 +15,12 @@
 namespace mg::optim {
 
 namespace {
-// Bytes the ledger counts for t's storage (rounded allocator blocks), as memory_stats does.
+// Bytes the ledger counts for t's storage (rounded allocator blocks), as memory_stats does. A view
+// into a larger block (a gradient in a data-parallel bucket, a ZeRO slice) counts its own bytes.
 int64_t ledger_bytes(const Tensor& t) {
   if (!t.defined()) return 0;
   const Block* b = t.storage()->block();
+  if (t.nbytes() < t.storage()->nbytes()) return int64_t(t.nbytes());
   return int64_t(b ? b->size : t.storage()->nbytes());
 }
 }  // namespace
@@ -26,27 +32,46 @@ std::vector<ParamGroup> as_groups(const std::vector<std::pair<std::string, Tenso
   return {g};
 }
 
-Optimizer::Optimizer(std::vector<ParamGroup> groups, Hyperparameters defaults, std::string type)
-    : type_(std::move(type)), defaults_(std::move(defaults)) {
+Optimizer::Optimizer(Hyperparameters defaults, std::string type)
+    : type_(std::move(type)), defaults_(std::move(defaults)) {}
+
+void Optimizer::add_param_groups(std::vector<ParamGroup> groups) {
+  MG_CHECK(!groups.empty(), ValueError, type_, ": got an empty parameter list");
   for (auto& g : groups) add_param_group(std::move(g));
 }
 
+void Optimizer::check_options(const Hyperparameters& o) const {
+  MG_CHECK(o.at("lr") >= 0, ValueError, type_, ": expected lr >= 0, got ", o.at("lr"));
+}
+
+void Optimizer::check_flag(const Hyperparameters& o, const char* key) const {
+  MG_CHECK(o.at(key) == 0 || o.at(key) == 1, ValueError, type_, ": expected ", key, " to be 0 or 1 (a flag), got ",
+           o.at(key));
+}
+
 void Optimizer::check_group(ParamGroup& g) {
+  MG_CHECK(!g.params.empty(), ValueError, type_,
+           ": got an empty parameter list (a group needs at least one parameter)");
   MG_CHECK(g.names.empty() || g.names.size() == g.params.size(), ValueError, type_,
            ": expected one name per parameter, got ", g.names.size(), " names for ", g.params.size(), " parameters");
   for (auto& [key, v] : g.options)
     MG_CHECK(defaults_.count(key), ValueError, type_, ": unknown option '", key, "' in a parameter group");
   for (auto& [key, v] : defaults_) g.options.emplace(key, v);
-  MG_CHECK(g.options.at("lr") >= 0, ValueError, type_, ": expected lr >= 0, got ", g.options.at("lr"));
+  check_options(g.options);
+  std::unordered_set<const TensorImpl*> seen;  // this group's and the other groups' parameters
   size_t first = 0;
-  for (auto& other : groups_) first += other.params.size();
+  for (auto& other : groups_) {
+    first += other.params.size();
+    for (auto& q : other.params) seen.insert(q.impl());
+  }
   for (size_t i = 0; i < g.params.size(); ++i) {
     const Tensor& p = g.params[i];
     MG_CHECK(p.defined() && p.is_leaf() && is_floating(p.dtype()), ValueError, type_,
              ": expected floating leaf tensors as parameters (parameter ", first + i, ")");
-    for (auto& other : groups_)
-      for (auto& q : other.params)
-        MG_CHECK(!q.is_same(p), ValueError, type_, ": a parameter appears in more than one group");
+    // torch raises too: a parameter listed twice would be updated twice per step.
+    MG_CHECK(seen.insert(p.impl()).second, ValueError, type_, ": parameter ", first + i,
+             (g.names.empty() || g.names[i].empty() ? std::string() : " ('" + g.names[i] + "')"),
+             " appears more than once (in this group or another)");
   }
   g.names.resize(g.params.size());
   for (size_t i = 0; i < g.params.size(); ++i)
@@ -62,12 +87,19 @@ void Optimizer::add_param_group(ParamGroup group) {
 }
 
 void Optimizer::set_lr(double lr) {
-  MG_CHECK(lr >= 0, ValueError, type_, ": expected lr >= 0, got ", lr);
+  for (auto& g : groups_) {
+    Hyperparameters o = g.options;
+    o["lr"] = lr;
+    check_options(o);
+  }
   for (auto& g : groups_) g.options["lr"] = lr;
 }
 
+std::vector<std::string> Optimizer::state_names(const Hyperparameters&) const { return {}; }
+
 void Optimizer::step() {
   NoGradGuard ng;
+  std::vector<std::pair<const Hyperparameters*, std::vector<ParamUpdate>>> work;  // per group
   for (auto& g : groups_) {
     std::vector<ParamUpdate> params;
     for (size_t i = 0; i < g.params.size(); ++i) {
@@ -78,10 +110,31 @@ void Optimizer::step() {
                " but its gradient is on ", grad.device());
       MG_CHECK(grad.dtype() == p.dtype(), DTypeError, type_, ": '", g.names[i], "' is ", p.dtype(),
                " but its gradient is ", grad.dtype());
-      params.push_back({&p, &g.names[i], &state_[p.impl()]});
+      params.push_back({&p, &g.names[i], nullptr});
     }
-    if (!params.empty()) update(g.options, params);
+    if (!params.empty()) work.emplace_back(&g.options, std::move(params));
   }
+  // Create every missing state tensor first; if one allocation fails, drop those made here.
+  std::vector<std::pair<const TensorImpl*, size_t>> before;  // tensors held before (SIZE_MAX: no entry)
+  try {
+    for (auto& [options, params] : work) {
+      const std::vector<std::string> names = state_names(*options);
+      for (ParamUpdate& u : params) {
+        auto [it, fresh] = state_.try_emplace(u.param->impl());
+        before.emplace_back(u.param->impl(), fresh ? SIZE_MAX : it->second.tensors.size());
+        u.state = &it->second;
+        for (auto& name : names) state_tensor(*u.state, *u.param, *u.name, name);
+      }
+    }
+  } catch (...) {
+    for (auto& [key, n] : before)
+      if (n == SIZE_MAX)
+        state_.erase(key);
+      else
+        state_[key].tensors.resize(n);
+    throw;
+  }
+  for (auto& [options, params] : work) update(*options, params);  // allocates nothing
 }
 
 void Optimizer::zero_grad(bool set_to_none) {
@@ -192,11 +245,15 @@ void Optimizer::load_state_dict(const StateDict& dict) {
     for (size_t i = 0; i < g.params.size(); ++i) params.emplace_back(&g.params[i], g.names[i]);
   std::vector<Hyperparameters> options(groups_.size());
   std::map<size_t, ParamState> states;
+  // An index in canonical decimal ("0", "17"; not "017", "+1" or 10^25), so each key names one slot.
   auto number = [&](const std::string& s, const std::string& key) {
-    MG_CHECK(!s.empty() && s.find_first_not_of("0123456789") == std::string::npos, ValueError, type_,
-             ".load_state_dict: malformed key '", key, "'");
-    return size_t(std::stoull(s));
+    size_t v = 0;
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    MG_CHECK(!s.empty() && ec == std::errc() && end == s.data() + s.size() && (s[0] != '0' || s.size() == 1),
+             ValueError, type_, ".load_state_dict: malformed key '", key, "': expected a decimal index, got '", s, "'");
+    return v;
   };
+  std::multimap<size_t, std::pair<std::string, std::string>> state_keys;  // parameter -> (key, state name)
   // Parse and validate every entry before changing anything.
   for (auto& [key, t] : dict) {
     auto dot1 = key.find('.'), dot2 = key.find('.', dot1 == std::string::npos ? dot1 : dot1 + 1);
@@ -217,9 +274,14 @@ void Optimizer::load_state_dict(const StateDict& dict) {
       const Tensor& p = *params[i].first;
       if (field == "step") {
         MG_CHECK(t.numel() == 1, ShapeError, type_, ".load_state_dict: expected a scalar step in '", key, "'");
-        states[i].step = t.item<int64_t>();
+        // A whole number >= 0, read without a cast that could overflow (a float step may come from torch).
+        const double v = t.item<double>();
+        MG_CHECK(v >= 0 && v < 0x1p62 && v == std::floor(v), ValueError, type_, ".load_state_dict: expected a step ",
+                 ">= 0 in '", key, "', got ", v);
+        states[i].step = is_floating(t.dtype()) ? int64_t(v) : t.item<int64_t>();
         continue;
       }
+      state_keys.emplace(i, std::make_pair(key, field));
       MG_CHECK(t.shape() == p.shape(), ShapeError, type_, ".load_state_dict: '", key, "' expected shape ",
                shape_str(p.shape()), ", got ", shape_str(t.shape()));
       MG_CHECK(t.dtype() == p.dtype(), DTypeError, type_, ".load_state_dict: '", key, "' expected dtype ", p.dtype(),
@@ -228,6 +290,26 @@ void Optimizer::load_state_dict(const StateDict& dict) {
     } else {
       throw ValueError(detail::str(type_, ".load_state_dict: unexpected key '", key, "'"));
     }
+  }
+  // Each group's options as they would be after loading, held to the constructor's checks, and
+  // the state tensors of its parameters limited to the ones those options keep.
+  size_t first = 0;
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    Hyperparameters merged = groups_[gi].options;
+    for (auto& [k, v] : options[gi]) merged[k] = v;
+    try {
+      check_options(merged);
+    } catch (const ValueError& e) {
+      throw ValueError(detail::str(type_, ".load_state_dict: param_groups.", gi, ": ", e.what()));
+    }
+    const std::vector<std::string> names = state_names(merged);
+    for (size_t i = first; i < first + groups_[gi].params.size(); ++i)
+      for (auto [it, end] = state_keys.equal_range(i); it != end; ++it) {
+        auto& [key, name] = it->second;
+        MG_CHECK(std::find(names.begin(), names.end(), name) != names.end(), ValueError, type_,
+                 ".load_state_dict: unexpected key '", key, "': parameter group ", gi, " keeps no state '", name, "'");
+      }
+    first += groups_[gi].params.size();
   }
   // Copy the state into fresh tensors labelled OptimizerState, then commit.
   NoGradGuard ng;

@@ -44,9 +44,11 @@ struct StateReport {
 };
 std::ostream& operator<<(std::ostream& os, const StateReport& r);
 
+// Validation follows torch.optim: a parameter may appear once across all groups, a group holds at
+// least one parameter, and every group's options pass check_options() whether they come from the
+// constructor, add_param_group or load_state_dict.
 class Optimizer {
  public:
-  Optimizer(std::vector<ParamGroup> groups, Hyperparameters defaults, std::string type);
   virtual ~Optimizer() = default;
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
@@ -69,11 +71,29 @@ class Optimizer {
   StateReport state_report() const;
 
   // "state.<i>.<name>" (i counts parameters across groups in order; "step" is an int64 scalar)
-  // and "param_groups.<g>.<option>" (float64 scalars). Loading validates everything first.
+  // and "param_groups.<g>.<option>" (float64 scalars). Loading validates everything first (keys,
+  // shapes, dtypes, steps >= 0, each group's options with check_options) and changes nothing on error.
   StateDict state_dict() const;
   void load_state_dict(const StateDict& dict);
 
  protected:
+  // `defaults` holds every option the optimizer has ("lr" among them); a subclass's constructor
+  // then adds its groups with add_param_groups, after which check_options dispatches to it.
+  Optimizer(Hyperparameters defaults, std::string type);
+  // Adds the groups a constructor was given: ValueError when there are none (torch's "empty
+  // parameter list").
+  void add_param_groups(std::vector<ParamGroup> groups);
+  // Raises ValueError naming the option when a group's options (defaults merged in) are invalid.
+  // The base requires lr >= 0 (NaN fails); subclasses check their own options and call it.
+  virtual void check_options(const Hyperparameters& options) const;
+  // For check_options: a boolean option (stored as a double) must be 0 or 1.
+  void check_flag(const Hyperparameters& options, const char* key) const;
+  // The state tensors a step keeps per parameter under a group's `options`, in creation order
+  // (Adam: exp_avg, exp_avg_sq, max_exp_avg_sq with amsgrad). step() creates them all before it
+  // updates anything, so running out of memory there leaves the optimizer as it was, and
+  // load_state_dict accepts no other names. A subclass that keeps state tensors lists them here.
+  virtual std::vector<std::string> state_names(const Hyperparameters& options) const;
+
   struct ParamState {
     int64_t step = 0;
     std::vector<std::pair<std::string, Tensor>> tensors;  // in creation order

@@ -14,12 +14,24 @@ Hyperparameters SGDOptions::to_map() const {
           {"maximize", maximize_ ? 1.0 : 0.0}};
 }
 
-SGD::SGD(std::vector<ParamGroup> groups, const SGDOptions& options) : Optimizer({}, options.to_map(), "SGD") {
-  MG_CHECK(options.momentum_ >= 0 && options.weight_decay_ >= 0, ValueError,
-           "SGD: expected momentum and weight_decay >= 0, got ", options.momentum_, " and ", options.weight_decay_);
-  MG_CHECK(!options.nesterov_ || (options.momentum_ > 0 && options.dampening_ == 0), ValueError,
-           "SGD: Nesterov momentum requires a momentum > 0 and zero dampening");
-  for (auto& g : groups) add_param_group(std::move(g));
+SGD::SGD(std::vector<ParamGroup> groups, const SGDOptions& options) : Optimizer(options.to_map(), "SGD") {
+  add_param_groups(std::move(groups));
+}
+
+std::vector<std::string> SGD::state_names(const Hyperparameters& o) const {
+  if (o.at("momentum") == 0) return {};
+  return {"momentum_buffer"};
+}
+
+void SGD::check_options(const Hyperparameters& o) const {
+  Optimizer::check_options(o);
+  check_flag(o, "nesterov");
+  check_flag(o, "maximize");
+  MG_CHECK(o.at("momentum") >= 0 && o.at("weight_decay") >= 0, ValueError,
+           "SGD: expected momentum and weight_decay >= 0, got ", o.at("momentum"), " and ", o.at("weight_decay"));
+  MG_CHECK(o.at("nesterov") == 0 || (o.at("momentum") > 0 && o.at("dampening") == 0), ValueError,
+           "SGD: Nesterov momentum requires a momentum > 0 and zero dampening, got momentum ", o.at("momentum"),
+           " and dampening ", o.at("dampening"));
 }
 
 void SGD::update(const Hyperparameters& o, const std::vector<ParamUpdate>& params) {

@@ -27,6 +27,9 @@ class SGD : public Optimizer {
 
  protected:
   void update(const Hyperparameters& o, const std::vector<ParamUpdate>& params) override;
+  // momentum and weight_decay >= 0; Nesterov needs momentum > 0 and no dampening (as torch).
+  void check_options(const Hyperparameters& o) const override;
+  std::vector<std::string> state_names(const Hyperparameters& o) const override;  // momentum_buffer with momentum
 };
 
 }  // namespace mg::optim

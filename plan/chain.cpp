@@ -8,6 +8,7 @@
 #include <memgrad/core/autocast.h>
 #include <memgrad/core/error.h>
 #include <memgrad/core/flops.h>
+#include <memgrad/core/random.h>
 #include <memgrad/nn/loss.h>
 #include <memgrad/optim/adam.h>
 #include <memgrad/optim/clip.h>
@@ -255,8 +256,7 @@ Precision parse_precision(const std::string& name) {
 
 // ---- the training step
 
-namespace {
-std::unique_ptr<optim::Optimizer> default_optimizer(OptimizerKind kind, const nn::NamedTensors& params) {
+std::unique_ptr<optim::Optimizer> make_optimizer(OptimizerKind kind, const nn::NamedTensors& params) {
   switch (kind) {
     case OptimizerKind::None:
       return nullptr;
@@ -271,53 +271,122 @@ std::unique_ptr<optim::Optimizer> default_optimizer(OptimizerKind kind, const nn
   }
   return nullptr;
 }
+
+namespace {
+
+// One training step (Trainer::step and the ChainModel train_step run it), rank r of N with `dp`.
+double run_step(nn::Module& model, optim::Optimizer* opt, amp::GradScaler* scaler, amp::MasterWeights* masters,
+                const std::function<Tensor(int64_t)>& forward, const StepOptions& options,
+                distributed::DataParallel* dp) {
+  MG_CHECK(options.accum >= 1, ValueError, "plan::train_step: expected accum >= 1, got ", options.accum);
+  model.zero_grad();
+  // A step that fails (out of memory, say) leaves no trace, so that it can be retried or run
+  // smaller: gradients cleared again, the generator rewound, the scaler as it was. The optimizer's
+  // step is all-or-nothing itself, and it is the last thing that changes a parameter.
+  const std::optional<amp::GradScaler> scaler_before = scaler ? std::optional(*scaler) : std::nullopt;
+  Generator& rng = default_generator();
+  const uint64_t step_offset = rng.offset();
+  try {
+    if (dp) dp->zero_grad();
+    const std::optional<DType> half = autocast_dtype(options.precision);
+    const int64_t first = dp ? dp->rank() * options.accum : 0;                  // this rank's first micro-batch
+    const int64_t micro_batches = options.accum * (dp ? dp->world_size() : 1);  // in the whole step
+    double total = 0;
+    Tensor loss;  // live until the next micro-batch replaces it, as in a Python loop
+    for (int64_t i = 0; i < options.accum; ++i) {
+      const int64_t g = first + i;
+      const uint64_t start = step_offset + uint64_t(g) * kMicroBatchCounters;
+      rng.set_offset(start);
+      {
+        std::optional<amp::AutocastGuard> autocast;
+        if (half) autocast.emplace(*half);
+        loss = forward(g);
+      }
+      if (micro_batches > 1) loss = loss * (1.0 / double(micro_batches));
+      total += loss.is_meta() ? std::numeric_limits<double>::quiet_NaN() : loss.item<double>();
+      if (dp) dp->prepare_backward(i + 1 == options.accum);
+      (scaler ? scaler->scale(loss) : loss).backward();
+      if (dp) dp->finish_backward();
+      MG_CHECK(rng.offset() - start <= kMicroBatchCounters, ValueError, "plan::train_step: a micro-batch drew ",
+               rng.offset() - start, " random numbers, more than the ", kMicroBatchCounters, " reserved for each");
+    }
+    rng.set_offset(step_offset + uint64_t(micro_batches) * kMicroBatchCounters);
+    if (dp) total = dp->group().all_reduce(total);
+    if (scaler && opt) {  // the float32 masters' gradients: unscaled on the way
+      masters ? scaler->unscale_(*opt, *masters) : scaler->unscale_(*opt);
+      if (dp) scaler->merge_found_inf(dp->any_rank(scaler->found_inf()));
+    } else if (masters) {
+      masters->grads_to_masters();
+    }
+    if (options.clip_norm > 0)
+      dp ? dp->clip_grad_norm_(options.clip_norm)
+         : optim::clip_grad_norm_(masters ? masters->parameters() : model.parameters(), options.clip_norm);
+    if (scaler && opt) {
+      masters ? scaler->step(*opt, *masters) : scaler->step(*opt);
+      scaler->update();
+    } else if (opt) {
+      opt->step();
+      if (masters) masters->masters_to_params();
+    }
+    if (dp) dp->gather_parameters();
+    return total;
+  } catch (...) {
+    model.zero_grad();
+    if (dp) dp->zero_grad();
+    rng.set_offset(step_offset);
+    if (scaler) *scaler = *scaler_before;
+    throw;
+  }
+}
+
 }  // namespace
 
-Trainer::Trainer(nn::Module& model, const StepOptions& options, const OptimizerFactory& make)
+Trainer::Trainer(nn::Module& model, const StepOptions& options, const OptimizerFactory& make,
+                 distributed::ProcessGroup* group)
     : model_(model), options_(options) {
   MG_CHECK(options.accum >= 1, ValueError, "plan::Trainer: expected accum >= 1, got ", options.accum);
-  if (auto half = storage_dtype(options.precision)) {
-    model.to(*half);
-    masters_.emplace(model.named_parameters());
+  if (auto half = storage_dtype(options.precision)) model.to(*half);
+  nn::NamedTensors params = model.named_parameters();
+  if (options.data_parallel()) {  // the masters of half parameters are dp's, sliced by rank
+    MG_CHECK(options.world_size >= 1 && options.rank >= 0 && options.rank < options.world_size, ValueError,
+             "plan: expected 0 <= rank < world_size, got rank ", options.rank, " of ", options.world_size);
+    if (!group) {
+      own_group_ = distributed::simulated_group(int(options.rank), int(options.world_size));
+      group = own_group_.get();
+    }
+    dp_ = std::make_unique<distributed::DataParallel>(
+        params, *group,
+        distributed::DataParallelOptions().zero_stage(options.zero_stage).bucket_bytes(options.bucket_bytes));
+    params = dp_->optimizer_parameters();
+  } else if (storage_dtype(options.precision)) {
+    masters_.emplace(params);
+    params = masters_->named_parameters();
   }
-  const nn::NamedTensors params = masters_ ? masters_->named_parameters() : model.named_parameters();
-  opt_ = make ? make(params) : default_optimizer(options.optimizer, params);
+  opt_ = make ? make(params) : make_optimizer(options.optimizer, params);
   if (options.grad_scaler) scaler_.emplace(options.scaler);
 }
 
+Trainer::~Trainer() = default;
+
+amp::MasterWeights* Trainer::masters() const {
+  return dp_ ? dp_->masters() : masters_ ? const_cast<amp::MasterWeights*>(&*masters_) : nullptr;
+}
+
 double Trainer::step(const std::function<Tensor(int64_t)>& forward) {
-  model_.zero_grad();
-  const std::optional<DType> half = autocast_dtype(options_.precision);
-  double total = 0;
-  Tensor loss;  // live until the next micro-batch replaces it, as in a Python loop
-  for (int64_t i = 0; i < options_.accum; ++i) {
-    {
-      std::optional<amp::AutocastGuard> autocast;
-      if (half) autocast.emplace(*half);
-      loss = forward(i);
-    }
-    if (options_.accum > 1) loss = loss * (1.0 / double(options_.accum));
-    total += loss.is_meta() ? std::numeric_limits<double>::quiet_NaN() : loss.item<double>();
-    (scaler_ ? scaler_->scale(loss) : loss).backward();
-  }
-  if (masters_) {  // the float32 masters' gradients: unscaled on the way when a scaler is on
-    if (scaler_ && opt_)
-      scaler_->unscale_(*opt_, *masters_);
-    else
-      masters_->grads_to_masters();
-  } else if (scaler_ && opt_) {
-    scaler_->unscale_(*opt_);
-  }
-  if (options_.clip_norm > 0)
-    optim::clip_grad_norm_(masters_ ? masters_->parameters() : model_.parameters(), options_.clip_norm);
-  if (scaler_ && opt_) {
-    masters_ ? scaler_->step(*opt_, *masters_) : scaler_->step(*opt_);
-    scaler_->update();
-  } else {
-    if (opt_) opt_->step();
-    if (masters_) masters_->masters_to_params();
-  }
-  return total;
+  return run_step(model_, opt_.get(), scaler(), masters(), forward, options_, dp_.get());
+}
+
+double train_step(const ChainModel& model, optim::Optimizer* opt, amp::GradScaler* scaler,
+                  const std::function<std::pair<Tensor, Tensor>(int64_t)>& batch, const Policy& policy,
+                  const StepOptions& options, distributed::DataParallel* dp) {
+  Tensor x, y;  // live until the next micro-batch replaces them
+  return run_step(
+      model.module(), opt, scaler, dp ? dp->masters() : nullptr,
+      [&](int64_t g) {
+        std::tie(x, y) = batch(g);
+        return model.loss(x, y, policy);
+      },
+      options, dp);
 }
 
 double train_step(const ChainModel& model, Trainer& trainer,

@@ -101,7 +101,6 @@ StepReport run_steps(const Program& program, const StepContext& given, const Pla
   IsolatedAllocator allocator(device, limit);
   StepContext ctx = given;
   ctx.device = device;
-  ctx.world_size = o.world_size, ctx.rank = o.rank;
   StepReport r;
   r.device = device;
   r.target = device.is_meta() ? o.device : device.type;

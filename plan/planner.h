@@ -25,6 +25,7 @@
 
 #include <memgrad/amp/grad_scaler.h>
 #include <memgrad/core/memory.h>
+#include <memgrad/distributed/data_parallel.h>
 #include <memgrad/nn/gpt.h>
 
 namespace mg::plan {
@@ -100,46 +101,73 @@ struct StepOptions {
   // until a step is taken.)
   bool grad_scaler = false;
   amp::GradScalerOptions scaler{};
+  // Data parallelism (distributed::DataParallel): the step of rank `rank` of `world_size` processes,
+  // each running `accum` micro-batches, with ZeRO stage `zero_stage` and buckets of `bucket_bytes`.
+  // plan() simulates that rank on meta (no processes needed); world_size 1 with stage 0 is no data
+  // parallelism at all.
+  int64_t world_size = 1, rank = 0;
+  int zero_stage = 0;
+  int64_t bucket_bytes = int64_t(25) << 20;
+  bool data_parallel() const { return world_size > 1 || zero_stage > 0; }
 };
+
+// The optimizer plans build for `kind` over `params` (null for None), with the planner's
+// hyperparameters (which do not change any byte).
+std::unique_ptr<optim::Optimizer> make_optimizer(OptimizerKind kind, const nn::NamedTensors& params);
 
 // The optimizer side of training in a precision mode, shared by the built-in models, the memgrad
 // command and any program that wants it. For a storage mode it converts `model` to half and gives
 // the optimizer float32 master weights (amp::MasterWeights); with options.grad_scaler it scales the
 // loss. step() runs one training step: gradients cleared (set_to_none), then for each of
-// options.accum micro-batches `forward(i)` under autocast (autocast modes), loss / accum and
+// options.accum micro-batches `forward(g)` under autocast (autocast modes), loss / micro-batches and
 // backward (scaled); then unscale, clipping and the optimizer step (skipped by the scaler on
 // inf/NaN), and the half parameters refreshed from the masters. Returns the loss averaged over the
-// micro-batches (NaN on meta).
+// micro-batches (NaN on meta). A step that throws (out of memory, say) leaves no trace: gradients
+// cleared, the generator rewound, the scaler as it was.
+//
+// With options.data_parallel() this process is rank r of N (options.rank, options.world_size) of a
+// distributed::DataParallel over `group` (by default a simulated one, as plans use on meta; the
+// masters of half parameters are then its slices): it runs the micro-batches g = r * accum + i of the
+// N * accum that one process with accum N * accum would run, loss / (N * accum), gradients summed
+// across ranks. Each micro-batch g draws its random numbers (dropout) from the step's generator
+// offset + g * kMicroBatchCounters, and the step ends at + N * accum * kMicroBatchCounters, with or
+// without data parallelism, so N ranks draw the masks one process does (the 64-bit counters last
+// 2^24 micro-batches). The returned loss is the global one, on every rank.
 class Trainer {
  public:
-  // make: the optimizer for the parameters it updates (the masters' in a storage mode); by default
-  // one of options.optimizer with the planner's hyperparameters (which do not change any byte).
+  // make: the optimizer for the parameters it updates (the masters' in a storage mode, the rank's
+  // slices with data parallelism); by default make_optimizer(options.optimizer, ...).
   using OptimizerFactory = std::function<std::unique_ptr<optim::Optimizer>(const nn::NamedTensors&)>;
-  Trainer(nn::Module& model, const StepOptions& options, const OptimizerFactory& make = {});
+  Trainer(nn::Module& model, const StepOptions& options, const OptimizerFactory& make = {},
+          distributed::ProcessGroup* group = nullptr);
+  ~Trainer();
   double step(const std::function<Tensor(int64_t micro_batch)>& forward);
   optim::Optimizer* optimizer() const { return opt_.get(); }
   amp::GradScaler* scaler() { return scaler_ ? &*scaler_ : nullptr; }
-  amp::MasterWeights* masters() { return masters_ ? &*masters_ : nullptr; }
+  amp::MasterWeights* masters() const;
+  distributed::DataParallel* data_parallel() const { return dp_.get(); }
   const StepOptions& options() const { return options_; }
 
  private:
   nn::Module& model_;
   StepOptions options_;
+  std::unique_ptr<distributed::ProcessGroup> own_group_;
+  std::unique_ptr<distributed::DataParallel> dp_;
   std::optional<amp::MasterWeights> masters_;
   std::unique_ptr<optim::Optimizer> opt_;
   std::optional<amp::GradScaler> scaler_;
 };
+// Philox counters reserved for each micro-batch of a training step (see Trainer).
+inline constexpr uint64_t kMicroBatchCounters = uint64_t(1) << 40;
 
 // ---- programs
 
 // What the planner hands a program: the device to build on, the batch to build for and the policy
-// to run its chain of blocks under (run_chain(chain, x, ctx.policy)). rank and world_size are for
-// plans of one rank of a data-parallel run (1 and 0 here).
+// to run its chain of blocks under (run_chain(chain, x, ctx.policy)).
 struct StepContext {
   Device device;
   int64_t batch = 1;
   Policy policy;
-  int64_t world_size = 1, rank = 0;
 };
 // A training program: builds its model, optimizer and whatever else it keeps on ctx.device, and
 // returns one training step (forward, backward, optimizer step), which the planner calls
@@ -154,7 +182,6 @@ struct PlanOptions {
   int64_t max_steps = 12;               // steps at most while looking for the steady state
   int64_t steps = 0;                    // 0: until the allocator repeats itself; k: exactly k steps
   bool smallest_limit = true;           // search for the smallest memory limit the steps run under
-  int64_t world_size = 1, rank = 0;     // passed to the program in StepContext
 };
 
 // The allocation granule: requests, segments and therefore reserved bytes are multiples of it.
@@ -252,6 +279,11 @@ class ChainModel {
 // until the next replaces them (as in a Python loop).
 double train_step(const ChainModel& model, Trainer& trainer,
                   const std::function<std::pair<Tensor, Tensor>(int64_t)>& batch, const Policy& policy);
+// The same with the pieces held by the caller: `opt` (over dp->optimizer_parameters() with `dp`),
+// `scaler` (may be null) and `dp` (may be null; its masters for half parameters), as Trainer::step.
+double train_step(const ChainModel& model, optim::Optimizer* opt, amp::GradScaler* scaler,
+                  const std::function<std::pair<Tensor, Tensor>(int64_t)>& batch, const Policy& policy,
+                  const StepOptions& options, distributed::DataParallel* dp = nullptr);
 
 // The built-in model as a program: a ChainModel and a Trainer built on ctx.device, a fresh zero
 // input and target per micro-batch of ctx.batch rows (and input.seq_len positions).

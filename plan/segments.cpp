@@ -22,7 +22,7 @@ detail::Phases measure_phases(const Program& program, const StepContext& given, 
   StepContext ctx = given;
   ctx.device = kMeta;
   ctx.policy = Policy::none();
-  ctx.world_size = o.world_size, ctx.rank = o.rank;
+
   const Step step = program(ctx);
   step();
   reset_peak(kMeta);

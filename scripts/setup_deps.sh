@@ -1,7 +1,9 @@
 # Sourced by train.sh and test.sh: installs the Debian packages the build needs that are missing.
 # As root it runs apt-get (one update, one install); otherwise it prints the command and stops.
 
-MG_PACKAGES=(g++ cmake make ccache libeigen3-dev doctest-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev libfmt-dev)
+MG_PACKAGES=(g++ cmake make ccache libeigen3-dev doctest-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev libfmt-dev libopenmpi-dev openmpi-bin)
+# The fuzz targets (tests/fuzz): clang, its libFuzzer (libclang_rt.fuzzer in libclang-rt-14-dev) and OpenMP.
+MG_FUZZ_PACKAGES=(clang libclang-rt-14-dev libomp-dev)
 
 mg_install_packages() {
   local missing=() p

@@ -1,20 +1,35 @@
 #!/usr/bin/env bash
 # The test suite: installs missing Debian packages, builds everything in build/ (Release; the
 # CUDA backend when nvcc is found), then runs ctest. Labels: unit, gpu (skip without a GPU), slow.
+# Without ctest arguments it then builds the fuzz targets with clang in <build>-fuzz and runs each
+# briefly (label fuzz; MG_FUZZ=OFF skips them).
 #   scripts/test.sh [ctest args, e.g. -L unit]      build directory: $MG_BUILD_DIR (default build)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${MG_BUILD_DIR:-$root/build}
 source "$root/scripts/setup_deps.sh"
-mg_install_packages "${MG_PACKAGES[@]}"
+fuzz=${MG_FUZZ:-$([ $# -eq 0 ] && echo ON || echo OFF)}
+if [ "$fuzz" = ON ]; then
+  mg_install_packages "${MG_PACKAGES[@]}" "${MG_FUZZ_PACKAGES[@]}"
+else
+  mg_install_packages "${MG_PACKAGES[@]}"
+fi
 
 if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH=/usr/local/cuda/bin:$PATH
 fi
 cuda=${MG_CUDA:-$(command -v nvcc >/dev/null && echo ON || echo OFF)}
 
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMG_CUDA="$cuda" -DMG_BUILD_TESTS=ON \
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMG_NATIVE=ON -DMG_CUDA="$cuda" -DMG_BUILD_TESTS=ON \
   -DMG_BUILD_EXAMPLES=ON
 cmake --build "$build" -j"$(nproc)"
-cd "$build"
-exec ctest --output-on-failure -j"$(nproc)" "$@"
+(cd "$build" && ctest --output-on-failure -j"$(nproc)" "$@")
+
+# A second build for libFuzzer: clang, everything instrumented with ASan and UBSan (-O1 keeps it quick).
+if [ "$fuzz" = ON ]; then
+  cmake -S "$root" -B "$build-fuzz" -DCMAKE_CXX_COMPILER=clang++ -DMG_FUZZ=ON -DMG_CUDA=OFF -DMG_BUILD_TESTS=OFF \
+    -DMG_BUILD_EXAMPLES=OFF -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE=-O1
+  cmake --build "$build-fuzz" -j"$(nproc)" --target fuzz_safetensors fuzz_state_dict
+  cd "$build-fuzz"
+  exec ctest --output-on-failure -L fuzz
+fi

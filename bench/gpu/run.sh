@@ -23,7 +23,7 @@ mkdir -p "$out"
 jobs=$(nproc)
 
 echo "== build ($build, sm_$arch)"
-cmake -S "$root" -B "$build" -DMG_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" -DMG_BUILD_BENCH=ON \
+cmake -S "$root" -B "$build" -DMG_NATIVE=ON -DMG_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" -DMG_BUILD_BENCH=ON \
   -DMG_BUILD_EXAMPLES=OFF -DCMAKE_BUILD_TYPE=Release > "$out/configure.log"
 cmake --build "$build" -j "$jobs" --target test_gpu bench_gpu_kernels bench_gpu_gpt2 > "$out/build.log" 2>&1 ||
   { tail -50 "$out/build.log"; exit 1; }

@@ -227,7 +227,7 @@ float Event::elapsed_ms(const Event& end) const {
 
 Tensor empty_pinned(const Shape& shape, DType dtype) {
   resolve(-1);
-  size_t bytes = size_t(numel_of(shape)) * dtype_size(dtype);
+  size_t bytes = nbytes_of(shape, dtype);
   void* p = nullptr;
   check(cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault), "cudaHostAlloc");
   {

@@ -7,17 +7,22 @@
 
 namespace mg {
 
-std::string format_bytes(int64_t bytes) {
-  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = double(bytes < 0 ? -bytes : bytes);
+std::string format_byte_count(uint64_t bytes) {
+  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double v = double(bytes);
   int u = 0;
-  while (v >= 1024 && u < 4) v /= 1024, ++u;
+  while (v >= 1024 && u < 6) v /= 1024, ++u;
   char buf[48];
   if (u == 0)
-    std::snprintf(buf, sizeof buf, "%s%lld B", bytes < 0 ? "-" : "", (long long)(bytes < 0 ? -bytes : bytes));
+    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
   else
-    std::snprintf(buf, sizeof buf, "%s%.2f %s", bytes < 0 ? "-" : "", v, units[u]);
+    std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
   return buf;
+}
+
+std::string format_bytes(int64_t bytes) {
+  const uint64_t magnitude = bytes < 0 ? 0 - uint64_t(bytes) : uint64_t(bytes);  // also for INT64_MIN
+  return (bytes < 0 ? "-" : "") + format_byte_count(magnitude);
 }
 
 namespace {

@@ -14,7 +14,7 @@ using namespace detail;
 Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, bool is_causal,
                                     double dropout_p, double scale) {
   Tensor q = amp::cast_for_half_op(q_in), k = amp::cast_for_half_op(k_in), v = amp::cast_for_half_op(v_in);
-  OpScope op_scope("attention");
+  OpScope op_scope(Op::attention);
   check_floating("attention", q);
   for (const Tensor* t : {&k, &v}) {
     check_same_device("attention", q, *t);
@@ -34,8 +34,8 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   p.causal = is_causal;
   p.dropout_p = dropout_p;
   if (dropout_p > 0) {  // the counters of the [BH, Tq, Tk] probabilities, as the dropout op reserves them
-    p.seed = default_generator().seed();
-    p.offset = default_generator().reserve(uint64_t(BH * Tq * Tk));
+    auto d = default_generator().draw(uint64_t(BH * Tq * Tk));
+    p.seed = d.seed, p.offset = d.offset;
   }
   Tensor qc, kc, vc;
   {
@@ -49,15 +49,14 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   const DType stat = q.dtype() == kFloat64 ? kFloat64 : kFloat32;  // of lse and delta
   Tensor lse = new_output(lse_shape, stat, q.device());
   auto as3 = [BH](const Tensor& t) { return t.view({BH, t.size(-2), t.size(-1)}); };
-  kernels::run("attention", q.device(), &Backend::attention, as3(qc), as3(kc), as3(vc), as3(out), lse.view({BH, Tq}),
-               p);
+  kernels::run(q.device(), &Backend::attention, as3(qc), as3(kc), as3(vc), as3(out), lse.view({BH, Tq}), p);
   // Multiply-adds of q k^T and p v over the pairs a query sees (about half of them when causal).
   double pairs = 0;
   for (int64_t i = 0; i < Tq; ++i) pairs += double(is_causal ? std::min(i + 1, Tk) : Tk);
   count_flops(4.0 * double(BH) * pairs * double(D));
   if (autograd::any_requires_grad({q, k, v})) {
     SavedTensor sq(qc), sk(kc), sv(vc), so(out), sl(lse);
-    autograd::record("attention", {q, k, v}, {out}, [=](const TensorList& g, const Node&) {
+    autograd::record(Op::attention, {q, k, v}, {out}, [=](const TensorList& g, const Node&) {
       Tensor qs = sq.get(), ks = sk.get(), vs = sv.get();
       Tensor gq = new_like(qs), gk = new_like(ks), gv = new_like(vs);
       Tensor delta;  // rowsum(grad_out * out) [BH, Tq]: the kernels' only scratch
@@ -65,8 +64,8 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
         MemoryScope scratch(Category::Workspace);
         delta = new_output({BH, Tq}, stat, qs.device());
       }
-      kernels::run("attention_backward", qs.device(), &Backend::attention_backward, as3(g[0].contiguous()), as3(qs),
-                   as3(ks), as3(vs), as3(so.get()), sl.get().view({BH, Tq}), delta, as3(gq), as3(gk), as3(gv), p);
+      kernels::run(qs.device(), &Backend::attention_backward, as3(g[0].contiguous()), as3(qs), as3(ks), as3(vs),
+                   as3(so.get()), sl.get().view({BH, Tq}), delta, as3(gq), as3(gk), as3(gv), p);
       count_flops(10.0 * double(BH) * pairs * double(D));  // S again, dV, dP, dQ and dK
       return TensorList{gq, gk, gv};
     });

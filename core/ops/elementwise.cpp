@@ -19,17 +19,17 @@ namespace {
 enum class Keep { Nothing, Input, Output };  // what a unary op's backward needs
 
 // Float-only unary ops turn integer inputs into float32 first, as PyTorch does.
-Tensor unary_op(const char* name, UnaryOp op, const Tensor& x, Keep keep, bool float_only, UnaryParams p = {}) {
-  OpScope scope(name);
+Tensor unary_op(Op id, UnaryOp op, const Tensor& x, Keep keep, bool float_only, UnaryParams p = {}) {
+  OpScope scope(id);
   Tensor in = float_only && !is_floating(x.dtype()) ? prepare(x, kFloat32, x.shape()) : x;
   Tensor out = new_like(in);
-  kernels::run(name, x.device(), &Backend::unary, op, in, out, p);
+  kernels::run(x.device(), &Backend::unary, op, in, out, p);
   if (autograd::any_requires_grad({x})) {
     SavedTensor saved(keep == Keep::Output ? out : keep == Keep::Input ? in : Tensor());
-    autograd::record(name, {x}, {out}, [op, p, saved, name](const TensorList& g, const Node&) {
+    autograd::record(id, {x}, {out}, [op, p, saved](const TensorList& g, const Node&) {
       Tensor gi = new_like(g[0]);
       Tensor s = saved.defined() ? saved.get() : g[0];
-      kernels::run(name, g[0].device(), &Backend::unary_backward, op, g[0], s, gi, p);
+      kernels::run(g[0].device(), &Backend::unary_backward, op, g[0], s, gi, p);
       return TensorList{gi};
     });
   }
@@ -37,19 +37,18 @@ Tensor unary_op(const char* name, UnaryOp op, const Tensor& x, Keep keep, bool f
 }
 
 // Applies a unary op in place on `self` (which must not need its old value for backward).
-Tensor& unary_inplace(const char* name, UnaryOp op, Tensor& self, Keep keep, UnaryParams p = {}) {
-  check_inplace(name, self, {});
-  OpScope scope(name);
+Tensor& unary_inplace(Op id, UnaryOp op, Tensor& self, Keep keep, UnaryParams p = {}) {
+  check_inplace(id, self, {});
+  OpScope scope(id);
   bool record = autograd::any_requires_grad({self});
   SavedTensor before(record && keep == Keep::Input ? self.clone() : Tensor());
-  kernels::run(name, self.device(), &Backend::unary, op, self, self, p);
+  kernels::run(self.device(), &Backend::unary, op, self, self, p);
   self.storage()->bump_version();
   if (record) {
     SavedTensor saved = keep == Keep::Output ? SavedTensor(self) : before;
-    autograd::record(name, {self}, {self}, [op, p, saved, name](const TensorList& g, const Node&) {
+    autograd::record(id, {self}, {self}, [op, p, saved](const TensorList& g, const Node&) {
       Tensor gi = new_like(g[0]);
-      kernels::run(name, g[0].device(), &Backend::unary_backward, op, g[0], saved.defined() ? saved.get() : g[0], gi,
-                   p);
+      kernels::run(g[0].device(), &Backend::unary_backward, op, g[0], saved.defined() ? saved.get() : g[0], gi, p);
       return TensorList{gi};
     });
   }
@@ -97,15 +96,16 @@ TensorList binary_grads(BinaryOp op, const Tensor& g, const Tensor& a, const Ten
 
 bool backward_needs_operands(BinaryOp op) { return op != BinaryOp::Add && op != BinaryOp::Sub; }
 
-Tensor binary_op(const char* name, BinaryOp op, const Tensor& a, const Tensor& b, double alpha = 1) {
-  OpScope scope(name);
+Tensor binary_op(Op id, BinaryOp op, const Tensor& a, const Tensor& b, double alpha = 1) {
+  const char* name = op_name(id);
+  OpScope scope(id);
   check_same_device(name, a, b);
   DType ct = result_type(a, b);
   if ((op == BinaryOp::Div) && !is_floating(ct)) ct = kFloat32;  // true division
   Shape s = broadcast_shapes(a.shape(), b.shape(), name);
   Tensor x = prepare(a, ct, s), y = prepare(b, ct, s);
   Tensor out = new_output(s, is_comparison(op) ? kBool : ct, a.device());
-  kernels::run(name, a.device(), &Backend::binary, op, x, y, out, alpha);
+  kernels::run(a.device(), &Backend::binary, op, x, y, out, alpha);
   if (!is_comparison(op) && autograd::any_requires_grad({a, b})) {
     // Save only what the needed gradients use: mul needs b for a's gradient and a for b's.
     bool na = a.requires_grad(), nb = b.requires_grad(), keep = backward_needs_operands(op);
@@ -115,7 +115,7 @@ Tensor binary_op(const char* name, BinaryOp op, const Tensor& a, const Tensor& b
     SavedTensor so(op == BinaryOp::Pow && nb ? out : Tensor());
     Shape as = a.shape(), bs = b.shape();
     DType at = a.dtype(), bt = b.dtype();
-    autograd::record(name, {a, b}, {out}, [=](const TensorList& g, const Node& n) {
+    autograd::record(id, {a, b}, {out}, [=](const TensorList& g, const Node& n) {
       Tensor A = sa.defined() ? sa.get() : Tensor(), B = sb.defined() ? sb.get() : Tensor();
       auto grads = binary_grads(op, g[0], A, B, so.defined() ? so.get() : Tensor(), alpha, n);
       if (grads[0].defined()) grads[0] = grad_for(grads[0], as, at);
@@ -134,15 +134,16 @@ Tensor wrap(const Scalar& s, const Tensor& like) {
 }
 
 // A unary op with a scalar operand, computed in the promoted dtype.
-Tensor scalar_op(const char* name, UnaryOp op, const Tensor& x, const Scalar& s, double a) {
+Tensor scalar_op(Op id, UnaryOp op, const Tensor& x, const Scalar& s, double a) {
   DType ct = s.result_type_with(x.dtype());
   Tensor in = ct == x.dtype() ? x : x.to(ct);
-  return unary_op(name, op, in, op == UnaryOp::PowScalar ? Keep::Input : Keep::Nothing, false, {a, 0});
+  return unary_op(id, op, in, op == UnaryOp::PowScalar ? Keep::Input : Keep::Nothing, false, {a, 0});
 }
 
 // In-place binary op: self = self op other, in self's dtype.
-Tensor& binary_inplace(const char* name, BinaryOp op, Tensor& self, const Tensor& other, double alpha = 1) {
-  check_inplace(name, self, {other});
+Tensor& binary_inplace(Op id, BinaryOp op, Tensor& self, const Tensor& other, double alpha = 1) {
+  const char* name = op_name(id);
+  check_inplace(id, self, {other});
   check_same_device(name, self, other);
   DType rt = result_type(self, other);
   if (op == BinaryOp::Div && !is_floating(rt)) rt = kFloat32;
@@ -151,17 +152,16 @@ Tensor& binary_inplace(const char* name, BinaryOp op, Tensor& self, const Tensor
   MG_CHECK(broadcast_shapes(self.shape(), other.shape(), name) == self.shape(), ShapeError, name,
            ": expected the other operand to broadcast to ", shape_str(self.shape()), ", got ",
            shape_str(other.shape()));
-  OpScope scope(name);
+  OpScope scope(id);
   bool record = autograd::any_requires_grad({self, other});
   bool keep = record && backward_needs_operands(op);
   SavedTensor sa(keep ? self.clone() : Tensor()), sb(keep ? prepare(other, self.dtype(), other.shape()) : Tensor());
-  kernels::run(name, self.device(), &Backend::binary, op, self, prepare(other, self.dtype(), self.shape()), self,
-               alpha);
+  kernels::run(self.device(), &Backend::binary, op, self, prepare(other, self.dtype(), self.shape()), self, alpha);
   self.storage()->bump_version();
   if (record) {
     Shape as = self.shape(), bs = other.shape();
     DType at = self.dtype(), bt = other.dtype();
-    autograd::record(name, {self, other}, {self}, [=](const TensorList& g, const Node& n) {
+    autograd::record(id, {self, other}, {self}, [=](const TensorList& g, const Node& n) {
       auto grads = binary_grads(op, g[0], sa.defined() ? sa.get() : Tensor(), sb.defined() ? sb.get() : Tensor(),
                                 Tensor(), alpha, n);
       if (grads[0].defined()) grads[0] = grad_for(grads[0], as, at);
@@ -175,36 +175,35 @@ Tensor& binary_inplace(const char* name, BinaryOp op, Tensor& self, const Tensor
 }  // namespace
 
 // ---- unary
-Tensor neg(const Tensor& x) { return unary_op("neg", UnaryOp::Neg, x, Keep::Nothing, false); }
-Tensor exp(const Tensor& x) { return unary_op("exp", UnaryOp::Exp, amp::cast_for_float_op(x), Keep::Output, true); }
-Tensor log(const Tensor& x) { return unary_op("log", UnaryOp::Log, amp::cast_for_float_op(x), Keep::Input, true); }
-Tensor sqrt(const Tensor& x) { return unary_op("sqrt", UnaryOp::Sqrt, x, Keep::Output, true); }
-Tensor rsqrt(const Tensor& x) { return unary_op("rsqrt", UnaryOp::Rsqrt, x, Keep::Output, true); }
-Tensor abs(const Tensor& x) { return unary_op("abs", UnaryOp::Abs, x, Keep::Input, false); }
-Tensor tanh(const Tensor& x) { return unary_op("tanh", UnaryOp::Tanh, x, Keep::Output, true); }
-Tensor sigmoid(const Tensor& x) { return unary_op("sigmoid", UnaryOp::Sigmoid, x, Keep::Output, true); }
-Tensor relu(const Tensor& x) { return unary_op("relu", UnaryOp::Relu, x, Keep::Output, false); }
-Tensor silu(const Tensor& x) { return unary_op("silu", UnaryOp::Silu, x, Keep::Input, true); }
+Tensor neg(const Tensor& x) { return unary_op(Op::neg, UnaryOp::Neg, x, Keep::Nothing, false); }
+Tensor exp(const Tensor& x) { return unary_op(Op::exp, UnaryOp::Exp, amp::cast_for_float_op(x), Keep::Output, true); }
+Tensor log(const Tensor& x) { return unary_op(Op::log, UnaryOp::Log, amp::cast_for_float_op(x), Keep::Input, true); }
+Tensor sqrt(const Tensor& x) { return unary_op(Op::sqrt, UnaryOp::Sqrt, x, Keep::Output, true); }
+Tensor rsqrt(const Tensor& x) { return unary_op(Op::rsqrt, UnaryOp::Rsqrt, x, Keep::Output, true); }
+Tensor abs(const Tensor& x) { return unary_op(Op::abs, UnaryOp::Abs, x, Keep::Input, false); }
+Tensor tanh(const Tensor& x) { return unary_op(Op::tanh, UnaryOp::Tanh, x, Keep::Output, true); }
+Tensor sigmoid(const Tensor& x) { return unary_op(Op::sigmoid, UnaryOp::Sigmoid, x, Keep::Output, true); }
+Tensor relu(const Tensor& x) { return unary_op(Op::relu, UnaryOp::Relu, x, Keep::Output, false); }
+Tensor silu(const Tensor& x) { return unary_op(Op::silu, UnaryOp::Silu, x, Keep::Input, true); }
 Tensor gelu(const Tensor& x, GeluApprox approx) {
-  return approx == GeluApprox::Tanh ? unary_op("gelu", UnaryOp::GeluTanh, x, Keep::Input, true)
-                                    : unary_op("gelu", UnaryOp::GeluErf, x, Keep::Input, true);
+  return approx == GeluApprox::Tanh ? unary_op(Op::gelu, UnaryOp::GeluTanh, x, Keep::Input, true)
+                                    : unary_op(Op::gelu, UnaryOp::GeluErf, x, Keep::Input, true);
 }
 
 Tensor bias_gelu(const Tensor& x, const Tensor& bias, GeluApprox approx) {
-  OpScope scope("gelu");
+  OpScope scope(Op::gelu);
   check_floating("bias_gelu", x);
   check_same_device("bias_gelu", x, bias);
   MG_CHECK(x.dim() >= 1 && bias.shape() == Shape{x.size(-1)}, ShapeError, "bias_gelu: expected a bias of shape [",
            x.dim() ? x.size(-1) : 0, "] for input ", shape_str(x.shape()), ", got ", shape_str(bias.shape()));
   const bool tanh = approx == GeluApprox::Tanh;
   Tensor out = new_like(x);
-  kernels::run("gelu", x.device(), &Backend::bias_gelu, x, prepare(bias, x.dtype(), x.shape()), out, tanh);
+  kernels::run(x.device(), &Backend::bias_gelu, x, prepare(bias, x.dtype(), x.shape()), out, tanh);
   if (autograd::any_requires_grad({x, bias})) {
     SavedTensor sx(x), sb(bias);
-    autograd::record("gelu", {x, bias}, {out}, [=](const TensorList& g, const Node& node) {
+    autograd::record(Op::gelu, {x, bias}, {out}, [=](const TensorList& g, const Node& node) {
       Tensor xs = sx.get(), b = sb.get(), gi = new_like(xs);
-      kernels::run("gelu", xs.device(), &Backend::bias_gelu_backward, g[0], xs, prepare(b, xs.dtype(), xs.shape()), gi,
-                   tanh);
+      kernels::run(xs.device(), &Backend::bias_gelu_backward, g[0], xs, prepare(b, xs.dtype(), xs.shape()), gi, tanh);
       Tensor gb = node.needs_input_grad(1) ? grad_for(gi, b) : Tensor();
       return TensorList{node.needs_input_grad(0) ? gi : Tensor(), gb};
     });
@@ -218,38 +217,38 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi
   double top = is_floating(x.dtype()) ? DBL_MAX : x.dtype() == kInt32 ? 2147483647.0 : 9.2e18;
   double bottom = x.dtype() == kInt32 ? -2147483648.0 : -top;
   double a = lo ? std::clamp(lo->value, bottom, top) : bottom, b = hi ? std::clamp(hi->value, bottom, top) : top;
-  return unary_op("clamp", UnaryOp::Clamp, x, Keep::Input, false, {a, b});
+  return unary_op(Op::clamp, UnaryOp::Clamp, x, Keep::Input, false, {a, b});
 }
 
-Tensor pow(const Tensor& a, const Scalar& e) { return scalar_op("pow", UnaryOp::PowScalar, a, e, e.value); }
-Tensor add(const Tensor& a, const Scalar& b) { return scalar_op("add", UnaryOp::AddScalar, a, b, b.value); }
-Tensor sub(const Tensor& a, const Scalar& b) { return scalar_op("sub", UnaryOp::AddScalar, a, b, -b.value); }
-Tensor mul(const Tensor& a, const Scalar& b) { return scalar_op("mul", UnaryOp::MulScalar, a, b, b.value); }
-Tensor rsub(const Tensor& a, const Scalar& b) { return scalar_op("rsub", UnaryOp::RsubScalar, a, b, b.value); }
+Tensor pow(const Tensor& a, const Scalar& e) { return scalar_op(Op::pow, UnaryOp::PowScalar, a, e, e.value); }
+Tensor add(const Tensor& a, const Scalar& b) { return scalar_op(Op::add, UnaryOp::AddScalar, a, b, b.value); }
+Tensor sub(const Tensor& a, const Scalar& b) { return scalar_op(Op::sub, UnaryOp::AddScalar, a, b, -b.value); }
+Tensor mul(const Tensor& a, const Scalar& b) { return scalar_op(Op::mul, UnaryOp::MulScalar, a, b, b.value); }
+Tensor rsub(const Tensor& a, const Scalar& b) { return scalar_op(Op::rsub, UnaryOp::RsubScalar, a, b, b.value); }
 Tensor div(const Tensor& a, const Scalar& b) {
   Scalar s(b.value);  // division is true division: the result is floating
-  return scalar_op("div", UnaryOp::MulScalar, a, s, 1.0 / b.value);
+  return scalar_op(Op::div, UnaryOp::MulScalar, a, s, 1.0 / b.value);
 }
 
 // ---- binary
 Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha) {
-  return binary_op("add", BinaryOp::Add, a, b, alpha.value);
+  return binary_op(Op::add, BinaryOp::Add, a, b, alpha.value);
 }
 Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha) {
-  return binary_op("sub", BinaryOp::Sub, a, b, alpha.value);
+  return binary_op(Op::sub, BinaryOp::Sub, a, b, alpha.value);
 }
-Tensor mul(const Tensor& a, const Tensor& b) { return binary_op("mul", BinaryOp::Mul, a, b); }
-Tensor div(const Tensor& a, const Tensor& b) { return binary_op("div", BinaryOp::Div, a, b); }
-Tensor pow(const Tensor& a, const Tensor& b) { return binary_op("pow", BinaryOp::Pow, a, b); }
-Tensor maximum(const Tensor& a, const Tensor& b) { return binary_op("maximum", BinaryOp::Max, a, b); }
-Tensor minimum(const Tensor& a, const Tensor& b) { return binary_op("minimum", BinaryOp::Min, a, b); }
+Tensor mul(const Tensor& a, const Tensor& b) { return binary_op(Op::mul, BinaryOp::Mul, a, b); }
+Tensor div(const Tensor& a, const Tensor& b) { return binary_op(Op::div, BinaryOp::Div, a, b); }
+Tensor pow(const Tensor& a, const Tensor& b) { return binary_op(Op::pow, BinaryOp::Pow, a, b); }
+Tensor maximum(const Tensor& a, const Tensor& b) { return binary_op(Op::maximum, BinaryOp::Max, a, b); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return binary_op(Op::minimum, BinaryOp::Min, a, b); }
 
-Tensor eq(const Tensor& a, const Tensor& b) { return binary_op("eq", BinaryOp::Eq, a, b); }
-Tensor ne(const Tensor& a, const Tensor& b) { return binary_op("ne", BinaryOp::Ne, a, b); }
-Tensor lt(const Tensor& a, const Tensor& b) { return binary_op("lt", BinaryOp::Lt, a, b); }
-Tensor le(const Tensor& a, const Tensor& b) { return binary_op("le", BinaryOp::Le, a, b); }
-Tensor gt(const Tensor& a, const Tensor& b) { return binary_op("gt", BinaryOp::Gt, a, b); }
-Tensor ge(const Tensor& a, const Tensor& b) { return binary_op("ge", BinaryOp::Ge, a, b); }
+Tensor eq(const Tensor& a, const Tensor& b) { return binary_op(Op::eq, BinaryOp::Eq, a, b); }
+Tensor ne(const Tensor& a, const Tensor& b) { return binary_op(Op::ne, BinaryOp::Ne, a, b); }
+Tensor lt(const Tensor& a, const Tensor& b) { return binary_op(Op::lt, BinaryOp::Lt, a, b); }
+Tensor le(const Tensor& a, const Tensor& b) { return binary_op(Op::le, BinaryOp::Le, a, b); }
+Tensor gt(const Tensor& a, const Tensor& b) { return binary_op(Op::gt, BinaryOp::Gt, a, b); }
+Tensor ge(const Tensor& a, const Tensor& b) { return binary_op(Op::ge, BinaryOp::Ge, a, b); }
 Tensor eq(const Tensor& a, const Scalar& b) { return eq(a, wrap(b, a)); }
 Tensor ne(const Tensor& a, const Scalar& b) { return ne(a, wrap(b, a)); }
 Tensor lt(const Tensor& a, const Scalar& b) { return lt(a, wrap(b, a)); }
@@ -258,20 +257,19 @@ Tensor gt(const Tensor& a, const Scalar& b) { return gt(a, wrap(b, a)); }
 Tensor ge(const Tensor& a, const Scalar& b) { return ge(a, wrap(b, a)); }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
-  OpScope scope("where");
+  OpScope scope(Op::where);
   check_dtype("where", cond, kBool, "a condition");
   check_same_device("where", cond, a);
   check_same_device("where", a, b);
   DType ct = result_type(a, b);
   Shape s = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
   Tensor out = new_output(s, ct, a.device());
-  kernels::run("where", a.device(), &Backend::where, prepare(cond, kBool, s), prepare(a, ct, s), prepare(b, ct, s),
-               out);
+  kernels::run(a.device(), &Backend::where, prepare(cond, kBool, s), prepare(a, ct, s), prepare(b, ct, s), out);
   if (autograd::any_requires_grad({a, b})) {
     SavedTensor sc(cond);
     Shape as = a.shape(), bs = b.shape();
     DType at = a.dtype(), bt = b.dtype();
-    autograd::record("where", {a, b}, {out}, [=](const TensorList& g, const Node& n) {
+    autograd::record(Op::where, {a, b}, {out}, [=](const TensorList& g, const Node& n) {
       Tensor c = sc.get(), z = zeros_like(g[0]);
       return TensorList{n.needs_input_grad(0) ? grad_for(where(c, g[0], z), as, at) : Tensor(),
                         n.needs_input_grad(1) ? grad_for(where(c, z, g[0]), bs, bt) : Tensor()};
@@ -295,39 +293,38 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value) {
 
 // ---- in-place
 Tensor& Tensor::add_(const Tensor& o, const Scalar& alpha) {
-  return binary_inplace("add_", BinaryOp::Add, *this, o, alpha.value);
+  return binary_inplace(Op::add_, BinaryOp::Add, *this, o, alpha.value);
 }
-Tensor& Tensor::sub_(const Tensor& o) { return binary_inplace("sub_", BinaryOp::Sub, *this, o); }
-Tensor& Tensor::mul_(const Tensor& o) { return binary_inplace("mul_", BinaryOp::Mul, *this, o); }
-Tensor& Tensor::div_(const Tensor& o) { return binary_inplace("div_", BinaryOp::Div, *this, o); }
+Tensor& Tensor::sub_(const Tensor& o) { return binary_inplace(Op::sub_, BinaryOp::Sub, *this, o); }
+Tensor& Tensor::mul_(const Tensor& o) { return binary_inplace(Op::mul_, BinaryOp::Mul, *this, o); }
+Tensor& Tensor::div_(const Tensor& o) { return binary_inplace(Op::div_, BinaryOp::Div, *this, o); }
 Tensor& Tensor::add_(const Scalar& s) {
-  return unary_inplace("add_", UnaryOp::AddScalar, *this, Keep::Nothing, {s.value, 0});
+  return unary_inplace(Op::add_, UnaryOp::AddScalar, *this, Keep::Nothing, {s.value, 0});
 }
 Tensor& Tensor::mul_(const Scalar& s) {
-  return unary_inplace("mul_", UnaryOp::MulScalar, *this, Keep::Nothing, {s.value, 0});
+  return unary_inplace(Op::mul_, UnaryOp::MulScalar, *this, Keep::Nothing, {s.value, 0});
 }
 Tensor& Tensor::div_(const Scalar& s) {
   MG_CHECK(is_floating(dtype()), DTypeError, "div_: the result type float32 cannot be stored in a tensor of dtype ",
            dtype());
-  return unary_inplace("div_", UnaryOp::MulScalar, *this, Keep::Nothing, {1.0 / s.value, 0});
+  return unary_inplace(Op::div_, UnaryOp::MulScalar, *this, Keep::Nothing, {1.0 / s.value, 0});
 }
-Tensor& Tensor::relu_() { return unary_inplace("relu_", UnaryOp::Relu, *this, Keep::Output); }
+Tensor& Tensor::relu_() { return unary_inplace(Op::relu_, UnaryOp::Relu, *this, Keep::Output); }
 Tensor& Tensor::clamp_(const Scalar& lo, const Scalar& hi) {
-  return unary_inplace("clamp_", UnaryOp::Clamp, *this, Keep::Input, {lo.value, hi.value});
+  return unary_inplace(Op::clamp_, UnaryOp::Clamp, *this, Keep::Input, {lo.value, hi.value});
 }
 Tensor& Tensor::masked_fill_(const Tensor& mask, const Scalar& v) {
-  check_inplace("masked_fill_", *this, {});
+  check_inplace(Op::masked_fill_, *this, {});
   check_dtype("masked_fill_", mask, kBool, "a mask");
   check_same_device("masked_fill_", *this, mask);
   MG_CHECK(broadcast_shapes(shape(), mask.shape(), "masked_fill_") == shape(), ShapeError,
            "masked_fill_: expected a mask that broadcasts to ", shape_str(shape()), ", got ", shape_str(mask.shape()));
-  OpScope scope("masked_fill_");
+  OpScope scope(Op::masked_fill_);
   Tensor value = full({}, v, TensorOptions().dtype(dtype()).device(device()));
-  kernels::run("masked_fill_", device(), &Backend::where, prepare(mask, kBool, shape()), value.expand(shape()), *this,
-               *this);
+  kernels::run(device(), &Backend::where, prepare(mask, kBool, shape()), value.expand(shape()), *this, *this);
   storage()->bump_version();
   SavedTensor sm(autograd::any_requires_grad({*this}) ? mask : Tensor());
-  autograd::record("masked_fill_", {*this}, {*this}, [sm](const TensorList& g, const Node&) {
+  autograd::record(Op::masked_fill_, {*this}, {*this}, [sm](const TensorList& g, const Node&) {
     return TensorList{where(sm.get(), zeros_like(g[0]), g[0])};
   });
   return *this;

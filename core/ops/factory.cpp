@@ -8,12 +8,6 @@ namespace mg {
 
 using namespace detail;
 
-Generator& default_generator() {
-  static Generator g;
-  return g;
-}
-void manual_seed(uint64_t seed) { default_generator().manual_seed(seed); }
-
 namespace {
 Tensor finish(Tensor t, const TensorOptions& o) {
   if (o.requires_grad_) t.requires_grad_(true);
@@ -27,7 +21,7 @@ Tensor empty(const Shape& shape, const TensorOptions& o) {
 
 Tensor full(const Shape& shape, const Scalar& value, const TensorOptions& o) {
   Tensor t = empty_with(shape, o.dtype_, o.device_, Category::Input);
-  kernels::run("full", o.device_, &Backend::fill, t, value.value);
+  kernels::run(o.device_, &Backend::fill, t, value.value);
   return finish(t, o);
 }
 Tensor zeros(const Shape& shape, const TensorOptions& o) { return full(shape, 0, o); }
@@ -49,9 +43,12 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, const 
   MG_CHECK(step.value != 0, ValueError, "arange: expected a non-zero step, got 0");
   MG_CHECK((end.value - start.value) * step.value >= 0, ValueError, "arange: the step ", step.value,
            " does not go from ", start.value, " towards ", end.value);
-  auto n = int64_t(std::ceil((end.value - start.value) / step.value));
+  const double count = std::ceil((end.value - start.value) / step.value);
+  MG_CHECK(count < 0x1p63, ShapeError, "arange: from ", start.value, " to ", end.value, " by ", step.value, " gives ",
+           count, " elements, more than 2^63 - 1");
+  const auto n = int64_t(count);
   Tensor t = empty_with({n}, o.dtype_, o.device_, Category::Input);
-  kernels::run("arange", o.device_, &Backend::fill_range, t, start.value, step.value);
+  kernels::run(o.device_, &Backend::fill_range, t, start.value, step.value);
   return finish(t, o);
 }
 
@@ -59,39 +56,39 @@ Tensor linspace(double start, double end, int64_t steps, const TensorOptions& o)
   MG_CHECK(steps >= 0, ValueError, "linspace: expected a non-negative number of steps, got ", steps);
   Tensor t = empty_with({steps}, o.dtype_, o.device_, Category::Input);
   double step = steps > 1 ? (end - start) / double(steps - 1) : 0.0;
-  kernels::run("linspace", o.device_, &Backend::fill_range, t, start, step);
+  kernels::run(o.device_, &Backend::fill_range, t, start, step);
   return finish(t, o);
 }
 
 Tensor eye(int64_t n, const TensorOptions& o) {
   Tensor t = zeros({n, n}, TensorOptions(o).requires_grad(false));
   Tensor diagonal = make_tensor(t.storage(), {n}, {n + 1}, 0, t.dtype());  // strided view of the diagonal
-  kernels::run("eye", o.device_, &Backend::fill, diagonal, 1.0);
+  kernels::run(o.device_, &Backend::fill, diagonal, 1.0);
   return finish(t, o);
 }
 
-Tensor rand(const Shape& shape, const TensorOptions& o) {
+Tensor rand(const Shape& shape, const TensorOptions& o, Generator* generator) {
   MG_CHECK(is_floating(o.dtype_), DTypeError, "rand: expected a floating dtype, got ", o.dtype_);
   Tensor t = empty_with(shape, o.dtype_, o.device_, Category::Input);
-  uint64_t off = default_generator().reserve(uint64_t(t.numel()));
-  kernels::run("rand", o.device_, &Backend::uniform, t, default_generator().seed(), off, 0.0, 1.0);
+  auto d = generator_or_default(generator).draw(uint64_t(t.numel()));
+  kernels::run(o.device_, &Backend::uniform, t, d.seed, d.offset, 0.0, 1.0);
   return finish(t, o);
 }
 
-Tensor randn(const Shape& shape, const TensorOptions& o) {
+Tensor randn(const Shape& shape, const TensorOptions& o, Generator* generator) {
   MG_CHECK(is_floating(o.dtype_), DTypeError, "randn: expected a floating dtype, got ", o.dtype_);
   Tensor t = empty_with(shape, o.dtype_, o.device_, Category::Input);
-  uint64_t off = default_generator().reserve(2 * uint64_t(t.numel()));  // Box-Muller uses two words each
-  kernels::run("randn", o.device_, &Backend::normal, t, default_generator().seed(), off, 0.0, 1.0);
+  auto d = generator_or_default(generator).draw(2 * uint64_t(t.numel()));  // Box-Muller uses two words each
+  kernels::run(o.device_, &Backend::normal, t, d.seed, d.offset, 0.0, 1.0);
   return finish(t, o);
 }
 
-Tensor randint(int64_t low, int64_t high, const Shape& shape, const TensorOptions& o) {
+Tensor randint(int64_t low, int64_t high, const Shape& shape, const TensorOptions& o, Generator* generator) {
   MG_CHECK(low < high, ValueError, "randint: expected low < high, got ", low, " and ", high);
   MG_CHECK(high - low <= (int64_t(1) << 32), ValueError, "randint: expected a range of at most 2^32, got ", high - low);
   Tensor t = empty_with(shape, o.dtype_, o.device_, Category::Input);
-  uint64_t off = default_generator().reserve(uint64_t(t.numel()));
-  kernels::run("randint", o.device_, &Backend::randint, t, default_generator().seed(), off, low, high);
+  auto d = generator_or_default(generator).draw(uint64_t(t.numel()));
+  kernels::run(o.device_, &Backend::randint, t, d.seed, d.offset, low, high);
   return finish(t, o);
 }
 
@@ -121,8 +118,7 @@ template Tensor tensor<bool>(const std::vector<bool>&, const Shape&, const Tenso
 Tensor from_blob(void* data, const Shape& shape, const TensorOptions& o, std::function<void(void*)> deleter) {
   MG_CHECK(data != nullptr || numel_of(shape) == 0, ValueError, "from_blob: expected a data pointer, got null");
   MG_CHECK(!o.device_.is_meta(), DeviceError, "from_blob: meta tensors have no memory to wrap");
-  auto st =
-      std::make_shared<Storage>(data, size_t(numel_of(shape)) * dtype_size(o.dtype_), o.device_, std::move(deleter));
+  auto st = std::make_shared<Storage>(data, nbytes_of(shape, o.dtype_), o.device_, std::move(deleter));
   return finish(make_tensor(std::move(st), shape, contiguous_strides(shape), 0, o.dtype_), o);
 }
 

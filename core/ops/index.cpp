@@ -6,7 +6,7 @@ namespace mg {
 using namespace detail;
 
 Tensor cat(const std::vector<Tensor>& xs, int64_t dim_) {
-  OpScope scope("cat");
+  OpScope scope(Op::cat);
   MG_CHECK(!xs.empty(), ValueError, "cat: expected at least one tensor, got none");
   const Tensor& first = xs[0];
   int64_t dim = wrap_dim(dim_, first.dim(), "cat");
@@ -20,7 +20,10 @@ Tensor cat(const std::vector<Tensor>& xs, int64_t dim_) {
     for (int64_t d = 0; d < first.dim(); ++d)
       MG_CHECK(d == dim || xs[i].shape()[size_t(d)] == first.shape()[size_t(d)], ShapeError, "cat: expected size ",
                first.shape()[size_t(d)], " in dim ", d, ", got ", shape_str(xs[i].shape()), " at position ", i);
-    s[size_t(dim)] += xs[i].shape()[size_t(dim)];
+    auto total = checked_add(s[size_t(dim)], xs[i].shape()[size_t(dim)]);
+    MG_CHECK(total, ShapeError, "cat: the sizes along dim ", dim, " add up to more than 2^63 - 1 (at position ", i,
+             ", shape ", shape_str(xs[i].shape()), ")");
+    s[size_t(dim)] = *total;
     ct = promote_types(ct, xs[i].dtype());
   }
   Tensor out = new_output(s, ct, first.device());
@@ -30,14 +33,14 @@ Tensor cat(const std::vector<Tensor>& xs, int64_t dim_) {
     int64_t off = 0;
     for (auto& x : xs) {
       int64_t n = x.shape()[size_t(dim)];
-      kernels::run("cat", out.device(), &Backend::copy, x, out.narrow(dim, off, n));
+      kernels::run(out.device(), &Backend::copy, x, out.narrow(dim, off, n));
       sizes.push_back(n);
       off += n;
     }
   }
   std::vector<DType> types;
   for (auto& x : xs) types.push_back(x.dtype());
-  autograd::record("cat", xs, {out}, [sizes, types, dim](const TensorList& g, const Node& n) {
+  autograd::record(Op::cat, xs, {out}, [sizes, types, dim](const TensorList& g, const Node& n) {
     TensorList r(sizes.size());
     int64_t off = 0;
     for (size_t i = 0; i < sizes.size(); ++i) {
@@ -95,7 +98,7 @@ void check_index(const char* op, const Tensor& x, const Tensor& index) {
 }  // namespace
 
 Tensor index_select(const Tensor& x, int64_t dim_, const Tensor& index) {
-  OpScope scope("index_select");
+  OpScope scope(Op::index_select);
   check_index("index_select", x, index);
   MG_CHECK(index.dim() <= 1, ShapeError, "index_select: expected a 1-d index, got shape ", shape_str(index.shape()));
   int64_t dim = wrap_dim(dim_, x.dim(), "index_select");
@@ -108,15 +111,15 @@ Tensor index_select(const Tensor& x, int64_t dim_, const Tensor& index) {
     xc = x.contiguous();
     ic = index.contiguous().reshape({-1});
   }
-  kernels::run("index_select", x.device(), &Backend::index_select, xc, dim, ic, out);
+  kernels::run(x.device(), &Backend::index_select, xc, dim, ic, out);
   if (autograd::any_requires_grad({x})) {
     SavedTensor si(ic);
     Shape in = x.shape();
     DType t = x.dtype();
     Device d = x.device();
-    autograd::record("index_select", {x}, {out}, [=](const TensorList& g, const Node&) {
+    autograd::record(Op::index_select, {x}, {out}, [=](const TensorList& g, const Node&) {
       Tensor gi = zeros_output(in, t, d);
-      kernels::run("index_select_backward", d, &Backend::index_add, gi, dim, si.get(), g[0].contiguous());
+      kernels::run(d, &Backend::index_add, gi, dim, si.get(), g[0].contiguous());
       return TensorList{gi};
     });
   }
@@ -137,7 +140,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
 }
 
 Tensor gather(const Tensor& x, int64_t dim_, const Tensor& index) {
-  OpScope scope("gather");
+  OpScope scope(Op::gather);
   check_index("gather", x, index);
   int64_t dim = wrap_dim(dim_, x.dim(), "gather");
   MG_CHECK(index.dim() == x.dim(), ShapeError, "gather: expected an index with ", x.dim(), " dims, got ",
@@ -151,15 +154,15 @@ Tensor gather(const Tensor& x, int64_t dim_, const Tensor& index) {
     NoGradGuard ng;
     ic = index.contiguous();
   }
-  kernels::run("gather", x.device(), &Backend::gather, x, dim, ic, out);
+  kernels::run(x.device(), &Backend::gather, x, dim, ic, out);
   if (autograd::any_requires_grad({x})) {
     SavedTensor si(ic);
     Shape in = x.shape();
     DType t = x.dtype();
     Device d = x.device();
-    autograd::record("gather", {x}, {out}, [=](const TensorList& g, const Node&) {
+    autograd::record(Op::gather, {x}, {out}, [=](const TensorList& g, const Node&) {
       Tensor gi = zeros_output(in, t, d);
-      kernels::run("gather_backward", d, &Backend::scatter_add, gi, dim, si.get(), g[0].contiguous());
+      kernels::run(d, &Backend::scatter_add, gi, dim, si.get(), g[0].contiguous());
       return TensorList{gi};
     });
   }
@@ -168,7 +171,8 @@ Tensor gather(const Tensor& x, int64_t dim_, const Tensor& index) {
 
 namespace {
 // Keeps x where (column - row) satisfies the triangle test, zeroes the rest.
-Tensor triangle(const char* op, const Tensor& x, int64_t diagonal, bool lower) {
+Tensor triangle(Op id, const Tensor& x, int64_t diagonal, bool lower) {
+  const char* op = op_name(id);
   MG_CHECK(x.dim() >= 2, ShapeError, op, ": expected a tensor with at least 2 dims, got ", shape_str(x.shape()));
   Tensor mask;
   {
@@ -183,7 +187,7 @@ Tensor triangle(const char* op, const Tensor& x, int64_t diagonal, bool lower) {
 }
 }  // namespace
 
-Tensor tril(const Tensor& x, int64_t diagonal) { return triangle("tril", x, diagonal, true); }
-Tensor triu(const Tensor& x, int64_t diagonal) { return triangle("triu", x, diagonal, false); }
+Tensor tril(const Tensor& x, int64_t diagonal) { return triangle(Op::tril, x, diagonal, true); }
+Tensor triu(const Tensor& x, int64_t diagonal) { return triangle(Op::triu, x, diagonal, false); }
 
 }  // namespace mg

@@ -11,7 +11,7 @@ namespace {
 
 // Batched product of a [..., M, K] and b [..., K, N] with broadcast batch dims.
 Tensor batched_matmul(const Tensor& a, const Tensor& b) {
-  OpScope scope("matmul");
+  OpScope scope(Op::matmul);
   const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
   MG_CHECK(b.size(-2) == K, ShapeError, "matmul: expected the inner dims to match, got ", shape_str(a.shape()), " @ ",
            shape_str(b.shape()), " (", K, " vs ", b.size(-2), ")");
@@ -29,14 +29,14 @@ Tensor batched_matmul(const Tensor& a, const Tensor& b) {
     sa.insert(sa.end(), {M, K});
     sb.insert(sb.end(), {K, N});
     Tensor x = a.to(ct).expand(sa).reshape({B, M, K}), y = b.to(ct).expand(sb).reshape({B, K, N});
-    kernels::run("matmul", a.device(), &Backend::matmul, x, y, out.view({B, M, N}));
+    kernels::run(a.device(), &Backend::matmul, x, y, out.view({B, M, N}));
   }
   count_flops(2.0 * double(B) * double(M) * double(N) * double(K));
   if (autograd::any_requires_grad({a, b})) {
     SavedTensor sa(b.requires_grad() ? a : Tensor()), sb(a.requires_grad() ? b : Tensor());
     Shape as = a.shape(), bs = b.shape();
     DType at = a.dtype(), bt = b.dtype();
-    autograd::record("matmul", {a, b}, {out}, [=](const TensorList& g, const Node& n) {
+    autograd::record(Op::matmul, {a, b}, {out}, [=](const TensorList& g, const Node& n) {
       Tensor ga, gb;
       if (n.needs_input_grad(0)) ga = grad_for(matmul(g[0], sb.get().transpose(-1, -2)), as, at);
       if (n.needs_input_grad(1)) gb = grad_for(matmul(sa.get().transpose(-1, -2), g[0]), bs, bt);
@@ -66,7 +66,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
 
 Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in) {
   Tensor x = amp::cast_for_half_op(x_in), w = amp::cast_for_half_op(w_in), bias = amp::cast_for_half_op(bias_in);
-  OpScope scope("linear");
+  OpScope scope(Op::linear);
   check_same_device("linear", x, w);
   MG_CHECK(w.dim() == 2, ShapeError, "linear: expected a 2-d weight [out, in], got ", shape_str(w.shape()));
   MG_CHECK(x.dim() >= 1 && x.size(-1) == w.size(1), ShapeError, "linear: expected input [..., ", w.size(1),
@@ -86,16 +86,16 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in) {
   {
     NoGradGuard ng;
     Tensor out2 = out.view({1, rows, O});
-    kernels::run("linear", x.device(), &Backend::matmul, x.reshape({1, rows, I}), w.t().unsqueeze(0), out2);
+    kernels::run(x.device(), &Backend::matmul, x.reshape({1, rows, I}), w.t().unsqueeze(0), out2);
     if (bias.defined())
-      kernels::run("linear", x.device(), &Backend::binary, kernels::BinaryOp::Add, out2,
-                   prepare(bias, x.dtype(), out2.shape()), out2, 1.0);
+      kernels::run(x.device(), &Backend::binary, kernels::BinaryOp::Add, out2, prepare(bias, x.dtype(), out2.shape()),
+                   out2, 1.0);
   }
   count_flops(2.0 * double(rows) * double(I) * double(O));
   if (autograd::any_requires_grad({x, w, bias})) {
     SavedTensor sx(w.requires_grad() ? x : Tensor()), sw(x.requires_grad() ? w : Tensor());
     Shape xs = x.shape();
-    autograd::record("linear", {x, w, bias}, {out}, [=](const TensorList& g, const Node& n) {
+    autograd::record(Op::linear, {x, w, bias}, {out}, [=](const TensorList& g, const Node& n) {
       Tensor g2 = g[0].reshape({rows, O}), gx, gw, gb;
       if (n.needs_input_grad(0)) gx = matmul(g2, sw.get()).view(xs);
       if (n.needs_input_grad(1)) gw = matmul(g2.t(), sx.get().reshape({rows, I}));

@@ -1,4 +1,4 @@
-// Neural-network ops: layer norm, dropout, losses, convolution and pooling.
+// Neural-network ops: layer and batch norm, dropout, losses, convolution and pooling.
 #include <memgrad/core/autocast.h>
 #include <memgrad/core/cuda.h>
 #include <memgrad/core/flops.h>
@@ -14,7 +14,7 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
                   double eps) {
   Tensor x = amp::cast_for_float_op(x_in), weight = amp::cast_for_float_op(weight_in),
          bias = amp::cast_for_float_op(bias_in);
-  OpScope scope("layer_norm");
+  OpScope scope(Op::layer_norm);
   check_floating("layer_norm", x);
   size_t k = normalized_shape.size();
   MG_CHECK(k >= 1 && size_t(x.dim()) >= k && Shape(x.shape().end() - int64_t(k), x.shape().end()) == normalized_shape,
@@ -38,28 +38,95 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
   }
   Tensor out = new_like(xc);
   Tensor mean = new_output({rows}, kFloat32, x.device()), rstd = new_output({rows}, kFloat32, x.device());
-  kernels::run("layer_norm", x.device(), &Backend::layer_norm, xc.view({rows, n}), wc, bc, out, mean, rstd, eps);
+  kernels::run(x.device(), &Backend::layer_norm, xc.view({rows, n}), wc, bc, out, mean, rstd, eps);
   if (autograd::any_requires_grad({x, weight, bias})) {
     SavedTensor sx(xc), sm(mean), sr(rstd), sw(wc);
     Shape ns = normalized_shape;
-    autograd::record("layer_norm", {x, weight, bias}, {out}, [=](const TensorList& g, const Node& node) {
+    autograd::record(Op::layer_norm, {x, weight, bias}, {out}, [=](const TensorList& g, const Node& node) {
       Tensor xs = sx.get(), w = sw.defined() ? sw.get() : Tensor();
       Tensor gx = node.needs_input_grad(0) ? new_like(xs) : Tensor();
       Tensor gw = node.needs_input_grad(1) ? new_output(ns, xs.dtype(), xs.device()) : Tensor();
       Tensor gb = node.needs_input_grad(2) ? new_output(ns, xs.dtype(), xs.device()) : Tensor();
-      kernels::run("layer_norm_backward", xs.device(), &Backend::layer_norm_backward, g[0].contiguous().view({rows, n}),
-                   xs.view({rows, n}), sm.get(), sr.get(), w, gx, gw, gb);
+      kernels::run(xs.device(), &Backend::layer_norm_backward, g[0].contiguous().view({rows, n}), xs.view({rows, n}),
+                   sm.get(), sr.get(), w, gx, gw, gb);
       return TensorList{gx, gw, gb};
     });
   }
   return out;
 }
 
-Tensor dropout(const Tensor& x, double p, bool training) {
+// Batch normalization: per-channel statistics of the batch (or the running ones), the running
+// statistics' update, and the backward.
+Tensor batch_norm(const Tensor& x_in, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight_in,
+                  const Tensor& bias_in, bool training, double momentum, double eps) {
+  Tensor x = amp::cast_for_float_op(x_in), weight = amp::cast_for_float_op(weight_in),
+         bias = amp::cast_for_float_op(bias_in);
+  OpScope scope(Op::batch_norm);
+  check_floating("batch_norm", x);
+  MG_CHECK(x.dim() >= 2, ShapeError, "batch_norm: expected an input [N, C, ...], got ", shape_str(x.shape()));
+  MG_CHECK(eps > 0, ValueError, "batch_norm: expected a positive eps, got ", eps);
+  const int64_t N = x.size(0), C = x.size(1), S = x.numel() / std::max<int64_t>(N * C, 1);
+  for (const Tensor* p : std::initializer_list<const Tensor*>{&weight, &bias, &running_mean, &running_var})
+    if (p->defined()) {
+      MG_CHECK(p->shape() == Shape{C}, ShapeError,
+               "batch_norm: expected weight, bias and running statistics of shape [", C, "], got ",
+               shape_str(p->shape()));
+      check_same_device("batch_norm", x, *p);
+      check_floating("batch_norm", *p);
+    }
+  for (const Tensor* p : {&weight, &bias})
+    if (p->defined())
+      MG_CHECK(p->dtype() == x.dtype(), DTypeError, "batch_norm: expected weight and bias of dtype ", x.dtype(),
+               ", got ", p->dtype());
+  MG_CHECK(running_mean.defined() == running_var.defined(), ValueError,
+           "batch_norm: expected both running statistics or neither, got ",
+           running_mean.defined() ? "a running mean only" : "a running variance only");
+  MG_CHECK(training || running_mean.defined(), ValueError,
+           "batch_norm: expected running statistics to normalize with outside training, got none");
+  MG_CHECK(!training || N * S > 1, ValueError,
+           "batch_norm: expected more than one value per channel in training, got an input of shape ",
+           shape_str(x.shape()));
+  const DType stat = x.dtype() == kFloat64 ? kFloat64 : kFloat32;
+  Tensor xc, wc, bc, mean, var;
+  {
+    NoGradGuard ng;
+    xc = x.contiguous();
+    if (weight.defined()) wc = weight.contiguous();
+    if (bias.defined()) bc = bias.contiguous();
+    if (!training) mean = running_mean.to(stat).contiguous(), var = running_var.to(stat).contiguous();
+  }
+  if (training) mean = new_output({C}, stat, x.device()), var = new_output({C}, stat, x.device());
+  Tensor out = new_like(xc), rstd = new_output({C}, stat, x.device());
+  kernels::run(x.device(), &Backend::batch_norm, xc.view({N, C, S}), wc, bc, out.view({N, C, S}), mean, var, rstd,
+               training, eps);
+  if (training && running_mean.defined()) {
+    NoGradGuard ng;
+    const double unbiased = double(N * S) / double(N * S - 1);
+    Tensor rm = running_mean, rv = running_var;  // handles: the buffers are updated in place
+    rm.copy_(rm * (1 - momentum) + mean.to(rm.dtype()) * momentum);
+    rv.copy_(rv * (1 - momentum) + var.to(rv.dtype()) * (momentum * unbiased));
+  }
+  if (autograd::any_requires_grad({x, weight, bias})) {
+    SavedTensor sx(xc), sm(mean), sr(rstd), sw(wc);
+    const Shape shape = xc.shape();
+    autograd::record(Op::batch_norm, {x, weight, bias}, {out}, [=](const TensorList& g, const Node& node) {
+      Tensor xs = sx.get(), w = sw.defined() ? sw.get() : Tensor();
+      Tensor gx = node.needs_input_grad(0) ? new_like(xs) : Tensor();
+      Tensor gw = node.needs_input_grad(1) ? new_output({C}, xs.dtype(), xs.device()) : Tensor();
+      Tensor gb = node.needs_input_grad(2) ? new_output({C}, xs.dtype(), xs.device()) : Tensor();
+      kernels::run(xs.device(), &Backend::batch_norm_backward, g[0].contiguous().view({N, C, S}), xs.view({N, C, S}),
+                   sm.get(), sr.get(), w, gx.defined() ? gx.view({N, C, S}) : gx, gw, gb, training);
+      return TensorList{gx, gw, gb};
+    });
+  }
+  return out;
+}
+
+Tensor dropout(const Tensor& x, double p, bool training, Generator* generator) {
   MG_CHECK(p >= 0 && p <= 1, ValueError, "dropout: expected a probability in [0, 1], got ", p);
   if (!training || p == 0) return x;
   if (p == 1) return x * 0.0;
-  OpScope scope("dropout");
+  OpScope scope(Op::dropout);
   check_floating("dropout", x);
   Tensor xc;
   {
@@ -67,11 +134,11 @@ Tensor dropout(const Tensor& x, double p, bool training) {
     xc = x.contiguous();
   }
   Tensor out = new_like(xc);
-  uint64_t seed = default_generator().seed(), offset = default_generator().reserve(uint64_t(x.numel()));
-  kernels::run("dropout", x.device(), &Backend::dropout, xc, out, p, seed, offset);
-  autograd::record("dropout", {x}, {out}, [=](const TensorList& g, const Node&) {
+  auto [seed, offset] = generator_or_default(generator).draw(uint64_t(x.numel()));
+  kernels::run(x.device(), &Backend::dropout, xc, out, p, seed, offset);
+  autograd::record(Op::dropout, {x}, {out}, [=](const TensorList& g, const Node&) {
     Tensor gc = g[0].contiguous(), gi = new_like(gc);  // the same counters give the same mask
-    kernels::run("dropout_backward", gc.device(), &Backend::dropout, gc, gi, p, seed, offset);
+    kernels::run(gc.device(), &Backend::dropout, gc, gi, p, seed, offset);
     return TensorList{gi};
   });
   return out;
@@ -80,15 +147,15 @@ Tensor dropout(const Tensor& x, double p, bool training) {
 namespace {
 // Per-row cross-entropy of logits [N, C] against int64 targets [N].
 Tensor cross_entropy_rows(const Tensor& logits, const Tensor& target, int64_t ignore_index, double smoothing) {
-  OpScope scope("cross_entropy");
+  OpScope scope(Op::cross_entropy);
   Tensor out = new_output({logits.size(0)}, logits.dtype(), logits.device());
-  kernels::run("cross_entropy", logits.device(), &Backend::cross_entropy, logits, target, out, ignore_index, smoothing);
+  kernels::run(logits.device(), &Backend::cross_entropy, logits, target, out, ignore_index, smoothing);
   if (autograd::any_requires_grad({logits})) {
     SavedTensor sl(logits), st(target);
-    autograd::record("cross_entropy", {logits}, {out}, [=](const TensorList& g, const Node&) {
+    autograd::record(Op::cross_entropy, {logits}, {out}, [=](const TensorList& g, const Node&) {
       Tensor l = sl.get(), gi = new_like(l);
-      kernels::run("cross_entropy_backward", l.device(), &Backend::cross_entropy_backward, g[0].contiguous(), l,
-                   st.get(), gi, ignore_index, smoothing);
+      kernels::run(l.device(), &Backend::cross_entropy_backward, g[0].contiguous(), l, st.get(), gi, ignore_index,
+                   smoothing);
       return TensorList{gi};
     });
   }
@@ -163,8 +230,18 @@ Conv2dGeometry geometry(const char* op, const Tensor& x, int64_t kh, int64_t kw,
   MG_CHECK(x.dim() == 4, ShapeError, op, ": expected input [N, C, H, W], got ", shape_str(x.shape()));
   Conv2dGeometry g{x.size(0), x.size(1), x.size(2), x.size(3), kh,     kw,     0,
                    0,         st[0],     st[1],     pad[0],    pad[1], dil[0], dil[1]};
-  g.oh = (g.h + 2 * g.ph - g.dh * (kh - 1) - 1) / g.sh + 1;
-  g.ow = (g.w + 2 * g.pw - g.dw * (kw - 1) - 1) / g.sw + 1;
+  // Output size (in + 2 pad - dil (k - 1) - 1) / stride + 1, checked: the padded input and the
+  // dilated window may overflow, and a window wider than the padded input gives no output.
+  auto out_size = [&](int64_t in, int64_t pad, int64_t dil, int64_t k, int64_t stride) -> int64_t {
+    auto padded = checked_mul(2, pad), window = checked_mul(dil, k - 1);
+    if (padded) padded = checked_add(in, *padded);
+    MG_CHECK(padded && window, ShapeError, op, ": input ", shape_str(x.shape()), " with padding ", pad, ", dilation ",
+             dil, " and a ", k, "-wide window overflows int64");
+    const int64_t span = *padded - *window - 1;
+    return span < 0 ? 0 : span / stride + 1;
+  };
+  g.oh = out_size(g.h, g.ph, g.dh, kh, g.sh);
+  g.ow = out_size(g.w, g.pw, g.dw, kw, g.sw);
   MG_CHECK(g.oh > 0 && g.ow > 0, ShapeError, op, ": input ", shape_str(x.shape()), " is too small for a ", kh, "x", kw,
            " window (output would be ", g.oh, "x", g.ow, ")");
   return g;
@@ -175,7 +252,7 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
               std::vector<int64_t> padding, std::vector<int64_t> dilation, int64_t groups) {
   Tensor input = amp::cast_for_half_op(input_in), weight = amp::cast_for_half_op(weight_in),
          bias = amp::cast_for_half_op(bias_in);
-  OpScope scope("conv2d");
+  OpScope scope(Op::conv2d);
   check_floating("conv2d", input);
   check_same_device("conv2d", input, weight);
   MG_CHECK(input.dtype() == weight.dtype(), DTypeError, "conv2d: expected input and weight of one dtype, got ",
@@ -195,7 +272,7 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
   if (bias.defined())
     MG_CHECK(bias.shape() == Shape{O}, ShapeError, "conv2d: expected a bias of shape [", O, "], got ",
              shape_str(bias.shape()));
-  const int64_t K = g.c / G * g.kh * g.kw, L = g.oh * g.ow;
+  const int64_t K = numel_of({g.c / G, g.kh, g.kw}), L = numel_of({g.oh, g.ow});  // im2col's [K, L] per group
   const double flops = 2.0 * double(g.n) * double(O) * double(K) * double(L);
   Tensor out = new_output({g.n, O, g.oh, g.ow}, input.dtype(), input.device());
   // A direct convolution (cuDNN) is tried first on cuda unless the kernel variant is "im2col"; it
@@ -205,7 +282,7 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
   auto columns = [g, G, K, L](const Tensor& x) {
     MemoryScope scratch(Category::Workspace);
     Tensor col = new_output({g.n, G, K, L}, x.dtype(), x.device());
-    kernels::run("conv2d", x.device(), &Backend::im2col, x.contiguous(), col, g);
+    kernels::run(x.device(), &Backend::im2col, x.contiguous(), col, g);
     return col;
   };
   {
@@ -219,12 +296,11 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
       Tensor col = columns(input);
       Tensor w = weight.contiguous().view({G, O / G, K});
       for (int64_t n = 0; n < g.n; ++n)
-        kernels::run("conv2d", input.device(), &Backend::matmul, w, col.select(0, n),
-                     out.select(0, n).view({G, O / G, L}));
+        kernels::run(input.device(), &Backend::matmul, w, col.select(0, n), out.select(0, n).view({G, O / G, L}));
     }
     if (bias.defined()) {
       Tensor o3 = out.view({g.n, O, L});
-      kernels::run("conv2d", input.device(), &Backend::binary, kernels::BinaryOp::Add, o3,
+      kernels::run(input.device(), &Backend::binary, kernels::BinaryOp::Add, o3,
                    prepare(bias.view({O, 1}), input.dtype(), o3.shape()), o3, 1.0);
     }
   }
@@ -232,7 +308,7 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
   if (autograd::any_requires_grad({input, weight, bias})) {
     SavedTensor sx(weight.requires_grad() ? input : Tensor()), sw(input.requires_grad() ? weight : Tensor());
     Shape xs = input.shape(), ws = weight.shape();
-    autograd::record("conv2d", {input, weight, bias}, {out}, [=](const TensorList& grads, const Node& node) {
+    autograd::record(Op::conv2d, {input, weight, bias}, {out}, [=](const TensorList& grads, const Node& node) {
       Tensor go = grads[0].contiguous().view({g.n, G, O / G, L}), gx, gw, gb;
       // The direct kernels write whole gradients (allocated first, dropped before the lowering
       // runs if declined) and count the FLOPs the lowering's matmuls would.
@@ -250,7 +326,7 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
         Tensor w = sw.get().reshape({G, O / G, K});
         Tensor gcol = matmul(w.transpose(1, 2), go);  // [N, G, K, L]
         gx = zeros_output(xs, go.dtype(), go.device());
-        kernels::run("conv2d_backward", go.device(), &Backend::col2im, gcol.contiguous(), gx, g);
+        kernels::run(go.device(), &Backend::col2im, gcol.contiguous(), gx, g);
       }
       if (node.needs_input_grad(1)) gw = direct_grad(&Backend::conv2d_backward_weight, ws, sx.get());
       if (node.needs_input_grad(1) && !gw.defined()) {
@@ -265,13 +341,14 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
 }
 
 namespace {
-Tensor pool2d(const char* op, bool is_max, const Tensor& input, std::vector<int64_t> kernel,
-              std::vector<int64_t> stride, std::vector<int64_t> padding) {
-  OpScope scope(op);
+Tensor pool2d(Op id, bool is_max, const Tensor& input, std::vector<int64_t> kernel, std::vector<int64_t> stride,
+              std::vector<int64_t> padding) {
+  const char* op = op_name(id);
+  OpScope scope(id);
   kernel = pair_arg(op, "kernel size", kernel, 1);
   stride = stride.empty() ? kernel : pair_arg(op, "stride", stride, 1);
   padding = pair_arg(op, "padding", padding, 0);
-  MG_CHECK(padding[0] * 2 <= kernel[0] && padding[1] * 2 <= kernel[1], ValueError, op,
+  MG_CHECK(padding[0] <= kernel[0] / 2 && padding[1] <= kernel[1] / 2, ValueError, op,
            ": expected padding at most half the kernel size, got padding ", padding[0], "x", padding[1], " for kernel ",
            kernel[0], "x", kernel[1]);
   auto g = geometry(op, input, kernel[0], kernel[1], stride, padding, {1, 1});
@@ -283,17 +360,17 @@ Tensor pool2d(const char* op, bool is_max, const Tensor& input, std::vector<int6
   Tensor out = new_output({g.n, g.c, g.oh, g.ow}, input.dtype(), input.device());
   Tensor idx = is_max ? new_output(out.shape(), kInt64, input.device()) : Tensor();
   if (is_max)
-    kernels::run(op, input.device(), &Backend::max_pool2d, x, out, idx, g);
+    kernels::run(input.device(), &Backend::max_pool2d, x, out, idx, g);
   else
-    kernels::run(op, input.device(), &Backend::avg_pool2d, x, out, g);
+    kernels::run(input.device(), &Backend::avg_pool2d, x, out, g);
   SavedTensor si(is_max && autograd::any_requires_grad({input}) ? idx : Tensor());
   Shape xs = input.shape();
-  autograd::record(op, {input}, {out}, [=](const TensorList& grads, const Node&) {
+  autograd::record(id, {input}, {out}, [=](const TensorList& grads, const Node&) {
     Tensor go = grads[0].contiguous(), gx = zeros_output(xs, go.dtype(), go.device());
     if (is_max)
-      kernels::run(op, go.device(), &Backend::max_pool2d_backward, go, si.get(), gx);
+      kernels::run(go.device(), &Backend::max_pool2d_backward, go, si.get(), gx);
     else
-      kernels::run(op, go.device(), &Backend::avg_pool2d_backward, go, gx, g);
+      kernels::run(go.device(), &Backend::avg_pool2d_backward, go, gx, g);
     return TensorList{gx};
   });
   return out;
@@ -302,12 +379,12 @@ Tensor pool2d(const char* op, bool is_max, const Tensor& input, std::vector<int6
 
 Tensor max_pool2d(const Tensor& input, std::vector<int64_t> kernel, std::vector<int64_t> stride,
                   std::vector<int64_t> padding) {
-  return pool2d("max_pool2d", true, input, kernel, stride, padding);
+  return pool2d(Op::max_pool2d, true, input, kernel, stride, padding);
 }
 Tensor avg_pool2d(const Tensor& input, std::vector<int64_t> kernel, std::vector<int64_t> stride,
                   std::vector<int64_t> padding) {
   check_floating("avg_pool2d", input);
-  return pool2d("avg_pool2d", false, input, kernel, stride, padding);
+  return pool2d(Op::avg_pool2d, false, input, kernel, stride, padding);
 }
 
 }  // namespace mg

@@ -19,7 +19,7 @@ inline Tensor new_output(const Shape& shape, DType dtype, const Device& device) 
 inline Tensor new_like(const Tensor& t) { return new_output(t.shape(), t.dtype(), t.device()); }
 inline Tensor zeros_output(const Shape& shape, DType dtype, const Device& device) {
   Tensor t = new_output(shape, dtype, device);
-  kernels::run("zeros", device, &Backend::fill, t, 0.0);
+  kernels::run(device, &Backend::fill, t, 0.0);
   return t;
 }
 
@@ -44,11 +44,11 @@ inline Tensor prepare(const Tensor& t, DType dtype, const Shape& shape) {
 }
 
 // A view of `base` sharing its storage; records `backward` when base requires grad.
-Tensor make_view(const char* op, const Tensor& base, Shape shape, Strides strides, int64_t offset,
+Tensor make_view(Op id, const Tensor& base, Shape shape, Strides strides, int64_t offset,
                  autograd::BackwardFn backward);
 
 // Raises when an in-place op on `self` would break autograd (leaf or view needing grad).
-void check_inplace(const char* op, const Tensor& self, const TensorList& others);
+void check_inplace(Op id, const Tensor& self, const TensorList& others);
 
 // Gradient `g` reduced to `like`'s shape and converted to its dtype.
 inline Tensor grad_for(const Tensor& g, const Tensor& like) { return sum_to(g, like.shape()).to(like.dtype()); }

@@ -38,8 +38,9 @@ Tensor expand_back(const Tensor& g, const Shape& in, const std::vector<int64_t>&
   return g.reshape(reduced_shape(in, dims, true)).expand(in);
 }
 
-Tensor reduce_op(const char* name, ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims_, bool keepdim) {
-  OpScope scope(name);
+Tensor reduce_op(Op id, ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims_, bool keepdim) {
+  const char* name = op_name(id);
+  OpScope scope(id);
   auto dims = normalize_dims(dims_, x.dim(), name);
   if (op != ReduceOp::Sum)
     for (auto d : dims)
@@ -51,16 +52,16 @@ Tensor reduce_op(const char* name, ReduceOp op, const Tensor& x, const std::vect
     NoGradGuard ng;
     l = arrange(x, dims);
   }
-  kernels::run(name, x.device(), &Backend::reduce, op, l.x, out, l.outer, l.r, l.inner);
+  kernels::run(x.device(), &Backend::reduce, op, l.x, out, l.outer, l.r, l.inner);
   if (autograd::any_requires_grad({x})) {
     Shape in = x.shape();
     if (op == ReduceOp::Sum) {
-      autograd::record(name, {x}, {out}, [in, dims](const TensorList& g, const Node&) {
+      autograd::record(id, {x}, {out}, [in, dims](const TensorList& g, const Node&) {
         return TensorList{expand_back(g[0], in, dims)};
       });
     } else {  // amax/amin: ties share the gradient evenly
       SavedTensor sx(x), so(out);
-      autograd::record(name, {x}, {out}, [in, dims, sx, so](const TensorList& g, const Node&) {
+      autograd::record(id, {x}, {out}, [in, dims, sx, so](const TensorList& g, const Node&) {
         Tensor mask = eq(sx.get(), expand_back(so.get(), in, dims)).to(g[0].dtype());
         Tensor count = sum(mask, dims, true);
         return TensorList{mask * expand_back(g[0], in, dims) / count};
@@ -70,9 +71,9 @@ Tensor reduce_op(const char* name, ReduceOp op, const Tensor& x, const std::vect
   return out;
 }
 
-ValuesIndices arg_reduce_op(const char* name, ReduceOp op, const Tensor& x, int64_t dim_, bool keepdim,
-                            bool want_values) {
-  OpScope scope(name);
+ValuesIndices arg_reduce_op(Op id, ReduceOp op, const Tensor& x, int64_t dim_, bool keepdim, bool want_values) {
+  const char* name = op_name(id);
+  OpScope scope(id);
   int64_t dim = wrap_dim(dim_, x.dim(), name);
   std::vector<int64_t> dims = x.dim() ? std::vector<int64_t>{dim} : std::vector<int64_t>{};
   MG_CHECK(x.dim() == 0 || x.shape()[size_t(dim)] > 0, ValueError, name, ": expected a non-empty dim ", dim,
@@ -84,16 +85,16 @@ ValuesIndices arg_reduce_op(const char* name, ReduceOp op, const Tensor& x, int6
     NoGradGuard ng;
     l = arrange(x, dims);
   }
-  kernels::run(name, x.device(), &Backend::arg_reduce, op, l.x, r.values, r.indices, l.outer, l.r, l.inner);
+  kernels::run(x.device(), &Backend::arg_reduce, op, l.x, r.values, r.indices, l.outer, l.r, l.inner);
   if (want_values && autograd::any_requires_grad({x})) {
     SavedTensor si(r.indices);
     Shape in = x.shape();
     DType t = x.dtype();
     Device d = x.device();
-    autograd::record(name, {x}, {r.values}, [=](const TensorList& g, const Node&) {
+    autograd::record(id, {x}, {r.values}, [=](const TensorList& g, const Node&) {
       Shape ks = reduced_shape(in, dims, true);
       Tensor gi = zeros_output(in, t, d);
-      kernels::run("max_backward", d, &Backend::scatter_add, gi, dims.empty() ? 0 : dims[0], si.get().reshape(ks),
+      kernels::run(d, &Backend::scatter_add, gi, dims.empty() ? 0 : dims[0], si.get().reshape(ks),
                    g[0].reshape(ks).contiguous());
       return TensorList{gi};
     });
@@ -104,7 +105,7 @@ ValuesIndices arg_reduce_op(const char* name, ReduceOp op, const Tensor& x, int6
 }  // namespace
 
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
-  return reduce_op("sum", ReduceOp::Sum, amp::cast_for_float_op(x), dims, keepdim);
+  return reduce_op(Op::sum, ReduceOp::Sum, amp::cast_for_float_op(x), dims, keepdim);
 }
 
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
@@ -125,24 +126,24 @@ Tensor var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction
 }
 
 Tensor amax(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
-  return reduce_op("amax", ReduceOp::Max, x, dims, keepdim);
+  return reduce_op(Op::amax, ReduceOp::Max, x, dims, keepdim);
 }
 Tensor amin(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
-  return reduce_op("amin", ReduceOp::Min, x, dims, keepdim);
+  return reduce_op(Op::amin, ReduceOp::Min, x, dims, keepdim);
 }
 Tensor max(const Tensor& x) { return amax(x); }
 Tensor min(const Tensor& x) { return amin(x); }
 ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim) {
-  return arg_reduce_op("max", ReduceOp::Max, x, dim, keepdim, true);
+  return arg_reduce_op(Op::max, ReduceOp::Max, x, dim, keepdim, true);
 }
 ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim) {
-  return arg_reduce_op("min", ReduceOp::Min, x, dim, keepdim, true);
+  return arg_reduce_op(Op::min, ReduceOp::Min, x, dim, keepdim, true);
 }
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
-  return arg_reduce_op("argmax", ReduceOp::Max, x, dim, keepdim, false).indices;
+  return arg_reduce_op(Op::argmax, ReduceOp::Max, x, dim, keepdim, false).indices;
 }
 Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) {
-  return arg_reduce_op("argmin", ReduceOp::Min, x, dim, keepdim, false).indices;
+  return arg_reduce_op(Op::argmin, ReduceOp::Min, x, dim, keepdim, false).indices;
 }
 
 Tensor sum_to(const Tensor& x, const Shape& shape) {
@@ -160,9 +161,10 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
 // ---- softmax family
 
 namespace {
-Tensor softmax_op(const char* name, const Tensor& x_in, int64_t dim_, bool log) {
+Tensor softmax_op(Op id, const Tensor& x_in, int64_t dim_, bool log) {
+  const char* name = op_name(id);
   Tensor x = amp::cast_for_float_op(x_in);
-  OpScope scope(name);
+  OpScope scope(id);
   check_floating(name, x);
   int64_t dim = wrap_dim(dim_, x.dim(), name);
   Layout l;
@@ -171,23 +173,22 @@ Tensor softmax_op(const char* name, const Tensor& x_in, int64_t dim_, bool log) 
     l = arrange(x, x.dim() ? std::vector<int64_t>{dim} : std::vector<int64_t>{});
   }
   Tensor out = new_like(l.x);
-  kernels::run(name, x.device(), &Backend::softmax, l.x, out, l.outer, l.r, l.inner, log);
+  kernels::run(x.device(), &Backend::softmax, l.x, out, l.outer, l.r, l.inner, log);
   if (autograd::any_requires_grad({x})) {
     SavedTensor so(out);
-    autograd::record(
-        name, {x}, {out},
-        [so, l = std::array<int64_t, 3>{l.outer, l.r, l.inner}, log, name](const TensorList& g, const Node&) {
-          Tensor y = so.get(), gc = g[0].contiguous(), gi = new_like(y);
-          kernels::run(name, y.device(), &Backend::softmax_backward, gc, y, gi, l[0], l[1], l[2], log);
-          return TensorList{gi};
-        });
+    autograd::record(id, {x}, {out},
+                     [so, l = std::array<int64_t, 3>{l.outer, l.r, l.inner}, log](const TensorList& g, const Node&) {
+                       Tensor y = so.get(), gc = g[0].contiguous(), gi = new_like(y);
+                       kernels::run(y.device(), &Backend::softmax_backward, gc, y, gi, l[0], l[1], l[2], log);
+                       return TensorList{gi};
+                     });
   }
   return out;
 }
 }  // namespace
 
-Tensor softmax(const Tensor& x, int64_t dim) { return softmax_op("softmax", x, dim, false); }
-Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_op("log_softmax", x, dim, true); }
+Tensor softmax(const Tensor& x, int64_t dim) { return softmax_op(Op::softmax, x, dim, false); }
+Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_op(Op::log_softmax, x, dim, true); }
 
 // ---- Tensor method forms
 Tensor Tensor::sum(const std::vector<int64_t>& dims, bool keepdim) const { return mg::sum(*this, dims, keepdim); }

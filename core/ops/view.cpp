@@ -1,6 +1,7 @@
 // Views share storage with their base; conversions copy. Each records its backward.
 #include <memgrad/core/cuda/runtime_impl.h>
 #include <memgrad/core/ops/op_util.h>
+#include <memgrad/core/tensor_impl.h>
 
 namespace mg {
 
@@ -15,15 +16,17 @@ DType result_type(const Tensor& a, const Tensor& b) {
   return category(zero.dtype()) > category(dimmed.dtype()) ? zero.dtype() : dimmed.dtype();
 }
 
-Tensor make_view(const char* op, const Tensor& base, Shape shape, Strides strides, int64_t offset,
+Tensor make_view(Op id, const Tensor& base, Shape shape, Strides strides, int64_t offset,
                  autograd::BackwardFn backward) {
+  numel_of(shape);  // a view's element count must fit in int64 too (expand can ask for more)
   Tensor v = make_tensor(base.storage(), std::move(shape), std::move(strides), offset, base.dtype());
   v.impl()->is_view = true;
-  autograd::record(op, {base}, {v}, std::move(backward));
+  autograd::record(id, {base}, {v}, std::move(backward));
   return v;
 }
 
-void check_inplace(const char* op, const Tensor& self, const TensorList& others) {
+void check_inplace(Op id, const Tensor& self, const TensorList& others) {
+  const char* op = op_name(id);
   if (!GradMode::is_enabled()) return;
   MG_CHECK(!(self.requires_grad() && self.is_leaf()), AutogradError, op,
            ": a leaf tensor that requires grad cannot be modified in place while grad mode is on; "
@@ -74,7 +77,7 @@ Tensor Tensor::view(const Shape& shape_) const {
   MG_CHECK(st, ShapeError, "view: shape ", shape_str(s), " is not compatible with the strides of a tensor of shape ",
            shape_str(shape()), "; use reshape() (which copies when needed)");
   Shape in = shape();
-  return make_view("view", *this, s, *st, storage_offset(),
+  return make_view(Op::view, *this, s, *st, storage_offset(),
                    [in](const TensorList& g, const Node&) { return TensorList{g[0].reshape(in)}; });
 }
 
@@ -91,7 +94,7 @@ Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
   Strides st = strides();
   std::swap(s[a], s[b]);
   std::swap(st[a], st[b]);
-  return make_view("transpose", *this, s, st, storage_offset(),
+  return make_view(Op::transpose, *this, s, st, storage_offset(),
                    [a, b](const TensorList& g, const Node&) { return TensorList{g[0].transpose(a, b)}; });
 }
 
@@ -107,7 +110,7 @@ Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
     s[i] = shape()[size_t(d)];
     st[i] = strides()[size_t(d)];
   }
-  return make_view("permute", *this, s, st, storage_offset(),
+  return make_view(Op::permute, *this, s, st, storage_offset(),
                    [inverse](const TensorList& g, const Node&) { return TensorList{g[0].permute(inverse)}; });
 }
 
@@ -136,9 +139,9 @@ Tensor Tensor::slice(int64_t dim_, int64_t start, int64_t end, int64_t step) con
   end = std::clamp<int64_t>(end, start, n);
   Shape s = shape();
   Strides st = strides();
-  s[size_t(d)] = (end - start + step - 1) / step;
-  st[size_t(d)] *= step;
-  return make_view("slice", *this, s, st, storage_offset() + start * strides()[size_t(d)],
+  s[size_t(d)] = end == start ? 0 : (end - start - 1) / step + 1;  // no overflow for any step
+  if (s[size_t(d)] > 1) st[size_t(d)] *= step;  // within the base's extent; a single element keeps any stride
+  return make_view(Op::slice, *this, s, st, storage_offset() + start * strides()[size_t(d)],
                    embed_into_zeros(*this, [=](const Tensor& z) { return z.slice(d, start, end, step); }));
 }
 
@@ -146,8 +149,8 @@ Tensor Tensor::narrow(int64_t dim_, int64_t start, int64_t length) const {
   MG_CHECK(dim() > 0, IndexError, "narrow: expected a tensor with at least one dim, got a 0-d tensor");
   int64_t d = wrap_dim(dim_, dim(), "narrow"), n = shape()[size_t(d)];
   if (start < 0) start += n;
-  MG_CHECK(start >= 0 && length >= 0 && start + length <= n, IndexError, "narrow: expected start + length <= ", n,
-           " along dim ", d, ", got start ", start, " and length ", length);
+  MG_CHECK(start >= 0 && start <= n && length >= 0 && length <= n - start, IndexError,
+           "narrow: expected start + length <= ", n, " along dim ", d, ", got start ", start, " and length ", length);
   return slice(d, start, start + length);
 }
 
@@ -161,7 +164,7 @@ Tensor Tensor::select(int64_t dim_, int64_t index) const {
   Strides st = strides();
   s.erase(s.begin() + d);
   st.erase(st.begin() + d);
-  return make_view("select", *this, s, st, storage_offset() + index * strides()[size_t(d)],
+  return make_view(Op::select, *this, s, st, storage_offset() + index * strides()[size_t(d)],
                    embed_into_zeros(*this, [=](const Tensor& z) { return z.select(d, index); }));
 }
 
@@ -186,7 +189,7 @@ Tensor Tensor::expand(const Shape& shape_) const {
   }
   if (s == shape()) return *this;
   Shape in = shape();
-  return make_view("expand", *this, s, st, storage_offset(),
+  return make_view(Op::expand, *this, s, st, storage_offset(),
                    [in](const TensorList& g, const Node&) { return TensorList{sum_to(g[0], in)}; });
 }
 
@@ -213,7 +216,7 @@ Tensor Tensor::unsqueeze(int64_t dim_) const {
   s.insert(s.begin() + d, 1);
   st.insert(st.begin() + d, d < dim() ? st.empty() ? 1 : strides()[size_t(d)] * shape()[size_t(d)] : 1);
   Shape in = shape();
-  return make_view("unsqueeze", *this, s, st, storage_offset(),
+  return make_view(Op::unsqueeze, *this, s, st, storage_offset(),
                    [in](const TensorList& g, const Node&) { return TensorList{g[0].reshape(in)}; });
 }
 
@@ -232,10 +235,10 @@ Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
 // ---- copies
 
 Tensor Tensor::clone() const {
-  OpScope op("clone");
+  OpScope op(Op::clone);
   Tensor out = new_output(shape(), dtype(), device());
-  kernels::run("clone", device(), &Backend::copy, *this, out);
-  autograd::record("clone", {*this}, {out}, [](const TensorList& g, const Node&) { return TensorList{g[0]}; });
+  kernels::run(device(), &Backend::copy, *this, out);
+  autograd::record(Op::clone, {*this}, {out}, [](const TensorList& g, const Node&) { return TensorList{g[0]}; });
   return out;
 }
 
@@ -243,12 +246,13 @@ Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
 
 Tensor Tensor::to(DType t) const {
   if (t == dtype()) return *this;
-  OpScope op("to");
+  OpScope op(Op::to);
   Tensor out = new_output(shape(), t, device());
-  kernels::run("to", device(), &Backend::copy, *this, out);
+  kernels::run(device(), &Backend::copy, *this, out);
   DType in = dtype();
   if (is_floating(t))
-    autograd::record("to", {*this}, {out}, [in](const TensorList& g, const Node&) { return TensorList{g[0].to(in)}; });
+    autograd::record(Op::to, {*this}, {out},
+                     [in](const TensorList& g, const Node&) { return TensorList{g[0].to(in)}; });
   return out;
 }
 
@@ -262,7 +266,7 @@ void transfer(const Tensor& src, const Tensor& dst) {
   using cuda::CopyKind;
   const Device& s = src.device();
   const Device& d = dst.device();
-  if (s.is_cpu() && d.is_cpu()) return kernels::run("to", s, &Backend::copy, src, dst);
+  if (s.is_cpu() && d.is_cpu()) return kernels::run(s, &Backend::copy, src, dst);
   CopyKind kind = s.is_cpu() ? CopyKind::HostToDevice : d.is_cpu() ? CopyKind::DeviceToHost : CopyKind::DeviceToDevice;
   const Tensor& on_device = s.is_cuda() ? src : dst;
   cuda::copy(static_cast<char*>(dst.storage()->data()) + dst.storage_offset() * int64_t(dst.element_size()),
@@ -274,12 +278,12 @@ void transfer(const Tensor& src, const Tensor& dst) {
 Tensor Tensor::to(const Device& d) const {
   if (d == device()) return *this;
   check_device_usable(d);
-  OpScope op("to");
+  OpScope op(Op::to);
   Tensor src = contiguous();
   Tensor out = new_output(shape(), dtype(), d);
   transfer(src, out);
   Device in = device();
-  autograd::record("to", {*this}, {out}, [in](const TensorList& g, const Node&) { return TensorList{g[0].to(in)}; });
+  autograd::record(Op::to, {*this}, {out}, [in](const TensorList& g, const Node&) { return TensorList{g[0].to(in)}; });
   return out;
 }
 
@@ -288,31 +292,31 @@ Tensor Tensor::to(const Device& d, DType t) const { return to(d).to(t); }
 // ---- in-place ops that only write
 
 Tensor& Tensor::copy_(const Tensor& src) {
-  check_inplace("copy_", *this, {src});
+  check_inplace(Op::copy_, *this, {src});
   MG_CHECK(broadcast_shapes(src.shape(), shape(), "copy_") == shape(), ShapeError, "copy_: cannot broadcast ",
            shape_str(src.shape()), " to ", shape_str(shape()));
-  OpScope op("copy_");
+  OpScope op(Op::copy_);
   Tensor s = src;
   if (src.device() != device()) {
     NoGradGuard ng;
     s = src.to(device());
   }
-  kernels::run("copy_", device(), &Backend::copy, prepare(s, s.dtype(), shape()), *this);
+  kernels::run(device(), &Backend::copy, prepare(s, s.dtype(), shape()), *this);
   storage()->bump_version();
   Shape ss = src.shape();
   DType st = src.dtype();
   Device sd = src.device();
-  autograd::record("copy_", {*this, src}, {*this}, [ss, st, sd](const TensorList& g, const Node& n) {
+  autograd::record(Op::copy_, {*this, src}, {*this}, [ss, st, sd](const TensorList& g, const Node& n) {
     return TensorList{Tensor(), n.needs_input_grad(1) ? sum_to(g[0], ss).to(st).to(sd) : Tensor()};
   });
   return *this;
 }
 
 Tensor& Tensor::fill_(const Scalar& v) {
-  check_inplace("fill_", *this, {});
-  kernels::run("fill_", device(), &Backend::fill, *this, v.value);
+  check_inplace(Op::fill_, *this, {});
+  kernels::run(device(), &Backend::fill, *this, v.value);
   storage()->bump_version();
-  autograd::record("fill_", {*this}, {*this}, [](const TensorList&, const Node&) { return TensorList{Tensor()}; });
+  autograd::record(Op::fill_, {*this}, {*this}, [](const TensorList&, const Node&) { return TensorList{Tensor()}; });
   return *this;
 }
 

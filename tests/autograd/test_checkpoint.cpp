@@ -196,3 +196,42 @@ TEST_CASE("checkpoint: a policy keeps matmul inputs and recomputes the rest, sam
   kept.sum().backward();
   CHECK(c.grads() == ref);
 }
+
+TEST_CASE("checkpoint: recompute replays the draws of every generator, the user's own included") {
+  GeneratorStateGuard restore;
+  Tensor x = randn({8, 32}).requires_grad_(), w = randn({32, 32}).requires_grad_();
+  auto segment = [&](Generator* g) {
+    return [&w, g](const Tensor& in) {
+      Tensor h = dropout(matmul(in, w).tanh(), 0.4, true, g);
+      return dropout(h, 0.3) * rand({8, 32}, {}, g);  // the default generator and the user's, interleaved
+    };
+  };
+  for (bool own : {false, true}) {
+    CAPTURE(own);
+    Generator mine(11);
+    manual_seed(4);
+    segment(own ? &mine : nullptr)(x).sum().backward();
+    Tensor gx = x.grad().clone(), gw = w.grad().clone();
+    x.set_grad(Tensor()), w.set_grad(Tensor());
+    mine.manual_seed(11);
+    manual_seed(4);
+    Tensor y = checkpoint(segment(own ? &mine : nullptr), x);
+    uint64_t after_forward = mine.offset(), default_after = default_generator().offset();
+    y.sum().backward();  // the recompute draws nothing new: it replays the first run's draws
+    CHECK(mine.offset() == after_forward);
+    CHECK(default_generator().offset() == default_after);
+    CHECK(x.grad().to_vector<float>() == gx.to_vector<float>());
+    CHECK(w.grad().to_vector<float>() == gw.to_vector<float>());
+    x.set_grad(Tensor()), w.set_grad(Tensor());
+  }
+}
+
+TEST_CASE("checkpoint: policies and nodes name ops by typed identity") {
+  Tensor a = randn({3, 4}).requires_grad_(), b = randn({4, 5}).requires_grad_();
+  Tensor y = matmul(a, b);
+  CHECK(y.grad_fn()->op() == Op::matmul);
+  CHECK(y.grad_fn()->name() == "matmul");
+  CHECK(std::string(op_name(Op::masked_fill_)) == "masked_fill_");
+  CHECK(CheckpointPolicy::keep_matmuls().keep(Op::linear));
+  CHECK_FALSE(CheckpointPolicy::keep_matmuls().keep(Op::softmax));
+}

@@ -332,6 +332,37 @@ TEST_CASE("engine: tensor hooks on leaves and non-leaves") {
   }
 }
 
+TEST_CASE("engine: post-accumulate hooks run once per backward, after every contribution reached .grad") {
+  auto w = f64({1, 2}, {2}).requires_grad_();
+  std::vector<std::vector<double>> seen;  // w.grad() each time the hook ran
+  const uint64_t id = w.register_post_accumulate_grad_hook([&](const Tensor& leaf) {
+    CHECK(leaf.is_same(w));
+    seen.push_back(values(leaf.grad()));
+  });
+  // w is used twice (as a tied weight is): the engine sums both paths before AccumulateGrad runs.
+  ((w * 3.0).sum() + (w * w).sum()).backward();  // dL/dw = 3 + 2w = {5, 7}
+  REQUIRE(seen.size() == 1);
+  CHECK(seen[0] == std::vector<double>{5, 7});
+  (w * 1.0).sum().backward();  // accumulates: {6, 8}, and the hook sees the sum
+  REQUIRE(seen.size() == 2);
+  CHECK(seen[1] == std::vector<double>{6, 8});
+  SUBCASE("a backward that does not reach the leaf does not run it") {
+    auto v = f64({1}, {1}).requires_grad_();
+    (v * 2.0).sum().backward();
+    CHECK(seen.size() == 2);
+  }
+  SUBCASE("removed hooks no longer run; unknown ids are ignored") {
+    w.remove_post_accumulate_grad_hook(id);
+    w.remove_post_accumulate_grad_hook(id + 1000);
+    w.sum().backward();
+    CHECK(seen.size() == 2);
+  }
+  SUBCASE("only on leaves that require grad") {
+    CHECK_THROWS_AS(f64({1}, {1}).register_post_accumulate_grad_hook([](const Tensor&) {}), mg::AutogradError);
+    CHECK_THROWS_AS((w * 2.0).register_post_accumulate_grad_hook([](const Tensor&) {}), mg::AutogradError);
+  }
+}
+
 TEST_CASE("engine: saved-tensor hooks see every saved tensor and can repack it") {
   auto make = [] {
     return std::pair<Tensor, Tensor>{mg::tensor(std::vector<float>{0.3f, -1.2f, 2.0f, 0.7f}, {2, 2}).requires_grad_(),

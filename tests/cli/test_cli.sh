@@ -21,6 +21,18 @@ expect_exit() {
 expect_output() { grep -qE -- "$1" out.txt || fail "expected output matching '$1'"; }
 # The loss column of a --log CSV from step $2 on.
 losses_from() { awk -F, -v s="$2" 'NR > 1 && $1 >= s { print $1, $2 }' "$1"; }
+# same_losses A B TOL [FROM]: every step of A (from FROM on) is in B with the same loss, to a relative
+# TOL (0: to every printed digit).
+same_losses() {
+  awk -F, -v tol="$3" -v from="${4:-0}" '
+    FNR == 1 { file++; next }
+    file == 1 && $1 >= from { want[$1] = $2; n++ }
+    file == 2 && ($1 in want) { d = $2 - want[$1]; if (d < 0) d = -d; m = $2 < 0 ? -$2 : $2
+                                if (d > tol * (m > 1 ? m : 1)) bad = 1; seen++ }
+    END { exit bad || n == 0 || seen != n }' "$1" "$2" || fail "$1 and $2: losses differ beyond $3"
+}
+# Two processes under mpirun (as root, on shared cores), each with one OpenMP thread.
+mpi2() { OMP_NUM_THREADS=1 "$MG_MPIEXEC" -np 2 --allow-run-as-root --oversubscribe "$@"; }
 
 case $case_name in
   help)
@@ -160,6 +172,100 @@ case $case_name in
         END { s = 0; for (i = NR - 4; i <= NR; i++) s += l[i]; exit !(s / 5 < r * first) }' "${f%%:*}" ||
         fail "${f%%:*}: the loss did not fall below ${f#*:} of its first value"
     done
+    ;;
+  hostile)  # values out of range exit 2 (never clamped), files checked before any work, lying states refused
+    # Each would clamp or wrap and then train (99999999999999999999 steps: for ever); the timeout says so.
+    for flags in "--steps 99999999999999999999" "--seed -1" "--seed 18446744073709551616" "--lr nan" "--lr inf" \
+      "--lr 0" "--clip -1" "--dropout nan" "--batch -5" "--warmup 1e3" "--memory-limit -1" \
+      "--memory-limit 99999999999999999999" "--memory-limit 10EB" "--budget 0x10" "--n-embd 010x"; do
+      # shellcheck disable=SC2086
+      expect_exit 2 timeout 60 "$bin" train "${small[@]}" --steps 1 $flags
+      expect_output "^--"
+    done
+    expect_exit 2 "$bin" plan --top 2147483648
+    expect_output "expected an integer in \[0, 2147483647\], got 2147483648"
+    # Range errors print their bounds readably (CLI11 printed DBL_MAX with 309 digits).
+    expect_exit 2 "$bin" train --clip -1
+    expect_output "expected a number >= 0, got -1"
+    grep -qE '[0-9]{25}' out.txt && fail "a number of 25 digits or more in the message"
+    # A leading zero is decimal, not octal.
+    expect_exit 0 "$bin" train "${small[@]}" --steps 010 --log steps.csv --quiet
+    [ "$(tail -n 1 steps.csv | cut -d, -f1)" = 10 ] || fail "--steps 010 did not run 10 steps"
+    # Files written at the end are checked before anything runs.
+    mkdir folder
+    for save in /nonexistent/dir/x.safetensors folder; do
+      expect_exit 2 "$bin" train "${small[@]}" --steps 2 --save "$save"
+      expect_output "^memgrad: --save"
+      grep -q "^step" out.txt && fail "--save $save was checked only after training"
+    done
+    expect_exit 2 "$bin" train "${small[@]}" --steps 2 --timeline /nonexistent/t.html
+    # The batch (and the MLP's teacher) is in the ledger: a limit stops it at once, as out of memory.
+    expect_exit 3 timeout 60 "$bin" train --batch 100000000 --memory-limit 1GiB --timeline ''
+    expect_output "\(Input\)"
+    expect_exit 3 timeout 60 "$bin" train --model mlp --width 1000000 --memory-limit 1GiB --timeline ''
+    expect_output "for \"data.teacher\" \(Input\)"
+    # A state whose metadata lies (same-length edits keep the header valid).
+    expect_exit 0 "$bin" train "${small[@]}" --steps 17 --save state.safetensors
+    rm -f state.safetensors.tmp.*  # none is left; a stale one of a dead saver is removed by the next save
+    ( exit 0 ) &
+    dead=$!
+    wait "$dead"
+    touch "state.safetensors.tmp.$dead"
+    expect_exit 0 "$bin" train "${small[@]}" --steps 17 --save state.safetensors
+    [ -e "state.safetensors.tmp.$dead" ] && fail "the temporary file of a dead saver was left"
+    edit() { cp state.safetensors edited.safetensors && perl -0777 -pi -e "$1" edited.safetensors; }
+    edit 's/"memgrad.step":"17"/"memgrad.step":"-7"/'
+    expect_exit 2 "$bin" train "${small[@]}" --steps 20 --resume edited.safetensors
+    expect_output "memgrad.step is '-7', expected an integer in"
+    edit 's/"memgrad.rng_seed":"1337"/"memgrad.rng_seed":"abcd"/'
+    expect_exit 2 "$bin" train "${small[@]}" --steps 20 --resume edited.safetensors
+    expect_output "memgrad.rng_seed is 'abcd'"
+    edit 's/"memgrad.step":"17"/"memgrad.step":"99"/'
+    expect_exit 2 "$bin" train "${small[@]}" --steps 20 --resume edited.safetensors
+    expect_output "already at step 99"
+    head -c 100 state.safetensors >edited.safetensors
+    expect_exit 2 "$bin" train "${small[@]}" --steps 20 --resume edited.safetensors
+    expect_output "^memgrad: --resume edited.safetensors: load_safetensors"
+    expect_exit 0 "$bin" train "${small[@]}" --steps 18 --resume state.safetensors
+    expect_output "resumed at step 17"
+    ;;
+  plan_zero)  # one simulated rank of 8 on meta: ZeRO's bytes per parameter, no MPI needed
+    expect_exit 0 "$bin" plan --model gpt2-124m --world-size 8 --zero 2 --no-compare
+    expect_output "rank 0 of 8 processes, ZeRO stage 2"
+    expect_output "^  2 .* <- --zero"
+    expect_output "fp32 \\(4\\+4\\+8\\) +16.00 / 16.00 +9.00 / 9.00 +5.50 / 5.50"
+    expect_output "fp16 \\+ fp32 masters \\(2\\+2\\+12\\) +16.00 / 16.00 +5.50 / 5.50 +3.75 / 3.75"
+    expect_exit 2 "$bin" plan --world-size 8 --rank 8
+    expect_output "below --world-size"
+    expect_exit 2 "$bin" plan --zero 3
+    ;;
+  data_parallel)  # mpirun -np 2: the losses of one process with --accum 2, every rank's planned peak exact
+    [ -n "${MG_MPIEXEC:-}" ] || { echo "SKIPPED: memgrad was built without MPI"; exit 77; }
+    expect_exit 0 "$bin" train "${small[@]}" --dropout 0.1 --steps 3 --accum 2 --log one.csv
+    for zero in 0 1 2; do
+      expect_exit 0 mpi2 "$bin" train "${small[@]}" --dropout 0.1 --steps 3 --zero $zero --bucket-cap 8KiB \
+        --log zero$zero.csv
+      expect_output "data parallel: 2 processes \\(mpi\\), ZeRO stage $zero"
+      for r in 0 1; do
+        expect_output "rank $r: first step [0-9]+ B, planned [0-9]+ B: exact; later steps [0-9]+ B, planned [0-9]+ B: exact;"
+      done
+      expect_output "rank 1: elements"
+    done
+    same_losses zero0.csv one.csv 0      # the same sums in the same order: every printed digit
+    same_losses zero1.csv one.csv 1e-6   # clipping sums the squares slice by slice
+    same_losses zero2.csv one.csv 1e-6
+    # Save from 2 ranks (ZeRO-2, shards gathered into one file), resume in one process, and back.
+    expect_exit 0 "$bin" train "${small[@]}" --dropout 0.1 --steps 5 --accum 2 --log whole.csv
+    expect_exit 0 mpi2 "$bin" train "${small[@]}" --dropout 0.1 --steps 2 --zero 2 --save two.safetensors
+    expect_exit 0 "$bin" train "${small[@]}" --dropout 0.1 --steps 4 --accum 2 --resume two.safetensors \
+      --save one.safetensors --log alone.csv
+    expect_output "resumed at step 2"
+    expect_exit 0 mpi2 "$bin" train "${small[@]}" --dropout 0.1 --steps 5 --zero 1 --resume one.safetensors \
+      --log ranks.csv
+    same_losses alone.csv whole.csv 1e-6 3
+    same_losses ranks.csv whole.csv 1e-6 5
+    expect_exit 2 mpi2 "$bin" train "${small[@]}" --dropout 0.1 --steps 5 --accum 2 --resume one.safetensors
+    expect_output "saved by a different run"  # 2 ranks x accum 2 is not 1 x accum 2
     ;;
   *)
     fail "unknown case $case_name"

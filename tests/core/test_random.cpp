@@ -2,8 +2,10 @@
 // of the random factories, seeding and offsets, distribution moments, and dropout masks.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
+#include <thread>
 #include <vector>
 
 #include <memgrad/kernels/host_device.h>
@@ -176,4 +178,44 @@ TEST_CASE("dropout: kept fraction, scaling, and the same mask in backward") {
   auto ones = mg::ones({64});
   auto d = mg::dropout(ones, 0.5).to_vector<float>();
   for (size_t i = 0; i < d.size(); ++i) CHECK((d[i] != 0) == (mg::kernels::random_uniform(5, 0, i) >= 0.5f));
+}
+
+TEST_CASE("random: threads drawing from one generator at once never share counters") {
+  using namespace mg;
+  Generator g(5);
+  constexpr int kThreads = 4, kDraws = 20000;
+  std::vector<std::vector<uint64_t>> offsets(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kDraws; ++i) offsets[size_t(t)].push_back(g.draw(uint64_t(1 + t)).offset);
+    });
+  for (auto& th : threads) th.join();
+  std::vector<uint64_t> all;
+  for (auto& o : offsets) all.insert(all.end(), o.begin(), o.end());
+  std::sort(all.begin(), all.end());
+  CHECK(std::adjacent_find(all.begin(), all.end()) == all.end());  // every draw got its own block
+  CHECK(g.offset() == uint64_t(kThreads) * kDraws * 4);            // 1..4 counters: one Philox block each
+}
+
+TEST_CASE("random: ops take their own generator and leave the default one alone") {
+  using namespace mg;
+  mg::GeneratorStateGuard restore;
+  manual_seed(77);
+  std::vector<float> from_default = randn({5, 7}).to_vector<float>();
+  uint64_t default_offset = default_generator().offset();
+  Generator mine(77);
+  CHECK(randn({5, 7}, {}, &mine).to_vector<float>() == from_default);  // same seed, same numbers
+  CHECK(default_generator().offset() == default_offset);
+  CHECK(mine.offset() == default_offset);
+  Generator a(3), b(3);
+  CHECK(rand({9}, {}, &a).to_vector<float>() == rand({9}, {}, &b).to_vector<float>());
+  CHECK(randint(0, 50, {9}, kInt64, &a).to_vector<int64_t>() == randint(0, 50, {9}, kInt64, &b).to_vector<int64_t>());
+  Tensor x = ones({64});
+  CHECK(dropout(x, 0.5, true, &a).to_vector<float>() == dropout(x, 0.5, true, &b).to_vector<float>());
+  Tensor w1 = empty({6, 6}), w2 = empty({6, 6});
+  nn::init::kaiming_uniform_(w1, 0.0, nn::init::FanMode::FanIn, nn::init::Nonlinearity::ReLU, &a);
+  nn::init::kaiming_uniform_(w2, 0.0, nn::init::FanMode::FanIn, nn::init::Nonlinearity::ReLU, &b);
+  CHECK(w1.to_vector<float>() == w2.to_vector<float>());
+  CHECK(default_generator().offset() == default_offset);
 }

@@ -3,58 +3,23 @@
 #pragma once
 #include <doctest/doctest.h>
 
-#include <cmath>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include <memgrad/memgrad.h>
 
+#include "ops/compare.h"
+
 namespace gpu_test {
 using namespace mg;
 inline const Device kGPU = cuda_device(0);
 
-// Per-dtype tolerance: both devices compute 16-bit types in float and round once, so results
-// agree to about one unit in the last place of the storage type.
-struct Tol {
-  double rtol, atol;
-};
-inline Tol tol_for(DType t) {
-  switch (t) {
-    case kFloat16:
-      return {4e-3, 2e-3};
-    case kBFloat16:
-      return {3e-2, 1.6e-2};
-    case kFloat64:
-      return {1e-10, 1e-12};
-    default:
-      return {2e-5, 2e-6};
-  }
-}
-
-// |got - want| <= atol + rtol * |want| everywhere (NaN where want is NaN, the same infinity where
-// want is infinite), read back in float64.
-inline void expect_close(const Tensor& got, const Tensor& want, Tol tol, const std::string& what) {
-  REQUIRE_MESSAGE(got.shape() == want.shape(), what, ": shape ", shape_str(got.shape()), " vs ",
-                  shape_str(want.shape()));
-  CHECK_MESSAGE(got.dtype() == want.dtype(), what, ": dtype");
-  std::vector<double> g = got.to(kCPU).to(kFloat64).to_vector<double>();
-  std::vector<double> w = want.to(kCPU).to(kFloat64).to_vector<double>();
-  double worst = 0;
-  size_t at = 0;
-  for (size_t i = 0; i < w.size(); ++i) {
-    double r = std::isnan(w[i]) ? (std::isnan(g[i]) ? 0 : INFINITY)
-               : g[i] == w[i]   ? 0  // also equal infinities, whose difference is NaN
-                                : std::fabs(g[i] - w[i]) / (tol.atol + tol.rtol * std::fabs(w[i]));
-    if (!(r <= worst)) worst = r, at = i;
-  }
-  CHECK_MESSAGE(worst <= 1.0, what, ": worst error ", worst, " tolerances at element ", at, " (cuda ",
-                g.empty() ? 0.0 : g[at], ", cpu ", w.empty() ? 0.0 : w[at], ")");
-}
-
-inline void expect_equal(const Tensor& got, const Tensor& want, const std::string& what) {
-  expect_close(got, want, {0, 0}, what);
-}
+// Tolerances and comparisons shared with the case list's modes.
+using optest::expect_close;
+using optest::expect_equal;
+using optest::Tol;
+using optest::tol_for;
 
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 

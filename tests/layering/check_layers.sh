@@ -13,7 +13,8 @@ declare -A allowed=(
   [nn]="core kernels autograd nn"
   [optim]="core kernels autograd optim"
   [amp]="core kernels autograd optim amp"
-  [plan]="core kernels autograd nn optim amp plan"
+  [distributed]="core kernels autograd nn optim amp distributed"
+  [plan]="core kernels autograd nn optim amp distributed plan"
 )
 bad=0
 cd "$root" || exit 2
@@ -26,6 +27,6 @@ while IFS= read -r file; do
       bad=1
     fi
   done < <(sed -n 's|^#include <memgrad/\([a-z_]*\)/.*|\1|p' "$file" | sort -u)
-done < <(find core kernels autograd nn optim amp plan -type f \( -name '*.h' -o -name '*.cpp' -o -name '*.cu' -o -name '*.cuh' \) | sort)
+done < <(find core kernels autograd nn optim amp distributed plan -type f \( -name '*.h' -o -name '*.cpp' -o -name '*.cu' -o -name '*.cuh' \) | sort)
 [ $bad -eq 0 ] && echo "layers point down: every include is at or below its folder's layer"
 exit $bad

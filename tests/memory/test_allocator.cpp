@@ -293,7 +293,7 @@ TEST_CASE("allocator: past the limit the cache is emptied and the request retrie
     std::string message;
     {
       MemoryScope scope(Category::Activation, "decoder");
-      OpScope op("linear");
+      OpScope op(Op::linear);
       try {
         b.get(2 * MiB);
       } catch (const OutOfMemoryError& e) {

@@ -32,7 +32,7 @@ TEST_CASE("history: events with bytes, category, owner and op, in order") {
   CHECK(recording_history());
   {
     MemoryScope scope(Category::Parameter, "layer");
-    OpScope op("matmul");
+    OpScope op(Op::matmul);
     Block* b = memory::allocate(kMeta, 1000, Category::Temporary);
     memory::set_category(b, Category::Gradient);
     annotate_memory("step 1", kMeta);

@@ -22,6 +22,17 @@ int main(int argc, char** argv) {
   CLI::App* plan_cmd =
       app.add_subcommand("plan", "predict a training step's peak memory on the meta device, without allocating it");
   add_plan_flags(*plan_cmd, plan);
+  // Under mpirun a rank that fails ends every rank (MPI_Abort with its exit code), so none is left
+  // waiting in a collective; its message names the rank.
+  const bool launched = mg::distributed::launched_world_size() > 1;
+  const std::string who =
+      launched ? "memgrad (rank " + std::to_string(mg::distributed::launched_rank()) + ")" : "memgrad";
+  auto fail = [launched](int code) {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    if (launched) mg::distributed::abort(code);
+    return code;
+  };
   try {
     app.parse(argc, argv);
     return train_cmd->parsed() ? run_train(train) : run_plan(plan);
@@ -31,18 +42,18 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     app.exit(e);
-    return kExitUsage;
+    return fail(kExitUsage);
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "memgrad: %s\n", e.what());
-    return kExitUsage;
+    std::fprintf(stderr, "%s: %s\n", who.c_str(), e.what());
+    return fail(kExitUsage);
   } catch (const mg::OutOfMemoryError& e) {
     std::fflush(stdout);
-    std::fprintf(stderr, "\nmemgrad: out of memory\n%s\n%s", e.what(),
+    std::fprintf(stderr, "\n%s: out of memory\n%s\n%s", who.c_str(), e.what(),
                  train_cmd->parsed() ? "Try `memgrad plan` with the same model and step flags and --budget.\n" : "");
-    return kExitOutOfMemory;
+    return fail(kExitOutOfMemory);
   } catch (const std::exception& e) {
     std::fflush(stdout);
-    std::fprintf(stderr, "memgrad: %s\n", e.what());
-    return kExitError;
+    std::fprintf(stderr, "%s: %s\n", who.c_str(), e.what());
+    return fail(kExitError);
   }
 }

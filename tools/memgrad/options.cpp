@@ -1,7 +1,14 @@
 #include "options.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
 
 namespace memgrad_cli {
@@ -29,19 +36,111 @@ std::string check_policy(const std::string& v) {
 }
 }  // namespace
 
+template <class T>
+std::optional<T> parse_integer(const std::string& text) {
+  const char* begin = text.data() + (text.size() > 1 && text[0] == '-' && std::is_unsigned_v<T>);  // "-0" is 0
+  T v{};
+  auto [end, ec] = std::from_chars(begin, text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  if (begin != text.data() && v != 0) return std::nullopt;  // a negative value for an unsigned type
+  return v;
+}
+template std::optional<int64_t> parse_integer<int64_t>(const std::string&);
+template std::optional<uint64_t> parse_integer<uint64_t>(const std::string&);
+
+namespace {
+bool is_integer_text(const std::string& s) {
+  const size_t digits = s.size() > 1 && s[0] == '-' ? 1 : 0;
+  return s.size() > digits && s.find_first_not_of("0123456789", digits) == std::string::npos;
+}
+
+template <class T>
+CLI::Validator integer_validator(T lo, T hi) {
+  const std::string range = "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  return CLI::Validator(
+      [lo, hi, range](std::string& s) -> std::string {
+        if (!is_integer_text(s)) return "expected an integer, got '" + s + "'";
+        const std::optional<T> v = parse_integer<T>(s);
+        if (!v || *v < lo || *v > hi) return "expected an integer in " + range + ", got " + s;
+        s = std::to_string(*v);  // CLI11 converts in base 0: "010" would be octal
+        return {};
+      },
+      "INT in " + range);
+}
+
+std::string readable(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+}  // namespace
+
+CLI::Validator integer_in(int64_t lo, int64_t hi) { return integer_validator<int64_t>(lo, hi); }
+CLI::Validator any_uint64() { return integer_validator<uint64_t>(0, UINT64_MAX); }
+
+CLI::Validator number_in(double lo, double hi, bool open) {
+  const std::string range = std::isinf(hi) ? (open ? "> " : ">= ") + readable(lo)
+                                           : (open ? "in (" : "in [") + readable(lo) + ", " + readable(hi) + "]";
+  return CLI::Validator(
+      [lo, hi, open, range](std::string& s) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(s.c_str(), &end);
+        if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v))
+          return "expected a finite number " + range + ", got '" + s + "'";
+        if ((open ? !(v > lo) : !(v >= lo)) || !(v <= hi)) return "expected a number " + range + ", got " + s;
+        return {};
+      },
+      "NUMBER " + range);
+}
+
+CLI::Option* byte_size(CLI::Option* option) {
+  // Runs before AsSizeValue (a transform added later runs earlier), which would wrap -1 and
+  // clamp 99999999999999999999; its own overflow check covers the unit's factor.
+  auto digits = [](std::string& s) -> std::string {
+    const size_t n = s.find_first_not_of("0123456789");
+    const bool unit_only = n == std::string::npos || std::all_of(s.begin() + ptrdiff_t(n), s.end(),
+                                                                 [](char c) { return std::isalpha(c) || c == ' '; });
+    if (n == 0 || !unit_only || !parse_integer<uint64_t>(s.substr(0, n)))
+      return "expected a byte count such as 1073741824, 512MiB or 80GB, got '" + s + "'";
+    return {};
+  };
+  auto below_2_63 = [](const std::string& s) -> std::string {
+    const auto v = parse_integer<uint64_t>(s);
+    return v && *v <= uint64_t(INT64_MAX) ? std::string() : "expected a byte count below 8 EiB, got " + s;
+  };
+  return option->transform(CLI::AsSizeValue(true))->transform(CLI::Validator(digits, ""))->check(below_2_63);
+}
+
+void check_writable(const char* flag, const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    throw UsageError(std::string(flag) + " " + path + ": is a folder; expected a file name");
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw UsageError(std::string(flag) + " " + path + ": the folder '" + dir + "' does not exist");
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    throw UsageError(std::string(flag) + " " + path + ": the folder '" + dir + "' is not writable");
+}
+
 void add_model_flags(CLI::App& app, ModelFlags& m) {
   app.add_option("--model", m.model,
                  "tiny, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b, custom (tiny + the size flags) or mlp")
       ->check(CLI::IsMember({"tiny", "gpt2-124m", "gpt2-350m", "gpt2-774m", "gpt2-1.5b", "custom", "mlp"}))
       ->capture_default_str();
-  app.add_option("--n-layer", m.n_layer, "GPT blocks (overrides the preset)")->check(CLI::PositiveNumber);
-  app.add_option("--n-head", m.n_head, "GPT attention heads (overrides the preset)")->check(CLI::PositiveNumber);
-  app.add_option("--n-embd", m.n_embd, "GPT width (overrides the preset)")->check(CLI::PositiveNumber);
-  app.add_option("--vocab", m.vocab, "GPT vocabulary size (overrides the preset)")->check(CLI::PositiveNumber);
-  app.add_option("--layers", m.layers, "mlp: Linear+ReLU blocks")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--width", m.width, "mlp: features per layer")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--n-layer", m.n_layer, "GPT blocks (overrides the preset)")->transform(integer_in(1, kMaxCount));
+  app.add_option("--n-head", m.n_head, "GPT attention heads (overrides the preset)")
+      ->transform(integer_in(1, kMaxCount));
+  app.add_option("--n-embd", m.n_embd, "GPT width (overrides the preset)")->transform(integer_in(1, kMaxCount));
+  app.add_option("--vocab", m.vocab, "GPT vocabulary size (overrides the preset)")->transform(integer_in(1, kMaxCount));
+  app.add_option("--layers", m.layers, "mlp: Linear+ReLU blocks")
+      ->transform(integer_in(1, kMaxCount))
+      ->capture_default_str();
+  app.add_option("--width", m.width, "mlp: features per layer")
+      ->transform(integer_in(1, kMaxCount))
+      ->capture_default_str();
   app.add_option("--dropout", m.dropout, "GPT dropout probability")
-      ->check(CLI::Range(0.0, 0.99))
+      ->transform(number_in(0.0, 0.99))
       ->capture_default_str();
   app.add_option("--attention", m.attention,
                  "GPT attention core: composed (matmul, mask, softmax, dropout, matmul: keeps the [T, T] "
@@ -52,16 +151,16 @@ void add_model_flags(CLI::App& app, ModelFlags& m) {
 
 void add_step_flags(CLI::App& app, StepFlags& s) {
   app.add_option("-b,--batch", s.batch, "sequences (mlp: rows) per micro-batch")
-      ->check(CLI::PositiveNumber)
+      ->transform(integer_in(1, kMaxCount))
       ->capture_default_str();
   app.add_option("-t,--seq", s.seq, "GPT sequence length (and block size)")
-      ->check(CLI::PositiveNumber)
+      ->transform(integer_in(1, kMaxCount))
       ->capture_default_str();
   app.add_option("--optimizer", s.optimizer, "sgd, adam or adamw")
       ->check(CLI::IsMember({"sgd", "adam", "adamw"}))
       ->capture_default_str();
   app.add_option("--momentum", s.momentum, "sgd momentum (state: one buffer per parameter when > 0)")
-      ->check(CLI::Range(0.0, 1.0))
+      ->transform(number_in(0.0, 1.0))
       ->capture_default_str();
   app.add_option("--precision", s.precision,
                  "fp32; fp16 or bf16: autocast (float32 parameters, gradients and optimizer state, matmuls on half "
@@ -75,15 +174,25 @@ void add_step_flags(CLI::App& app, StepFlags& s) {
       ->check(check_policy)
       ->capture_default_str();
   app.add_option("--accum", s.accum, "gradient accumulation: micro-batches per optimizer step")
-      ->check(CLI::PositiveNumber)
+      ->transform(integer_in(1, kMaxCount))
       ->capture_default_str();
   app.add_option("--clip", s.clip, "clip the gradient norm to this (0: off)")
-      ->check(CLI::NonNegativeNumber)
+      ->transform(number_in(0.0, INFINITY))
       ->capture_default_str();
-  app.add_option("--budget", s.budget,
-                 "memory budget (reserved bytes: a --memory-limit the steps must run under) for --checkpoint auto "
-                 "and batch search, e.g. 512MiB or 80GB")
-      ->transform(CLI::AsSizeValue(true));
+  byte_size(app.add_option("--budget", s.budget,
+                           "memory budget (reserved bytes: a --memory-limit the steps must run under) for "
+                           "--checkpoint auto and batch search, e.g. 512MiB or 80GB"));
+}
+
+void add_data_parallel_flags(CLI::App& app, StepFlags& s) {
+  app.add_option("--zero", s.zero,
+                 "data parallelism: ZeRO stage 0 (all-reduce gradients), 1 (shard optimizer state) or 2 (shard "
+                 "gradients too); train runs the ranks mpirun starts")
+      ->check(CLI::Range(0, 2))
+      ->capture_default_str();
+  app.add_option("--bucket-cap", s.bucket_cap, "data parallelism: gradient bucket size, e.g. 25MiB")
+      ->transform(CLI::AsSizeValue(true))
+      ->check(CLI::PositiveNumber);
 }
 
 mg::plan::ModelSpec model_spec(const ModelFlags& m, int64_t seq) {
@@ -123,6 +232,7 @@ mg::plan::StepOptions step_options(const StepFlags& s) {
   o.clip_norm = s.clip;
   o.precision = mg::plan::parse_precision(s.precision);
   o.grad_scaler = s.precision.rfind("fp16", 0) == 0;
+  o.world_size = s.world_size, o.rank = s.rank, o.zero_stage = s.zero, o.bucket_bytes = int64_t(s.bucket_cap);
   o.optimizer = s.optimizer == "sgd"    ? (s.momentum > 0 ? OptimizerKind::SGDMomentum : OptimizerKind::SGD)
                 : s.optimizer == "adam" ? OptimizerKind::Adam
                                         : OptimizerKind::AdamW;
@@ -130,6 +240,21 @@ mg::plan::StepOptions step_options(const StepFlags& s) {
 }
 
 mg::plan::InputShape input_shape(const StepFlags& s) { return {s.batch, s.seq}; }
+
+mg::plan::Program train_program(const mg::plan::ModelSpec& spec, const StepFlags& s) {
+  const mg::plan::Program model = mg::plan::program(spec, input_shape(s), step_options(s));
+  if (spec.kind != mg::plan::ModelSpec::Kind::MLP) return model;
+  const int64_t n = spec.mlp_width;
+  return [model, n](const mg::plan::StepContext& ctx) -> mg::plan::Step {
+    auto teacher = std::make_shared<mg::Tensor>();
+    if (ctx.device.is_cpu() || (ctx.device.is_meta() && mg::meta_target() == mg::DeviceType::CPU)) {
+      mg::MemoryScope scope(mg::Category::Input, "data.teacher");
+      *teacher = mg::empty({n, n}, mg::TensorOptions().device(ctx.device));
+    }
+    const mg::plan::Step step = model(ctx);
+    return [teacher, step] { step(); };
+  };
+}
 
 mg::plan::Policy policy(const StepFlags& s, const mg::plan::ModelSpec& spec, bool table,
                         const mg::plan::PlanOptions& plan_options) {
@@ -142,7 +267,8 @@ mg::plan::Policy policy(const StepFlags& s, const mg::plan::ModelSpec& spec, boo
   if (c == "auto") {
     if (!s.budget) throw UsageError("--checkpoint auto needs --budget (e.g. --budget 256MiB)");
     const int64_t budget = int64_t(s.budget);
-    auto rows = mg::plan::choose_segments(spec, input_shape(s), step_options(s), budget, plan_options);
+    auto rows =
+        mg::plan::choose_segments(train_program(spec, s), mg::plan::context(input_shape(s)), budget, plan_options);
     if (table)
       std::printf("checkpoint segments chosen for the budget (planned on meta):\n%s\n",
                   mg::plan::choice_table(rows, budget).c_str());
@@ -157,7 +283,8 @@ mg::plan::Policy policy(const StepFlags& s, const mg::plan::ModelSpec& spec, boo
     int64_t least_limit = 0;
     for (const auto& r : rows) {
       const int64_t limit =
-          mg::plan::plan(spec, input_shape(s), step_options(s), r.policy, plan_options).smallest_limit;
+          mg::plan::plan(train_program(spec, s), mg::plan::context(input_shape(s), r.policy), plan_options)
+              .smallest_limit;
       if (!least || limit < least_limit) least = &r, least_limit = limit;
     }
     throw mg::OutOfMemoryError(

@@ -2,6 +2,7 @@
 // precision, checkpoint policy) and how they map onto memgrad's planner types.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include <memgrad/memgrad.h>
@@ -16,6 +17,26 @@ inline constexpr int kExitError = 1, kExitUsage = 2, kExitOutOfMemory = 3;
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+// Flag values are checked on their text, so nothing is clamped or wrapped: CLI11 alone reads
+// integers with strtoll/strtoull in base 0 (99999999999999999999 becomes 2^63 - 1, -1 wraps to
+// 2^64 - 1 in an unsigned flag, 010 is octal) and its number checks let NaN through. Out of range
+// is a usage error (exit 2) whose message prints the bounds readably.
+inline constexpr int64_t kMaxCount = int64_t(1) << 62;  // steps, sizes: sums and products of two stay in int64
+
+// Decimal text of an integer ("-12", "0"; no "+", spaces or other bases) in T's range, else nullopt.
+template <class T>
+std::optional<T> parse_integer(const std::string& text);
+// Integers in [lo, hi] (transforms the text to canonical decimal for CLI11).
+CLI::Validator integer_in(int64_t lo, int64_t hi);
+CLI::Validator any_uint64();  // [0, 2^64 - 1], e.g. seeds
+// Finite numbers >= lo (> lo when `open`) and <= hi (hi may be infinity: no upper bound).
+CLI::Validator number_in(double lo, double hi, bool open = false);
+// A byte size such as 512MiB or 80GB (CLI11's AsSizeValue) below 2^63, for --memory-limit and --budget.
+CLI::Option* byte_size(CLI::Option* option);
+// Throws UsageError unless `path` can be written when the run ends: its folder exists and is
+// writable, and it is not a folder itself (checked before any work, not after a long run).
+void check_writable(const char* flag, const std::string& path);
 
 struct ModelFlags {
   std::string model;  // tiny | gpt2-124m | gpt2-350m | gpt2-774m | gpt2-1.5b | custom | mlp
@@ -34,10 +55,17 @@ struct StepFlags {
   uint64_t budget = 0;              // bytes; `auto` chooses segments for it
   int64_t accum = 1;                // micro-batches per optimizer step
   double clip = 0.0;                // max gradient norm (0: off)
+  // Data parallelism: ZeRO stage and bucket size (train and plan); the world size and rank are the
+  // launcher's for train and flags for plan.
+  int zero = 0;
+  uint64_t bucket_cap = uint64_t(25) << 20;
+  int64_t world_size = 1, rank = 0;
 };
 
 void add_model_flags(CLI::App& app, ModelFlags& m);
 void add_step_flags(CLI::App& app, StepFlags& s);
+// --zero and --bucket-cap (train and plan).
+void add_data_parallel_flags(CLI::App& app, StepFlags& s);
 
 // The planner's description of the model (GPT presets have GPT-2's vocabulary of 50257).
 mg::plan::ModelSpec model_spec(const ModelFlags& m, int64_t seq);
@@ -45,6 +73,10 @@ std::string model_str(const mg::plan::ModelSpec& spec);
 // Loss scaling (a GradScaler) for the float16 modes.
 mg::plan::StepOptions step_options(const StepFlags& s);
 mg::plan::InputShape input_shape(const StepFlags& s);
+// What `memgrad train` runs on a device, as a program for the planner: the built-in model and its
+// trainer (plan::program), after the teacher matrix the MLP's data is drawn through ([width, width]
+// float32, Input), which train holds on the cpu. Every plan of the command is of this program.
+mg::plan::Program train_program(const mg::plan::ModelSpec& spec, const StepFlags& s);
 // none, every-K, sqrt or selective for n blocks; `auto` chooses segments for the budget with the
 // planner: among its methods' plans that run under the budget on meta, the one that recomputes
 // least (printing the side-by-side table when `table` is set). `plan_options` says what device the

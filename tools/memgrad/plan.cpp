@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <limits>
 
 #include "report.h"
 
@@ -13,8 +14,18 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
   app.add_option("--device", f.device, "the device the plan is for: meta books the scratch its kernels allocate")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
+  add_data_parallel_flags(app, f.step);
+  app.add_option("--world-size", f.step.world_size,
+                 "data parallelism: plan one rank of this many processes (meta simulates it: no MPI needed)")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
+      ->capture_default_str();
+  app.add_option("--rank", f.step.rank, "data parallelism: the rank planned (0 holds the largest slices)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_flag("!--no-compare", f.compare, "skip the side-by-side tables of precisions and policies");
-  app.add_option("--top", f.top, "owners to list at the peak")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--top", f.top, "owners to list at the peak")
+      ->transform(integer_in(0, std::numeric_limits<int>::max()))
+      ->capture_default_str();
 }
 
 int run_plan(const PlanFlags& f) {
@@ -27,9 +38,17 @@ int run_plan(const PlanFlags& f) {
   options.device = f.device == "cuda" ? mg::DeviceType::CUDA : mg::DeviceType::CPU;
   std::printf("memgrad plan: %s, %s parameters (%s in float32)\n", model_str(spec).c_str(), thousands(params).c_str(),
               mg::format_bytes(params * 4).c_str());
+  if (f.step.rank >= f.step.world_size)
+    throw UsageError("--rank " + std::to_string(f.step.rank) + ": expected a rank below --world-size " +
+                     std::to_string(f.step.world_size));
+  const bool data_parallel = f.step.world_size > 1 || f.step.zero > 0;
+  if (data_parallel)
+    std::printf("data parallel: rank %lld of %lld processes, ZeRO stage %d, buckets of %s\n",
+                static_cast<long long>(f.step.rank), static_cast<long long>(f.step.world_size), f.step.zero,
+                mg::format_bytes(int64_t(f.step.bucket_cap)).c_str());
   const Policy chosen = policy(f.step, spec, true, options);
   const StepOptions step = step_options(f.step);
-  const StepReport r = plan(spec, shape, step, chosen, options);
+  const StepReport r = plan(train_program(spec, f.step), context(shape, chosen), options);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf(
       "step: batch %lld x %lld, %s, %s, checkpoint %s (%s), for %s; planned on meta in %s (%lld steps), no "
@@ -46,10 +65,12 @@ int run_plan(const PlanFlags& f) {
                 o.bytes < 0 ? "depends on the driver and GPU (cuda::device_memory().outside_memgrad measures it)"
                             : (mg::format_bytes(o.bytes) + " (" + std::to_string(o.bytes) + " B)").c_str());
   if (f.step.budget) {
-    const int64_t b = largest_batch(spec, shape, step, chosen, int64_t(f.step.budget), options);
+    const int64_t b =
+        largest_batch(train_program(spec, f.step), context(shape, chosen), int64_t(f.step.budget), options);
     std::printf("  largest batch whose steps run under %s: %lld\n", mg::format_bytes(int64_t(f.step.budget)).c_str(),
                 static_cast<long long>(b));
   }
+  if (data_parallel) std::printf("\n%s", zero_table(spec, shape, step, chosen).c_str());
   if (!f.compare) return 0;
 
   // What each precision mode stores (no checkpointing), and each policy in the chosen precision; all
@@ -67,7 +88,7 @@ int run_plan(const PlanFlags& f) {
     s.precision = precision;
     PlanOptions quick = options;
     quick.smallest_limit = false;
-    const StepReport q = plan(spec, shape, step_options(s), Policy::none(), quick);
+    const StepReport q = plan(train_program(spec, s), context(shape), quick);
     std::printf("  %-13s %11s %11s %11s %11s %11s %11s", precision, mg::format_bytes(q.peak).c_str(),
                 mg::format_bytes(q.category(mg::Category::Parameter)).c_str(),
                 mg::format_bytes(q.category(mg::Category::Gradient)).c_str(),
@@ -101,7 +122,8 @@ int run_plan(const PlanFlags& f) {
     row_spec.gpt.fused_attention = row.fused;
     PlanOptions quick = options;
     quick.smallest_limit = false;
-    const StepReport q = plan(row_spec, shape, step, row.policy, quick);
+    const Program row_program = train_program(row_spec, f.step);
+    const StepReport q = plan(row_program, context(shape, row.policy), quick);
     if (!none_peak) none_peak = q.peak;
     const std::string name = row.policy.name + (row.fused == fused ? "" : row.fused ? "+fused" : "+composed");
     std::printf("  %-14s %11s %11s %11s %8.1f%% %+7.1f%%", name.c_str(), mg::format_bytes(q.peak).c_str(),
@@ -110,8 +132,8 @@ int run_plan(const PlanFlags& f) {
                 q.flops ? 100.0 * q.recompute_flops / q.flops : 0.0,
                 100.0 * double(q.peak - none_peak) / double(none_peak));
     if (f.step.budget)
-      std::printf(" %10lld", static_cast<long long>(
-                                 largest_batch(row_spec, shape, step, row.policy, int64_t(f.step.budget), options)));
+      std::printf(" %10lld", static_cast<long long>(largest_batch(row_program, context(shape, row.policy),
+                                                                  int64_t(f.step.budget), options)));
     std::printf("\n");
   }
   std::printf(

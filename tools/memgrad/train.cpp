@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <random>
 
@@ -24,7 +25,10 @@ constexpr bool kBuiltWithCuda = false;
 #endif
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// Batches drawn from (seed, step, micro-batch) alone, so a resumed run sees the same data.
+// Batches drawn from (seed, step, micro-batch) alone, so a resumed run sees the same data. Each
+// batch (and the MLP's teacher matrix) is allocated in the ledger first, as Input, and filled in
+// place: a --memory-limit covers it, and a batch too large for the machine is an OutOfMemoryError
+// at once instead of std::bad_alloc after filling host vectors for a while.
 class Data {
  public:
   Data(const mg::plan::ModelSpec& spec, uint64_t seed, const mg::Device& device)
@@ -33,10 +37,15 @@ class Data {
       for (const char* c = kCorpus; *c; ++c) tokens_.push_back(int64_t(static_cast<unsigned char>(*c)));
       split_ = int64_t(tokens_.size()) * 9 / 10;  // the last tenth is held out for evaluation
     } else {
+      const int64_t n = spec.mlp_width;
+      {
+        mg::MemoryScope scope(mg::Category::Input, "data.teacher");
+        teacher_ = mg::empty({n, n});
+      }
       std::mt19937_64 rng(seed ^ 0x7eac4e5ULL);
-      std::normal_distribution<float> normal(0.f, 1.f / std::sqrt(float(spec.mlp_width)));
-      teacher_.resize(size_t(spec.mlp_width * spec.mlp_width));
-      for (auto& w : teacher_) w = normal(rng);
+      std::normal_distribution<float> normal(0.f, 1.f / std::sqrt(float(n)));
+      float* w = teacher_.data_ptr<float>();
+      for (int64_t i = 0; i < n * n; ++i) w[i] = normal(rng);
     }
   }
   bool is_gpt() const { return spec_.kind == mg::plan::ModelSpec::Kind::GPT; }
@@ -47,25 +56,28 @@ class Data {
     std::mt19937_64 rng(key);
     if (is_gpt()) {
       const int64_t T = s.seq_len, begin = eval ? split_ : 0, end = eval ? int64_t(tokens_.size()) : split_;
-      std::vector<int64_t> x, y;
+      mg::Tensor x = mg::empty({s.batch, T}, mg::kInt64), y = mg::empty({s.batch, T}, mg::kInt64);
+      int64_t *px = x.data_ptr<int64_t>(), *py = y.data_ptr<int64_t>();
       for (int64_t b = 0; b < s.batch; ++b) {
-        const int64_t start = begin + int64_t(rng() % uint64_t(end - begin - T - 1));
-        x.insert(x.end(), tokens_.begin() + start, tokens_.begin() + start + T);
-        y.insert(y.end(), tokens_.begin() + start + 1, tokens_.begin() + start + T + 1);
+        const auto window = tokens_.begin() + begin + int64_t(rng() % uint64_t(end - begin - T - 1));
+        std::copy(window, window + T, px + b * T);
+        std::copy(window + 1, window + T + 1, py + b * T);
       }
-      return {to_device(mg::tensor(x, {s.batch, T})), to_device(mg::tensor(y, {s.batch, T}))};
+      return {to_device(x), to_device(y)};
     }
     const int64_t n = spec_.mlp_width;
     std::normal_distribution<float> normal(0.f, 1.f);
-    std::vector<float> x(size_t(s.batch * n)), y(size_t(s.batch * n), 0.f);
-    for (auto& v : x) v = normal(rng);
+    mg::Tensor x = mg::empty({s.batch, n}), y = mg::empty({s.batch, n});
+    float *px = x.data_ptr<float>(), *py = y.data_ptr<float>();
+    const float* w = teacher_.data_ptr<float>();
+    for (int64_t i = 0; i < s.batch * n; ++i) px[i] = normal(rng);
     for (int64_t b = 0; b < s.batch; ++b)
       for (int64_t i = 0; i < n; ++i) {
         float acc = 0;
-        for (int64_t j = 0; j < n; ++j) acc += x[size_t(b * n + j)] * teacher_[size_t(j * n + i)];
-        y[size_t(b * n + i)] = std::max(acc, 0.f);
+        for (int64_t j = 0; j < n; ++j) acc += px[b * n + j] * w[j * n + i];
+        py[b * n + i] = std::max(acc, 0.f);
       }
-    return {to_device(mg::tensor(x, {s.batch, n})), to_device(mg::tensor(y, {s.batch, n}))};
+    return {to_device(x), to_device(y)};
   }
   int64_t corpus_bytes() const { return int64_t(tokens_.size()); }
 
@@ -76,7 +88,7 @@ class Data {
   mg::Device device_;
   std::vector<int64_t> tokens_;
   int64_t split_ = 0;
-  std::vector<float> teacher_;
+  mg::Tensor teacher_;  // MLP: [width, width] on the cpu
 };
 
 std::unique_ptr<mg::optim::Optimizer> make_optimizer(const TrainFlags& f, const mg::nn::NamedTensors& params) {
@@ -87,29 +99,33 @@ std::unique_ptr<mg::optim::Optimizer> make_optimizer(const TrainFlags& f, const 
 }
 
 // The flags a saved state must agree with to be resumed (steps, logging and limits may change).
-std::string run_signature(const TrainFlags& f, const mg::plan::ModelSpec& spec) {
+// `accum` is the step's micro-batches over all data-parallel ranks: N ranks with accum A resume
+// what one process with accum N * A saved, and the other way round.
+std::string run_signature(const TrainFlags& f, const mg::plan::ModelSpec& spec, int64_t accum) {
   char buf[512];
   std::snprintf(
       buf, sizeof buf,
       "%s, dropout %g; batch %lld x %lld, accum %lld; %s lr %g warmup %lld momentum %g clip %g; %s; seed %llu",
       model_str(spec).c_str(), f.model.dropout, static_cast<long long>(f.step.batch),
-      static_cast<long long>(f.step.seq), static_cast<long long>(f.step.accum), f.step.optimizer.c_str(), f.lr,
+      static_cast<long long>(f.step.seq), static_cast<long long>(accum), f.step.optimizer.c_str(), f.lr,
       static_cast<long long>(f.warmup), f.step.momentum, f.step.clip, f.step.precision.c_str(),
       static_cast<unsigned long long>(f.seed));
   return buf;
 }
 
 // One training run's state, as a safetensors file: model.*, master.* (the float32 masters of a
-// storage precision), optim.*, scaler.*, and in the metadata the step, the default generator's
-// position and the run's signature.
+// storage precision; with data parallelism they are in optim.*), optim.* (with data parallelism every
+// rank's slices gathered), scaler.*, and in the metadata the step, the default generator's position
+// and the run's signature.
 void save_state(const std::string& path, int64_t step, const std::string& signature, const mg::nn::Module& model,
-                mg::plan::Trainer& trainer) {
+                const mg::optim::StateDict& optimizer, const mg::amp::MasterWeights* masters,
+                const mg::amp::GradScaler* scaler) {
   mg::nn::StateDict all;
   for (auto& [k, t] : model.state_dict()) all["model." + k] = t;
-  if (auto* masters = trainer.masters())
+  if (masters)
     for (auto& [k, t] : masters->named_parameters()) all["master." + k] = t.detach();
-  for (auto& [k, t] : trainer.optimizer()->state_dict()) all["optim." + k] = t;
-  if (auto* scaler = trainer.scaler())
+  for (auto& [k, t] : optimizer) all["optim." + k] = t;
+  if (scaler)
     for (auto& [k, v] : scaler->state_dict()) all["scaler." + k] = mg::scalar_tensor(v, mg::kFloat64);
   mg::Generator& g = mg::default_generator();
   mg::nn::save_safetensors(all, path,
@@ -119,37 +135,76 @@ void save_state(const std::string& path, int64_t step, const std::string& signat
                             {"memgrad.run", signature}});
 }
 
-int64_t load_state(const std::string& path, const std::string& signature, mg::nn::Module& model,
-                   mg::plan::Trainer& trainer) {
+// A state written by save_state, read and checked before the model is built: a bad file, a
+// different run or metadata that does not parse is a usage error (exit 2) naming --resume.
+struct SavedState {
+  mg::nn::StateDict tensors;
+  int64_t step = 0;
+  uint64_t rng_seed = 0, rng_offset = 0;
+};
+
+SavedState read_state(const std::string& path, const std::string& signature) {
+  const std::string flag = "--resume " + path + ": ";
+  SavedState s;
   mg::nn::Metadata meta;
-  mg::nn::StateDict all = mg::nn::load_safetensors(path, &meta);
+  try {
+    s.tensors = mg::nn::load_safetensors(path, &meta);
+  } catch (const mg::OutOfMemoryError&) {
+    throw;
+  } catch (const mg::Error& e) {
+    throw UsageError(flag + e.what());
+  }
   for (const char* key : {"memgrad.step", "memgrad.rng_seed", "memgrad.rng_offset", "memgrad.run"})
-    if (!meta.count(key)) throw mg::IOError(path + ": not a memgrad training state (no '" + key + "' in its metadata)");
+    if (!meta.count(key)) throw UsageError(flag + "not a memgrad training state (no '" + key + "' in its metadata)");
   if (meta["memgrad.run"] != signature)
     throw UsageError("--resume " + path + " was saved by a different run:\n  saved: " + meta["memgrad.run"] +
                      "\n  now:   " + signature);
-  mg::nn::StateDict m, o, masters;
-  std::map<std::string, double> s;
-  for (auto& [k, t] : all) {
-    if (k.rfind("model.", 0) == 0) m[k.substr(6)] = t;
-    if (k.rfind("master.", 0) == 0) masters[k.substr(7)] = t;
-    if (k.rfind("optim.", 0) == 0) o[k.substr(6)] = t;
-    if (k.rfind("scaler.", 0) == 0) s[k.substr(7)] = t.item<double>();
-  }
-  model.load_state_dict(m);
-  if (auto* mw = trainer.masters()) {
-    mg::NoGradGuard no_grad;
-    for (auto& [name, t] : mw->named_parameters()) {
-      auto it = masters.find(name);
-      if (it == masters.end()) throw mg::IOError(path + ": no float32 master of '" + name + "'");
-      t.copy_(it->second);
+  auto bad = [&](const char* key, const char* expected) {
+    return UsageError(flag + "its metadata " + key + " is '" + meta[key] + "', expected " + expected);
+  };
+  const auto step = parse_integer<int64_t>(meta["memgrad.step"]);
+  if (!step || *step < 0 || *step > kMaxCount) throw bad("memgrad.step", "an integer in [0, 2^62]");
+  const auto seed = parse_integer<uint64_t>(meta["memgrad.rng_seed"]);
+  if (!seed) throw bad("memgrad.rng_seed", "an integer in [0, 2^64 - 1]");
+  const auto offset = parse_integer<uint64_t>(meta["memgrad.rng_offset"]);
+  if (!offset) throw bad("memgrad.rng_offset", "an integer in [0, 2^64 - 1]");
+  s.step = *step, s.rng_seed = *seed, s.rng_offset = *offset;
+  return s;
+}
+
+// Loads `s` into the model, the optimizer and the scaler (each validates its part) and positions the
+// default generator; returns the saved step.
+int64_t apply_state(const SavedState& s, const std::string& path, mg::nn::Module& model,
+                    const std::function<void(const mg::optim::StateDict&)>& load_optimizer,
+                    mg::amp::MasterWeights* masters, mg::amp::GradScaler* scaler) {
+  try {
+    mg::nn::StateDict m, o, saved_masters;
+    std::map<std::string, double> sc;
+    for (auto& [k, t] : s.tensors) {
+      if (k.rfind("model.", 0) == 0) m[k.substr(6)] = t;
+      if (k.rfind("master.", 0) == 0) saved_masters[k.substr(7)] = t;
+      if (k.rfind("optim.", 0) == 0) o[k.substr(6)] = t;
+      if (k.rfind("scaler.", 0) == 0) sc[k.substr(7)] = t.item<double>();
     }
+    model.load_state_dict(m);
+    if (masters) {
+      mg::NoGradGuard no_grad;
+      for (auto& [name, t] : masters->named_parameters()) {
+        auto it = saved_masters.find(name);
+        if (it == saved_masters.end()) throw mg::IOError(path + ": no float32 master of '" + name + "'");
+        t.copy_(it->second);
+      }
+    }
+    load_optimizer(o);
+    if (scaler) scaler->load_state_dict(sc);
+  } catch (const mg::OutOfMemoryError&) {
+    throw;
+  } catch (const mg::Error& e) {
+    throw UsageError("--resume " + path + ": " + e.what());
   }
-  trainer.optimizer()->load_state_dict(o);
-  if (auto* scaler = trainer.scaler()) scaler->load_state_dict(s);
-  mg::default_generator().manual_seed(std::stoull(meta["memgrad.rng_seed"]));
-  mg::default_generator().set_offset(std::stoull(meta["memgrad.rng_offset"]));
-  return std::stoll(meta["memgrad.step"]);
+  mg::default_generator().manual_seed(s.rng_seed);
+  mg::default_generator().set_offset(s.rng_offset);
+  return s.step;
 }
 
 // A line that redraws itself on a terminal, or a plain line every `every` steps otherwise.
@@ -205,17 +260,17 @@ std::string oom_advice(const TrainFlags& f, const mg::plan::ModelSpec& spec, con
   mg::plan::PlanOptions o;
   o.device = device.type;
   const int64_t limit = mg::memory_stats(device).limit;
-  const mg::plan::StepOptions step = step_options(f.step);
   const mg::plan::InputShape shape = input_shape(f.step);
-  const mg::plan::StepReport r = mg::plan::plan(spec, shape, step, policy, o);
+  const mg::plan::Program program = train_program(spec, f.step);
+  const mg::plan::StepReport r = mg::plan::plan(program, mg::plan::context(shape, policy), o);
   std::string advice = "\nthe planner: this step needs a --memory-limit of at least " +
                        mg::format_bytes(r.smallest_limit) + " (" + std::to_string(r.smallest_limit) +
                        " B, its reserved peak)";
   if (limit <= 0) return advice + ".\n";
   advice += "; the limit is " + mg::format_bytes(limit) + " (" + std::to_string(limit) + " B).\n";
-  const int64_t b = mg::plan::largest_batch(spec, shape, step, policy, limit, o);
+  const int64_t b = mg::plan::largest_batch(program, mg::plan::context(shape, policy), limit, o);
   advice += "  the largest --batch whose steps run under it: " + std::to_string(b) + "\n";
-  const auto best = mg::plan::best_fit(mg::plan::choose_segments(spec, shape, step, limit, o));
+  const auto best = mg::plan::best_fit(mg::plan::choose_segments(program, mg::plan::context(shape), limit, o));
   advice += best ? "  --checkpoint auto --budget " + std::to_string(limit) + " would run " + best->method + " (" +
                        best->policy.str() + ")\n"
                  : "  no checkpoint segments make batch " + std::to_string(f.step.batch) + " run under it\n";
@@ -227,38 +282,58 @@ std::string oom_advice(const TrainFlags& f, const mg::plan::ModelSpec& spec, con
 void add_train_flags(CLI::App& app, TrainFlags& f) {
   add_model_flags(app, f.model);
   add_step_flags(app, f.step);
+  add_data_parallel_flags(app, f.step);
   app.add_option("--device", f.device, "auto (cuda when a GPU is present), cpu or cuda[:N]")->capture_default_str();
   app.add_option("-n,--steps", f.steps, "optimizer steps in total (a resumed run continues to this step)")
-      ->check(CLI::PositiveNumber)
+      ->transform(integer_in(1, kMaxCount))
       ->capture_default_str();
-  app.add_option("--lr", f.lr, "learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--lr", f.lr, "learning rate")->transform(number_in(0.0, INFINITY, true))->capture_default_str();
   app.add_option("--warmup", f.warmup, "steps of linear learning-rate warmup (0: none), then constant")
-      ->check(CLI::NonNegativeNumber)
+      ->transform(integer_in(0, kMaxCount))
       ->capture_default_str();
-  app.add_option("--memory-limit", f.memory_limit, "act like a device of this size, e.g. 64MiB (out of memory: exit 3)")
-      ->transform(CLI::AsSizeValue(true));
-  app.add_option("--seed", f.seed, "seed of parameters, data and dropout")->capture_default_str();
+  byte_size(app.add_option("--memory-limit", f.memory_limit,
+                           "act like a device of this size, e.g. 64MiB (out of memory: exit 3)"));
+  app.add_option("--seed", f.seed, "seed of parameters, data and dropout")
+      ->transform(any_uint64())
+      ->capture_default_str();
   app.add_option("--save", f.save, "write the training state (safetensors) here at the end");
   app.add_option("--resume", f.resume, "continue from a state written by --save (same model and step flags)")
       ->check(CLI::ExistingFile);
   app.add_option("--timeline", f.timeline, "HTML memory timeline of the first steps ('' for none)")
       ->capture_default_str();
   app.add_option("--timeline-steps", f.timeline_steps, "steps the timeline covers")
-      ->check(CLI::PositiveNumber)
+      ->transform(integer_in(1, kMaxCount))
       ->capture_default_str();
   app.add_option("--log", f.log, "CSV of step, loss, tokens/s and allocated bytes");
   app.add_option("--log-every", f.log_every, "print a line every N steps when not on a terminal (0: about 20 lines)")
-      ->check(CLI::NonNegativeNumber);
+      ->transform(integer_in(0, kMaxCount));
   app.add_option("--sample", f.sample, "GPT: bytes of text to generate at the end (0: none)")
-      ->check(CLI::NonNegativeNumber)
+      ->transform(integer_in(0, kMaxCount))
       ->capture_default_str();
   app.add_flag("-q,--quiet", f.quiet, "no progress lines");
 }
 
 int run_train(const TrainFlags& f) {
+  // Files written later (the state at the end, the timeline after a few steps) are checked first.
+  if (!f.save.empty()) check_writable("--save", f.save);
+  if (!f.log.empty()) check_writable("--log", f.log);
+  if (!f.timeline.empty()) check_writable("--timeline", f.timeline);
+  // Data parallelism: the processes mpirun started (or this one alone, with --zero); rank 0 prints.
+  namespace dist = mg::distributed;
+  const bool data_parallel = dist::launched_world_size() > 1 || f.step.zero > 0;
+  dist::ProcessGroup* world = data_parallel ? &dist::world() : nullptr;
+  const int rank = world ? world->rank() : 0, ranks = world ? world->size() : 1;
+  if (rank != 0 && !std::freopen("/dev/null", "w", stdout))
+    throw mg::IOError("rank " + std::to_string(rank) + ": cannot silence its output");
+  StepFlags step_flags = f.step;  // this rank's
+  step_flags.world_size = ranks, step_flags.rank = rank;
+
   mg::Device device = mg::kCPU;
   try {
-    device = f.device == "auto" ? (mg::cuda_available() ? mg::cuda_device(0) : mg::kCPU) : mg::Device(f.device);
+    const int local = ranks > 1 ? dist::local_rank() % std::max(1, mg::cuda_device_count()) : 0;
+    device = f.device == "auto"   ? (mg::cuda_available() ? mg::cuda_device(local) : mg::kCPU)
+             : f.device == "cuda" ? mg::cuda_device(local)
+                                  : mg::Device(f.device);
   } catch (const mg::Error& e) {
     throw UsageError("--device: " + std::string(e.what()));
   }
@@ -271,31 +346,58 @@ int run_train(const TrainFlags& f) {
   const mg::plan::InputShape shape = input_shape(f.step);
   mg::plan::PlanOptions target;
   target.device = device.type;
-  const mg::plan::Policy policy = memgrad_cli::policy(f.step, spec, true, target);
+  const mg::plan::Policy policy = memgrad_cli::policy(step_flags, spec, rank == 0, target);
   if (spec.kind == mg::plan::ModelSpec::Kind::GPT && spec.gpt.vocab_size < 256)
     throw UsageError("--vocab " + std::to_string(spec.gpt.vocab_size) +
                      ": memgrad train reads bytes, so the GPT needs a vocabulary of at least 256");
+  auto tokens = mg::checked_mul(f.step.batch, spec.kind == mg::plan::ModelSpec::Kind::GPT ? f.step.seq : 1);
+  if (tokens) tokens = mg::checked_mul(*tokens, f.step.accum);
+  if (!tokens)
+    throw UsageError("--batch " + std::to_string(f.step.batch) + " x --seq " + std::to_string(f.step.seq) +
+                     " x --accum " + std::to_string(f.step.accum) + ": more than 2^63 - 1 tokens per step");
+  const std::string signature = run_signature(f, spec, f.step.accum * ranks);
+  std::optional<SavedState> saved;
+  if (!f.resume.empty()) saved = read_state(f.resume, signature);
+  if (saved && saved->step >= f.steps)
+    throw UsageError("--steps " + std::to_string(f.steps) + ": the state is already at step " +
+                     std::to_string(saved->step));
+  // The plan starts from an empty allocator: so does the run (nothing the checks above made is cached),
+  // and its program holds the data's teacher as train does (train_program).
+  mg::empty_cache(device);
+  const mg::MemoryStats base = mg::memory_stats(device);
   Data data(spec, f.seed, device);
   if (data.is_gpt() && f.step.seq + 1 >= data.corpus_bytes() / 10)
     throw UsageError("--seq " + std::to_string(f.step.seq) + " is too long for the " +
                      std::to_string(data.corpus_bytes()) + "-byte corpus (its held-out tenth must hold a window)");
 
-  // The plan starts from an empty allocator: so does the run (nothing the checks above made is cached).
-  mg::empty_cache(device);
-  const mg::MemoryStats base = mg::memory_stats(device);
+  // cuda tensors travel over NCCL (this process alone: a group of one, or NCCL's when built with it)
+  std::unique_ptr<dist::ProcessGroup> nccl;
+  dist::ProcessGroup* group = world;
+  if (world && device.is_cuda() && (dist::nccl_built() || ranks > 1)) {
+    if (!dist::nccl_built())
+      throw UsageError("--device " + device.str() + " with " + std::to_string(ranks) +
+                       " processes needs NCCL, and memgrad was built without it");
+    nccl = dist::new_nccl_group(*world, device.index);
+    group = nccl.get();
+  }
+
   mg::manual_seed(f.seed);
   mg::plan::ChainModel chain(spec, device);
   mg::nn::Module& model = chain.module();
-  const mg::plan::StepOptions options = step_options(f.step);
-  mg::plan::Trainer trainer(model, options,
-                            [&f](const mg::nn::NamedTensors& params) { return make_optimizer(f, params); });
+  const mg::plan::StepOptions options = step_options(step_flags);
+  mg::plan::Trainer trainer(
+      model, options, [&f](const mg::nn::NamedTensors& params) { return make_optimizer(f, params); }, group);
   mg::optim::Optimizer& opt = *trainer.optimizer();
   mg::amp::GradScaler* scaler = trainer.scaler();
+  dist::DataParallel* dp = trainer.data_parallel();
 
-  const std::string signature = run_signature(f, spec);
   std::optional<mg::optim::LinearWarmupLR> warmup;  // made before a resume overwrites the lr with its scheduled value
   if (f.warmup) warmup.emplace(opt, f.warmup);
-  const int64_t first = f.resume.empty() ? 1 : load_state(f.resume, signature, model, trainer) + 1;
+  auto load_optimizer = [&](const mg::optim::StateDict& o) {
+    dp ? dp->load_state_dict(opt, o) : opt.load_state_dict(o);
+  };
+  const int64_t first =
+      saved ? apply_state(*saved, f.resume, model, load_optimizer, dp ? nullptr : trainer.masters(), scaler) + 1 : 1;
   for (int64_t t = 1; warmup && t < first; ++t) warmup->step();  // the schedule's position at the saved step
   std::printf("memgrad train: %s, %s parameters, on %s\n", model_str(spec).c_str(),
               thousands(model.num_parameters()).c_str(), device.str().c_str());
@@ -305,18 +407,25 @@ int run_train(const TrainFlags& f) {
               static_cast<long long>(f.step.accum), f.step.optimizer.c_str(), f.lr, f.step.precision.c_str(),
               policy.name.c_str(), policy.str().c_str(), static_cast<unsigned long long>(f.seed),
               f.resume.empty() ? "" : (", resumed at step " + std::to_string(first - 1)).c_str());
-  if (first > f.steps)
-    throw UsageError("--steps " + std::to_string(f.steps) + ": the state is already at step " +
-                     std::to_string(first - 1));
+  if (dp)
+    std::printf(
+        "  data parallel: %d process%s (%s), ZeRO stage %d, %zu gradient buckets of up to %s; each step's %lld "
+        "micro-batches split by rank, rank r running [%lld r, %lld r + %lld)\n",
+        ranks, ranks > 1 ? "es" : "", group->backend().c_str(), f.step.zero, dp->buckets().size(),
+        mg::format_bytes(int64_t(f.step.bucket_cap)).c_str(), static_cast<long long>(f.step.accum * ranks),
+        static_cast<long long>(f.step.accum), static_cast<long long>(f.step.accum),
+        static_cast<long long>(f.step.accum));
 
   std::ofstream log;
-  if (!f.log.empty()) {
+  const bool timeline = !f.timeline.empty() && rank == 0;  // files: rank 0 writes them
+  if (!f.log.empty() && rank == 0) {
     log.open(f.log);
     if (!log) throw mg::IOError("--log: cannot write " + f.log);
     log << "step,loss,tokens_per_s,allocated\n";
   }
-  if (!f.timeline.empty()) mg::record_history(true, 1000000);
-  const int64_t tokens_per_step = f.step.batch * (data.is_gpt() ? f.step.seq : 1) * f.step.accum;  // mlp: rows
+  if (timeline) mg::record_history(true, 1000000);
+  const int64_t tokens_per_step = *tokens * ranks;  // mlp: rows; all ranks
+  const double communication_before = dp ? dp->communication_seconds() : 0;
   Progress progress(first, f.steps, f.log_every ? f.log_every : std::max<int64_t>(1, (f.steps - first + 1) / 20),
                     f.quiet, data.is_gpt() ? "tok" : "rows");
   double loss = 0, train_seconds = 0;
@@ -327,7 +436,7 @@ int run_train(const TrainFlags& f) {
   try {
     for (int64_t step = first; step <= f.steps; ++step) {
       const auto t0 = Clock::now();
-      if (!f.timeline.empty()) mg::annotate_memory("step " + std::to_string(step), device);
+      if (timeline) mg::annotate_memory("step " + std::to_string(step), device);
       mg::reset_peak(device);  // as the planner does: the step (gradients cleared first) is measured whole
       loss = mg::plan::train_step(
           chain, trainer, [&](int64_t micro) { return data.batch(step, micro, shape); }, policy);
@@ -352,7 +461,7 @@ int run_train(const TrainFlags& f) {
                       double(tokens_per_step) / dt, static_cast<long long>(m.allocated));
         log << line;
       }
-      if (!f.timeline.empty() && step == std::min(first + f.timeline_steps - 1, f.steps)) {  // once: off clears it
+      if (timeline && step == std::min(first + f.timeline_steps - 1, f.steps)) {  // once: off clears it
         mg::write_memory_timeline(
             f.timeline, device,
             "memgrad train: steps " + std::to_string(first) + "-" + std::to_string(step) + ", " + model_str(spec));
@@ -372,8 +481,13 @@ int run_train(const TrainFlags& f) {
   if (scaler && scaler->skipped_steps())
     std::printf(" (%lld steps skipped by the grad scaler)", static_cast<long long>(scaler->skipped_steps()));
   std::printf("\n");
+  const double communication = dp ? dp->communication_seconds() - communication_before : 0;
+  if (dp)
+    std::printf("communication: rank 0 was blocked waiting for reductions and gathers %s of %s (%.1f%%)\n",
+                format_seconds(communication).c_str(), format_seconds(train_seconds).c_str(),
+                100.0 * communication / train_seconds);
 
-  if (data.is_gpt()) {  // held-out loss, without recording history: no activations are kept
+  if (data.is_gpt() && rank == 0) {  // held-out loss, without recording history: no activations are kept
     mg::NoGradGuard no_grad;
     model.eval();
     double eval = 0;
@@ -405,7 +519,8 @@ int run_train(const TrainFlags& f) {
   plan_options.device = device.type;
   plan_options.memory_limit = int64_t(f.memory_limit);
   plan_options.max_steps = std::min<int64_t>(steps_run, 16);
-  const mg::plan::StepReport planned = mg::plan::plan(spec, shape, options, policy, plan_options);
+  const mg::plan::StepReport planned =
+      mg::plan::plan(train_program(spec, step_flags), mg::plan::context(shape, policy), plan_options);
   auto compare = [&](const char* what, int64_t measured, int64_t plan_bytes) {
     std::string verdict = measured == plan_bytes ? "exact" : "off by " + std::to_string(measured - plan_bytes) + " B";
     if (measured != plan_bytes && scaler && scaler->skipped_steps())
@@ -414,22 +529,62 @@ int run_train(const TrainFlags& f) {
                 mg::format_bytes(measured).c_str(), static_cast<long long>(measured),
                 mg::format_bytes(plan_bytes).c_str(), static_cast<long long>(plan_bytes), verdict.c_str());
   };
+  int64_t planned_peaks[2] = {-1, -1};  // for the ranks' table
   if (!f.resume.empty()) {  // a resumed run's first step already holds optimizer state: only later steps compare
-    if (steps_run > 1) compare("later steps' allocated peak", peaks[1], planned.peak);
+    if (steps_run > 1) compare("later steps' allocated peak", peaks[1], planned_peaks[1] = planned.peak);
     std::printf("  (a resumed run's allocator history differs from the plan's, which starts from the first step)\n");
   } else {
-    compare("first step's allocated peak", peaks[0], planned.first_peak);
-    if (steps_run > 1) compare("later steps' allocated peak", peaks[1], planned.peak);
+    compare("first step's allocated peak", peaks[0], planned_peaks[0] = planned.first_peak);
+    if (steps_run > 1) compare("later steps' allocated peak", peaks[1], planned_peaks[1] = planned.peak);
     compare(f.memory_limit ? "reserved peak under this --memory-limit" : "reserved peak with no limit", reserved,
             planned.reserved);
   }
   if (planned.smallest_limit)
     std::printf("  the smallest --memory-limit these steps run under: %s (%lld B)\n",
                 mg::format_bytes(planned.smallest_limit).c_str(), static_cast<long long>(planned.smallest_limit));
-  std::printf("\noptimizer state per parameter (%s):\n%s", opt.type().c_str(), opt.state_report().str().c_str());
-  if (!f.timeline.empty()) std::printf("memory timeline: %s\n", f.timeline.c_str());
+  if (dp) {  // every rank's figures, gathered (the calls below are collective: every rank makes them)
+    auto held = [&s, &base](mg::Category c) { return s.category(c) - base.category(c); };
+    const std::vector<int64_t> mine = {peaks[0],
+                                       peaks[1],
+                                       planned_peaks[0],
+                                       planned_peaks[1],
+                                       held(mg::Category::Parameter),
+                                       held(mg::Category::Gradient),
+                                       held(mg::Category::OptimizerState),
+                                       int64_t(communication * 1e6),
+                                       int64_t(train_seconds * 1e6)};
+    const std::vector<int64_t> all = world->all_gather(mine);
+    std::printf(
+        "\nevery rank (%d processes, ZeRO stage %d): each step's peak measured and planned on meta for that "
+        "rank; the bytes it holds after the last step; its time blocked on communication\n",
+        ranks, f.step.zero);
+    for (int r = 0; r < ranks; ++r) {
+      const int64_t* v = &all[size_t(r) * mine.size()];
+      std::string line = "  rank " + std::to_string(r) + ":";
+      for (int i = 0; i < 2; ++i)
+        if (v[2 + i] >= 0)
+          line += std::string(i ? " later steps " : " first step ") + std::to_string(v[i]) + " B, planned " +
+                  std::to_string(v[2 + i]) + " B: " + (v[i] == v[2 + i] ? "exact;" : "differs;");
+      char tail[256];
+      std::snprintf(tail, sizeof tail,
+                    " Parameter %lld B, Gradient %lld B, OptimizerState %lld B; communication %.1f%%",
+                    static_cast<long long>(v[4]), static_cast<long long>(v[5]), static_cast<long long>(v[6]),
+                    v[8] ? 100.0 * double(v[7]) / double(v[8]) : 0.0);
+      std::printf("%s%s\n", line.c_str(), tail);
+    }
+    const std::string table = dp->shard_table(opt);
+    std::printf(
+        "\noptimizer state per parameter (%s): which rank holds which elements, and the bytes of state its "
+        "ledger holds for them\n%s",
+        opt.type().c_str(), table.c_str());
+  } else {
+    std::printf("\noptimizer state per parameter (%s):\n%s", opt.type().c_str(), opt.state_report().str().c_str());
+  }
+  if (timeline) std::printf("memory timeline: %s\n", f.timeline.c_str());
   if (!f.save.empty()) {
-    save_state(f.save, f.steps, signature, model, trainer);
+    const mg::optim::StateDict optimizer = dp ? dp->state_dict(opt) : opt.state_dict();  // collective with dp
+    if (rank == 0) save_state(f.save, f.steps, signature, model, optimizer, dp ? nullptr : trainer.masters(), scaler);
+    if (world) world->barrier();  // the file exists when any rank returns
     std::printf("training state (step %lld): %s\n", static_cast<long long>(f.steps), f.save.c_str());
   }
   return 0;

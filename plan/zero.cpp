@@ -1,0 +1,97 @@
+#include <memgrad/plan/zero.h>
+
+#include <cstdio>
+
+#include <memgrad/core/random.h>
+
+namespace mg::plan {
+
+ModelStates model_states(const ModelSpec& model, const InputShape& input, const StepOptions& step,
+                         bool half_parameters) {
+  GeneratorStateGuard rng;  // meta runs draw counters too: give them back
+  const MemoryStats before = memory_stats(kMeta);
+  ModelStates r;
+  {
+    ChainModel chain(model, kMeta);
+    if (half_parameters) chain.module().to(kFloat16);
+    r.parameters = chain.module().num_parameters();
+    auto group = distributed::simulated_group(int(step.rank), int(step.world_size));
+    distributed::DataParallel dp(
+        chain.module().named_parameters(), *group,
+        distributed::DataParallelOptions().zero_stage(step.zero_stage).bucket_bytes(step.bucket_bytes));
+    auto opt = make_optimizer(step.optimizer, dp.optimizer_parameters());
+    StepOptions o = step;
+    if (half_parameters) o.precision = Precision::Float32, o.grad_scaler = false;  // the model computes in float16
+    auto [x, target] = chain.zero_inputs(input);
+    for (int s = 0; s < 2; ++s)
+      train_step(
+          chain, opt.get(), nullptr, [&](int64_t) { return std::make_pair(x, target); }, Policy::none(), o, &dp);
+    const MemoryStats m = memory_stats(kMeta);
+    auto held = [&](Category c) { return m.category(c) - before.category(c); };
+    r.parameter = held(Category::Parameter), r.gradient = held(Category::Gradient);
+    r.optimizer_state = held(Category::OptimizerState);
+  }
+  return r;
+}
+
+double zero_bytes_per_parameter(double p, double g, double k, int stage, int64_t world) {
+  const double n = double(world);
+  return p + (stage >= 2 ? g / n : g) + (stage >= 1 ? k / n : k);
+}
+
+int64_t optimizer_state_bytes_per_parameter(OptimizerKind kind, bool masters) {
+  const int64_t own = kind == OptimizerKind::Adam || kind == OptimizerKind::AdamW ? 8
+                      : kind == OptimizerKind::SGDMomentum                        ? 4
+                                                                                  : 0;
+  return own + (masters ? 4 : 0);
+}
+
+std::string zero_table(const ModelSpec& model, const InputShape& input, const StepOptions& step, const Policy& policy) {
+  std::string out;
+  char line[256];
+  auto add = [&out, &line](int n) { out.append(line, size_t(std::max(0, std::min(n, int(sizeof line) - 1)))); };
+  add(std::snprintf(line, sizeof line, "ZeRO stages side by side: rank %lld of %lld, planned on meta\n",
+                    static_cast<long long>(step.rank), static_cast<long long>(step.world_size)));
+  add(std::snprintf(line, sizeof line, "  %-7s %14s %14s %14s %14s %14s\n", "stage", "peak B", "Parameter", "Gradient",
+                    "OptState", "Workspace"));
+  for (int stage = 0; stage <= 2; ++stage) {
+    StepOptions o = step;
+    o.zero_stage = stage;
+    const StepReport r = plan(model, input, o, policy);
+    add(std::snprintf(
+        line, sizeof line, "  %-7d %14lld %14lld %14lld %14lld %14lld%s\n", stage, static_cast<long long>(r.peak),
+        static_cast<long long>(r.category(Category::Parameter)), static_cast<long long>(r.category(Category::Gradient)),
+        static_cast<long long>(r.category(Category::OptimizerState)),
+        static_cast<long long>(r.category(Category::Workspace)), stage == step.zero_stage ? "   <- --zero" : ""));
+  }
+  out += "  (checkpoint " + policy.name +
+         "; categories at each peak; Workspace: the buckets being reduced or gathered)\n\n";
+  out += "bytes per parameter one rank holds between steps (parameters + gradients + optimizer state),\n";
+  add(std::snprintf(line, sizeof line, "the ledger on meta / ZeRO's formula (Rajbhandari et al. 2020), N = %lld:\n",
+                    static_cast<long long>(step.world_size)));
+  add(std::snprintf(line, sizeof line, "  %-34s %17s %17s %17s\n", "parameters, optimizer", "stage 0", "stage 1",
+                    "stage 2"));
+  for (bool half : {false, true}) {
+    const int64_t p = half ? 2 : 4, k = optimizer_state_bytes_per_parameter(step.optimizer, half);
+    const std::string name = std::string(half ? "fp16 + fp32 masters" : "fp32") + " (" + std::to_string(p) + "+" +
+                             std::to_string(p) + "+" + std::to_string(k) + ")";
+    add(std::snprintf(line, sizeof line, "  %-34s", name.c_str()));
+    for (int stage = 0; stage <= 2; ++stage) {
+      StepOptions o = step;
+      o.zero_stage = stage;
+      const ModelStates m = model_states(model, input, o, half);
+      const std::string cell = [&] {
+        char c[64];
+        std::snprintf(c, sizeof c, "%.2f / %.2f", m.per_parameter(m.total()),
+                      zero_bytes_per_parameter(double(p), double(p), double(k), stage, step.world_size));
+        return std::string(c);
+      }();
+      add(std::snprintf(line, sizeof line, " %17s", cell.c_str()));
+    }
+    out += "\n";
+  }
+  out += "  (the ledger rounds each tensor to 512 B and pads slices to ceil(n / N) elements per rank)\n";
+  return out;
+}
+
+}  // namespace mg::plan

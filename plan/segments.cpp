@@ -214,7 +214,9 @@ std::vector<ChoiceRow> choose_segments(const Program& program, const StepContext
   const std::vector<std::pair<std::string, Chooser>> choosers = {{"Chen greedy", choose_chen_greedy},
                                                                  {"DP", choose_dp}};
   std::vector<ChoiceRow> rows = {row("none", Policy::none()), row("sqrt(n)", choose_sqrt_n(c))};
-  for (const auto& [method, choose] : choosers) {
+  for (const auto& chooser : choosers) {
+    const std::string& method = chooser.first;
+    const Chooser& choose = chooser.second;  // named: lambdas cannot capture structured bindings in C++17
     // The allocated target whose choice runs under the budget with the fewest recomputed blocks: the
     // budget itself, else the largest target that works, by bisection between the budget and the
     // lowest target the method meets in the cost model (its least-memory choice). Reserved bytes

@@ -22,10 +22,10 @@ ModelStates model_states(const ModelSpec& model, const InputShape& input, const 
     auto opt = make_optimizer(step.optimizer, dp.optimizer_parameters());
     StepOptions o = step;
     if (half_parameters) o.precision = Precision::Float32, o.grad_scaler = false;  // the model computes in float16
-    auto [x, target] = chain.zero_inputs(input);
+    const std::pair<Tensor, Tensor> inputs = chain.zero_inputs(input);
     for (int s = 0; s < 2; ++s)
       train_step(
-          chain, opt.get(), nullptr, [&](int64_t) { return std::make_pair(x, target); }, Policy::none(), o, &dp);
+          chain, opt.get(), nullptr, [&](int64_t) { return inputs; }, Policy::none(), o, &dp);
     const MemoryStats m = memory_stats(kMeta);
     auto held = [&](Category c) { return m.category(c) - before.category(c); };
     r.parameter = held(Category::Parameter), r.gradient = held(Category::Gradient);

@@ -136,7 +136,8 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* generator) {
   Tensor out = new_like(xc);
   auto [seed, offset] = generator_or_default(generator).draw(uint64_t(x.numel()));
   kernels::run(x.device(), &Backend::dropout, xc, out, p, seed, offset);
-  autograd::record(Op::dropout, {x}, {out}, [=](const TensorList& g, const Node&) {
+  // Captured by name: C++17 lambdas cannot capture structured bindings (clang refuses them).
+  autograd::record(Op::dropout, {x}, {out}, [=, seed = seed, offset = offset](const TensorList& g, const Node&) {
     Tensor gc = g[0].contiguous(), gi = new_like(gc);  // the same counters give the same mask
     kernels::run(gc.device(), &Backend::dropout, gc, gi, p, seed, offset);
     return TensorList{gi};

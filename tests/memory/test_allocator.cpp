@@ -407,9 +407,10 @@ TEST_CASE("allocator: an IsolatedAllocator is a fresh device for this thread, an
     Blocks inside(kMeta);
     inside.get(512 * KiB);
     CHECK(memory_stats(kMeta).allocated == 512 * KiB);
-    CHECK(memory_stats(kMeta).reserved == 2 * MiB);  // a small-pool segment of its own
+    CHECK(memory_stats(kMeta).reserved == 2 * MiB);          // a small-pool segment of its own
     CHECK_THROWS_AS(inside.get(3 * MiB), OutOfMemoryError);  // its limit
-    std::thread other([&] { CHECK(memory_stats(kMeta).allocated == before.allocated); });  // another thread: the device's
+    std::thread other(
+        [&] { CHECK(memory_stats(kMeta).allocated == before.allocated); });  // another thread: the device's
     other.join();
     {
       IsolatedAllocator nested(kMeta);

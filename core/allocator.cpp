@@ -34,6 +34,10 @@ const char* event_kind_name(MemoryEventKind k) {
   return names[size_t(k)];
 }
 
+namespace {
+struct DeviceState;
+}
+
 namespace memory {
 struct Segment;
 // A piece of a segment: handed out (block set), waiting for other streams' events (block null,
@@ -58,6 +62,8 @@ struct Segment {
   // The stream the segment was made for; its chunks serve only that stream. Holding the Stream keeps
   // a created stream alive while cached blocks are keyed by its handle (a new stream can't reuse it).
   cuda::Stream stream{};
+  DeviceState* state = nullptr;  // the allocator it belongs to (an IsolatedAllocator's or the device's)
+  uint64_t serial = 0;           // the order it was made in on its allocator
 };
 }  // namespace memory
 
@@ -77,12 +83,16 @@ thread_local Op t_op = Op::none;
 uintptr_t stream_key(const Chunk* c) { return reinterpret_cast<uintptr_t>(c->segment->stream.handle()); }
 
 // Grouped by stream (always 0 off cuda); within one, best fit: the smallest free chunk that is
-// large enough, lowest address first.
+// large enough; among equal sizes the oldest segment first, then the lowest offset in it. PyTorch
+// breaks ties by address; the segments' order is the same wherever the device places them, so a meta
+// run makes the same choices as a cpu or cuda one and predicts their reserved bytes exactly.
 struct BySize {
   bool operator()(const Chunk* a, const Chunk* b) const {
     uintptr_t sa = stream_key(a), sb = stream_key(b);
     if (sa != sb) return sa < sb;
-    return a->size != b->size ? a->size < b->size : a->addr < b->addr;
+    if (a->size != b->size) return a->size < b->size;
+    if (a->segment->serial != b->segment->serial) return a->segment->serial < b->segment->serial;
+    return a->addr < b->addr;
   }
 };
 using FreeSet = std::set<Chunk*, BySize>;
@@ -96,6 +106,8 @@ struct DeviceState {
   std::map<uintptr_t, Segment*> segments;        // by base address
   std::vector<std::pair<void*, Chunk*>> events;  // recorded at release on other streams (cuda only)
   uintptr_t next_meta_address = uintptr_t(1) << 40;
+  uint64_t next_serial = 0;
+  bool detached = false;  // an IsolatedAllocator's state whose guard ended with blocks still live
   FreeSet& pool(bool small) { return pools[small ? 0 : 1]; }
 };
 
@@ -157,8 +169,13 @@ int state_index(const Device& d) {
   return 2 + d.index;
 }
 
+// An IsolatedAllocator's state for this thread, per device slot (null: the device's own).
+thread_local std::array<DeviceState*, 2 + kMaxCudaDevices> t_isolated{};
+
 DeviceState& state(const Device& d) {
-  auto& slot = g_states[size_t(state_index(d))];
+  const size_t index = size_t(state_index(d));
+  if (DeviceState* s = t_isolated[index]) return *s;
+  auto& slot = g_states[index];
   if (DeviceState* s = slot.load(std::memory_order_acquire)) return *s;
   static std::mutex mu;
   std::lock_guard<std::mutex> g(mu);
@@ -169,6 +186,8 @@ DeviceState& state(const Device& d) {
   slot.store(s, std::memory_order_release);
   return *s;
 }
+// The allocator a live block came from.
+DeviceState& state_of(const Block* b) { return *b->chunk->segment->state; }
 
 // ---- segment source
 
@@ -373,7 +392,7 @@ Segment* new_segment(DeviceState& s, const Block& b, bool small, const cuda::Str
         refused = true;
         continue;
       }
-      auto* seg = new Segment{p, reinterpret_cast<uintptr_t>(p), n, small, nullptr, stream};
+      auto* seg = new Segment{p, reinterpret_cast<uintptr_t>(p), n, small, nullptr, stream, &s, s.next_serial++};
       seg->head = new Chunk{seg->base, n, seg};
       s.segments.emplace(seg->base, seg);
       s.stats.reserved += int64_t(n);
@@ -559,7 +578,7 @@ Block* allocate(const Device& d, size_t nbytes, Category fallback) {
 
 void release(Block* b) {
   if (!b) return;
-  DeviceState& s = state(b->device);
+  DeviceState& s = state_of(b);
   {
     std::lock_guard<std::mutex> g(s.mu);
     Chunk* c = b->chunk;
@@ -581,7 +600,7 @@ void release(Block* b) {
 
 void record_stream(const Block* b, const cuda::Stream& stream) {
   if (!b || !b->device.is_cuda()) return;  // one stream off cuda: nothing is ever deferred
-  DeviceState& s = state(b->device);
+  DeviceState& s = state_of(b);
   std::lock_guard<std::mutex> g(s.mu);
   Chunk* c = b->chunk;
   // Work on the block's own stream is ordered before any later use of the block: nothing to wait for.
@@ -603,7 +622,7 @@ void record_event(const Device& d, MemoryEventKind kind, int64_t bytes, Category
 
 void set_category(Block* b, Category c) {
   if (!b || b->category == c) return;
-  DeviceState& s = state(b->device);
+  DeviceState& s = state_of(b);
   std::lock_guard<std::mutex> g(s.mu);
   Category before = b->category;
   add_category(s, before, -int64_t(b->size));
@@ -614,7 +633,7 @@ void set_category(Block* b, Category c) {
 
 void set_owner(Block* b, const std::string& owner) {
   if (!b || b->owner == owner) return;
-  DeviceState& s = state(b->device);
+  DeviceState& s = state_of(b);
   std::lock_guard<std::mutex> g(s.mu);
   add_owner(s, b->owner, -int64_t(b->size));
   b->owner = owner;
@@ -622,6 +641,33 @@ void set_owner(Block* b, const std::string& owner) {
 }
 
 }  // namespace memory
+
+IsolatedAllocator::IsolatedAllocator(const Device& d, int64_t limit) : device_(d) {
+  MG_CHECK(limit >= 0, ValueError, "IsolatedAllocator: expected a non-negative limit, got ", limit);
+  const size_t index = size_t(state_index(d));
+  auto* s = new DeviceState;
+  s->device = d;
+  s->stats.limit = limit;
+  previous_ = t_isolated[index];
+  state_ = t_isolated[index] = s;
+}
+
+IsolatedAllocator::~IsolatedAllocator() {
+  auto* s = static_cast<DeviceState*>(state_);
+  t_isolated[size_t(state_index(device_))] = static_cast<DeviceState*>(previous_);
+  bool empty = false;
+  {
+    std::lock_guard<std::mutex> g(s->mu);
+    process_events(*s, true);
+    release_cached(*s);
+    empty = s->segments.empty();
+    // Blocks still live (a tensor that outlived the guard) keep their allocator: it no longer caches,
+    // so each segment goes back as its last block is freed. The state itself stays (a few bytes).
+    s->detached = !empty;
+    s->stats.caching = false;
+  }
+  if (empty) delete s;
+}
 
 MemoryStats memory_stats(const Device& d) {
   DeviceState& s = state(d);
@@ -714,7 +760,7 @@ std::vector<SegmentInfo> memory_segments(const Device& d) {
   std::lock_guard<std::mutex> g(s.mu);
   std::vector<SegmentInfo> r;
   for (auto& [base, seg] : s.segments) {
-    SegmentInfo si{base, int64_t(seg->size), seg->small, {}};
+    SegmentInfo si{base, seg->serial, int64_t(seg->size), seg->small, {}};
     for (Chunk* c = seg->head; c; c = c->next) {
       BlockInfo bi;
       bi.address = c->addr;

@@ -7,6 +7,16 @@
 
 namespace mg {
 
+namespace {
+thread_local DeviceType t_meta_target = DeviceType::CPU;
+}
+DeviceType meta_target() { return t_meta_target; }
+MetaTargetGuard::MetaTargetGuard(DeviceType target) : previous_(t_meta_target) {
+  MG_CHECK(target != DeviceType::Meta, ValueError, "MetaTargetGuard: expected cpu or cuda, got meta");
+  t_meta_target = target;
+}
+MetaTargetGuard::~MetaTargetGuard() { t_meta_target = previous_; }
+
 Device::Device(const std::string& spec) {
   auto colon = spec.find(':');
   std::string kind = spec.substr(0, colon);

@@ -30,6 +30,20 @@ inline Device cuda_device(int index = 0) { return Device(DeviceType::CUDA, index
 
 std::ostream& operator<<(std::ostream& os, const Device& d);
 
+// The device type a meta run stands in for: meta allocates the scratch (Workspace) that this type's
+// kernels would, so that a plan is made for a device. Per thread; cpu unless a guard says otherwise.
+DeviceType meta_target();
+class MetaTargetGuard {
+ public:
+  explicit MetaTargetGuard(DeviceType target);  // cpu or cuda
+  ~MetaTargetGuard();
+  MetaTargetGuard(const MetaTargetGuard&) = delete;
+  MetaTargetGuard& operator=(const MetaTargetGuard&) = delete;
+
+ private:
+  DeviceType previous_;
+};
+
 // CUDA availability. Any failing device query counts as "no GPU".
 bool cuda_built();        // compiled with MG_CUDA
 int cuda_device_count();  // 0 when not built or no device

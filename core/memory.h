@@ -101,6 +101,26 @@ void reset_peak(const Device& d = kCPU);
 // "512M" (cpu and cuda devices) or per device type "cpu=1G,cuda=8G,meta=40G"; suffixes K, M, G
 // (powers of 1024), optionally followed by "B" or "iB".
 void set_memory_limit(const Device& d, int64_t bytes);
+// Gives this thread a fresh allocator for device `d` until the guard ends, as a new process would
+// start with: no segments, every count and peak zero, `limit` as its memory limit (0: none). On this
+// thread, allocations on `d` and memory_stats, reset_peak, set_memory_limit, empty_cache, ... for `d`
+// use it; blocks it handed out go back to it whichever thread frees them. The planner runs each plan
+// in one, so that what the process allocated before cannot change a plan's reserved bytes; tests
+// measure real steps in one to compare with the plan. Guards nest. Blocks still live when the guard
+// ends keep their allocator (caching off: each segment is returned as its last block goes).
+class IsolatedAllocator {
+ public:
+  explicit IsolatedAllocator(const Device& d, int64_t limit = 0);
+  ~IsolatedAllocator();
+  IsolatedAllocator(const IsolatedAllocator&) = delete;
+  IsolatedAllocator& operator=(const IsolatedAllocator&) = delete;
+
+ private:
+  Device device_;
+  void* state_;
+  void* previous_;
+};
+
 // Live bytes per owner label on `d`.
 std::map<std::string, int64_t> memory_by_owner(const Device& d = kCPU);
 
@@ -180,6 +200,7 @@ struct BlockInfo {
 };
 struct SegmentInfo {
   uint64_t address = 0;
+  uint64_t serial = 0;  // the order it was made in on its allocator (address order is the device's choice)
   int64_t size = 0;
   bool small_pool = false;
   std::vector<BlockInfo> blocks;  // in address order, covering the segment

@@ -184,6 +184,15 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
 // and positions, then scales and shifts per channel (weight and bias [C], optional).
 Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5);
+// Batch normalization (Ioffe & Szegedy 2015) of x [N, C, ...] per channel of dim 1, as
+// torch.nn.functional.batch_norm. training: normalizes with the batch's mean and biased variance
+// over N and the trailing dims, and when running_mean / running_var ([C], both or neither) are given
+// updates them in place: r = (1 - momentum) r + momentum b, with the unbiased variance. Else
+// normalizes with the running statistics (required). weight and bias ([C]) may be undefined. Saves x
+// and the per-channel mean and 1/std (float32; float64 for float64 x). Runs in float32 under autocast.
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight = Tensor(), const Tensor& bias = Tensor(), bool training = true,
+                  double momentum = 0.1, double eps = 1e-5);
 // Zeroes elements with probability p and scales the rest by 1/(1-p). The mask is not stored:
 // backward regenerates it from the counter-based generator's seed and offset.
 Tensor dropout(const Tensor& x, double p, bool training = true, Generator* generator = nullptr);

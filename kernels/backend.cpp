@@ -13,6 +13,11 @@ std::vector<std::string> missing_kernels(const Backend& b) {
   return missing;
 }
 
+const Backend& scratch_backend(DeviceType target) {
+  static const Backend none;
+  return target == DeviceType::CPU ? cpu_scratch() : target == DeviceType::CUDA ? cuda_scratch() : none;
+}
+
 void no_kernel(const Device& device, const char* kernel) {
   Op op = memory::current_op();
   throw NotImplementedError(

@@ -75,6 +75,13 @@ struct Backend {
 
 const Backend& cpu_backend();
 const Backend& cuda_backend();  // all null when memgrad is built without CUDA
+// A kernel's scratch is part of its op's contract. These tables hold, for the kernels that allocate
+// scratch, functions that allocate exactly what that backend's kernel allocates and compute nothing;
+// the other entries are null. A meta run calls the table of meta_target() (core/device.h), so a plan
+// books the Workspace bytes of the device it is made for. cuda_scratch is built without nvcc too.
+const Backend& cpu_scratch();
+const Backend& cuda_scratch();
+const Backend& scratch_backend(DeviceType target);
 // The names of the required (non-optional) entries `b` lacks: empty for a complete backend.
 std::vector<std::string> missing_kernels(const Backend& b);
 
@@ -91,15 +98,19 @@ const char* kernel_name(Fn Backend::*fn) {
 // Raises NotImplementedError: `device`'s backend has no kernel `kernel` (for the current op).
 [[noreturn]] void no_kernel(const Device& device, const char* kernel);
 
-// Runs `fn` of the backend for `device` (nothing on meta). Raises NotImplementedError naming the
-// current op (OpScope) and the kernel when the backend lacks it. Under a memory budget
+// Runs `fn` of the backend for `device`; on meta, only the scratch the kernel of meta_target() would
+// allocate. Raises NotImplementedError naming the current op (OpScope) and the kernel when the
+// backend lacks it. Under a memory budget
 // (core/budget.h) the run goes through the budget runtime, which records how to recompute what it
 // writes (kernels/budget_run.h).
 template <class Fn, class... Args>
 void run(const Device& device, Fn Backend::*fn, Args&&... args) {
-  if (device.is_meta()) return;
   NoGradGuard no_grad;                       // kernels never record history
   MemoryScope scratch(Category::Workspace);  // anything a kernel allocates is scratch
+  if (device.is_meta()) {
+    if (auto f = scratch_backend(meta_target()).*fn) f(std::forward<Args>(args)...);
+    return;
+  }
   auto f = (device.is_cuda() ? cuda_backend() : cpu_backend()).*fn;
   if (f == nullptr) no_kernel(device, kernel_name(fn));
   if (budget::detail::any_active()) return run_budgeted(device, kernel_name(fn), f, args...);

@@ -40,6 +40,10 @@ const std::map<std::string, std::set<std::string>>& write_table() {
       {"cross_entropy_backward", {"grad_logits"}},
       {"layer_norm", {"out", "mean", "rstd"}},
       {"layer_norm_backward", {"grad_x", "grad_weight", "grad_bias"}},
+      // In eval, batch_norm reads mean and var (the running statistics) rather than writing them:
+      // taking them as written there only costs recompute (out then keeps no recipe), never a value.
+      {"batch_norm", {"out", "mean", "var", "rstd"}},
+      {"batch_norm_backward", {"grad_x", "grad_weight", "grad_bias"}},
       {"matmul", {"out"}},
       {"attention", {"out", "lse"}},
       {"attention_backward", {"delta", "grad_q", "grad_k", "grad_v"}},

@@ -75,6 +75,17 @@ MG_KERNEL(layer_norm_backward, void, const Tensor& grad, const Tensor& x, const 
 // the same layout, in kernels::sorts_before's order, ties in their original order (stable).
 MG_KERNEL(sort, void, const Tensor& x, const Tensor& values, const Tensor& indices, int64_t outer, int64_t r,
           int64_t inner, bool descending)
+// Batch norm per channel c of the contiguous x [N, C, S]; mean, var and rstd are [C], float32
+// (float64 for float64 x); weight/bias [C] in x's dtype, may be undefined. training: mean and var
+// (biased) of x[:, c, :] are computed and written, else read; rstd = 1 / sqrt(var + eps) is written;
+// out = (x - mean) * rstd * weight + bias.
+MG_KERNEL(batch_norm, void, const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
+          const Tensor& mean, const Tensor& var, const Tensor& rstd, bool training, double eps)
+// With xhat = (x - mean) * rstd: grad_weight = sum(grad * xhat) and grad_bias = sum(grad) over N and S
+// (either may be undefined); grad_x = weight * rstd * (grad - mean(grad) - xhat * mean(grad * xhat))
+// when the statistics were the batch's (training), else weight * rstd * grad.
+MG_KERNEL(batch_norm_backward, void, const Tensor& grad, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+          const Tensor& weight, const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias, bool training)
 
 // ---- matmul (cpu/matmul.cpp, cuda/matmul.cu)
 // Batched GEMM: out[b] = a[b] @ b[b]; a [B, M, K], b [B, K, N], out [B, M, N] contiguous.

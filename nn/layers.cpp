@@ -1,6 +1,8 @@
 #include <memgrad/nn/layers.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include <memgrad/core/grad_mode.h>
 #include <memgrad/nn/init.h>
@@ -74,6 +76,43 @@ Tensor GroupNorm::forward(const Tensor& x) {
   MG_CHECK(x.dim() >= 2 && x.size(1) == num_channels, ShapeError, "GroupNorm: expected input [N, ", num_channels,
            ", ...], got ", shape_str(x.shape()));
   return group_norm(x, num_groups, weight, bias, eps);
+}
+
+BatchNorm::BatchNorm(const char* type, std::vector<int64_t> dims, int64_t n, const BatchNormOptions& o,
+                     const TensorOptions& to)
+    : UnaryModule(type), num_features(n), options(o), dims_(std::move(dims)) {
+  MG_CHECK(n > 0, ValueError, type, ": expected a positive number of features, got ", n);
+  MG_CHECK(o.momentum_ >= 0 && o.momentum_ <= 1 && o.eps_ > 0, ValueError, type,
+           ": expected momentum in [0, 1] and eps > 0, got ", o.momentum_, " and ", o.eps_);
+  if (o.affine_) {
+    weight = register_parameter("weight", {n}, to);
+    bias = register_parameter("bias", {n}, to);
+    init::ones_(weight);
+    init::zeros_(bias);
+  }
+  if (o.track_running_stats_) {
+    NoGradGuard ng;
+    auto state = [this](const char* name, const std::function<Tensor()>& make) -> Tensor& {
+      MemoryScope scope(Category::Other, name);  // the module's state, like the attention's mask
+      return register_buffer(name, make());
+    };
+    running_mean = state("running_mean", [&] { return zeros({n}, to); });
+    running_var = state("running_var", [&] { return ones({n}, to); });
+    num_batches_tracked =
+        state("num_batches_tracked", [&] { return zeros({}, TensorOptions(kInt64).device(to.device_)); });
+  }
+}
+
+Tensor BatchNorm::forward(const Tensor& x) {
+  MG_CHECK(std::find(dims_.begin(), dims_.end(), x.dim()) != dims_.end() && x.size(1) == num_features, ShapeError,
+           type_name(), ": expected an input of ", dims_.size() == 1 ? "4" : "2 or 3", " dims with ", num_features,
+           " channels in dim 1, got ", shape_str(x.shape()));
+  const bool batch_stats = is_training() || !running_mean.defined();
+  if (is_training() && num_batches_tracked.defined()) {
+    NoGradGuard ng;
+    num_batches_tracked.add_(1);
+  }
+  return batch_norm(x, running_mean, running_var, weight, bias, batch_stats, options.momentum_, options.eps_);
 }
 
 Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, const TensorOptions& options)

@@ -72,7 +72,6 @@ class LayerNorm : public UnaryModule {
 
 // Group normalisation (Wu and He): the channels of input [N, C, ...] in num_groups groups, each
 // normalised over its channels and positions; affine weight 1 and bias 0 per channel at start.
-// Batch norm (nn::BatchNorm1d/2d) comes with the planner's work (issue 15).
 class GroupNorm : public UnaryModule {
  public:
   GroupNorm(int64_t num_groups, int64_t num_channels, double eps = 1e-5, bool affine = true,
@@ -81,6 +80,45 @@ class GroupNorm : public UnaryModule {
   int64_t num_groups, num_channels;
   double eps;
   Tensor weight, bias;  // undefined without affine
+};
+
+// Batch normalization over channel dim 1 (Ioffe & Szegedy 2015), as PyTorch's BatchNorm1d/2d.
+// Training mode normalizes with the batch's statistics and, with track_running_stats, updates the
+// buffers running_mean (zeros at start), running_var (ones) with `momentum` and counts
+// num_batches_tracked; eval mode normalizes with the running statistics. Affine weight 1 and bias 0
+// at start. BatchNorm1d takes [N, C] or [N, C, L], BatchNorm2d [N, C, H, W].
+struct BatchNormOptions {
+  double eps_ = 1e-5, momentum_ = 0.1;
+  bool affine_ = true, track_running_stats_ = true;
+  BatchNormOptions& eps(double v) { return eps_ = v, *this; }
+  BatchNormOptions& momentum(double v) { return momentum_ = v, *this; }
+  BatchNormOptions& affine(bool v) { return affine_ = v, *this; }
+  BatchNormOptions& track_running_stats(bool v) { return track_running_stats_ = v, *this; }
+};
+class BatchNorm : public UnaryModule {
+ public:
+  Tensor forward(const Tensor& x) override;
+  int64_t num_features;
+  BatchNormOptions options;
+  Tensor weight, bias;                                    // undefined without affine
+  Tensor running_mean, running_var, num_batches_tracked;  // undefined without track_running_stats
+
+ protected:
+  BatchNorm(const char* type, std::vector<int64_t> dims, int64_t num_features, const BatchNormOptions& o,
+            const TensorOptions& options);
+
+ private:
+  std::vector<int64_t> dims_;  // the input ranks it takes
+};
+class BatchNorm1d : public BatchNorm {
+ public:
+  explicit BatchNorm1d(int64_t num_features, const BatchNormOptions& o = {}, const TensorOptions& options = {})
+      : BatchNorm("BatchNorm1d", {2, 3}, num_features, o, options) {}
+};
+class BatchNorm2d : public BatchNorm {
+ public:
+  explicit BatchNorm2d(int64_t num_features, const BatchNormOptions& o = {}, const TensorOptions& options = {})
+      : BatchNorm("BatchNorm2d", {4}, num_features, o, options) {}
 };
 
 // Looks up rows of weight [num_embeddings, embedding_dim] (initialised N(0, 1)) by int64 index.

@@ -1,16 +1,147 @@
-#include <memgrad/plan/planner.h>
-
+// Chains of blocks, precision modes and the training step: the code a plan runs on meta and the
+// memgrad command runs for real.
 #include <cmath>
 #include <limits>
 #include <optional>
 
 #include <memgrad/autograd/checkpoint.h>
 #include <memgrad/core/autocast.h>
+#include <memgrad/core/error.h>
+#include <memgrad/core/flops.h>
 #include <memgrad/core/random.h>
 #include <memgrad/nn/loss.h>
+#include <memgrad/optim/adam.h>
 #include <memgrad/optim/clip.h>
+#include <memgrad/optim/sgd.h>
+#include <memgrad/plan/probe_impl.h>
 
 namespace mg::plan {
+
+// ---- chains
+
+Chain chain_of(int64_t n, std::function<Tensor(int64_t, const Tensor&)> forward) {
+  return {n, [forward](int64_t i, const Tensor& x, bool selective) -> Tensor {
+            MemoryScope scope(std::to_string(i));
+            if (!selective) return forward(i, x);
+            return checkpoint([forward, i](const Tensor& in) { return forward(i, in); }, x,
+                              CheckpointPolicy::keep_matmuls());
+          }};
+}
+
+Chain chain_of(const nn::Sequential& blocks) {
+  const nn::Sequential* seq = &blocks;
+  return chain_of(int64_t(blocks.size()), [seq](int64_t i, const Tensor& x) { return (*seq)[size_t(i)]->forward(x); });
+}
+
+Tensor run_chain(const Chain& chain, const Tensor& x, const Policy& policy) {
+  if (detail::ChainProbe* probe = detail::active_probe()) return probe->run(chain, x);
+  const int64_t n = chain.n;
+  std::vector<int64_t> segment_end(size_t(n), -1);
+  for (auto& s : policy.segments) {
+    MG_CHECK(s.begin >= 0 && s.begin < s.end && s.end <= n, ValueError, "plan: expected segments inside [0, ", n,
+             "), got ", policy.str());
+    segment_end[size_t(s.begin)] = s.end;
+  }
+  Tensor h = x;
+  for (int64_t i = 0; i < n;) {
+    const int64_t end = segment_end[size_t(i)];
+    if (end < 0) {
+      h = chain.block(i, h, policy.selective);
+      ++i;
+      continue;
+    }
+    auto block = chain.block;  // the checkpoint runs again in backward: it keeps its own copy
+    h = checkpoint(
+        [block, i, end](const Tensor& in) {
+          Tensor y = in;
+          for (int64_t k = i; k < end; ++k) y = block(k, y, false);
+          return y;
+        },
+        h);
+    i = end;
+  }
+  return h;
+}
+
+namespace detail {
+
+namespace {
+thread_local ChainProbe* t_probe = nullptr;
+int64_t rounded_bytes(const Tensor& t) {
+  return (t.numel() * int64_t(dtype_size(t.dtype())) + kGranule - 1) / kGranule * kGranule;
+}
+}  // namespace
+
+ChainProbe* active_probe() { return t_probe; }
+ChainProbe::ChainProbe(bool one_segment) : one_segment_(one_segment), previous_(t_probe) { t_probe = this; }
+ChainProbe::~ChainProbe() { t_probe = previous_; }
+
+int64_t ChainProbe::mark() {
+  const int64_t v = memory_stats(kMeta).peak_allocated;
+  reset_peak(kMeta);
+  return v;
+}
+
+// The hook on block i's output closes the phase before block i's backward: block i + 1's backward
+// (with its recompute, in a segment), or the tail for the last block.
+void ChainProbe::close_before(Tensor& out, int64_t i) {
+  out.register_hook([this, i](const Tensor&) {
+    close(i + 1 == phases.n ? phases.tail : phases.backward[size_t(i + 1)]);
+    return Tensor();
+  });
+}
+
+Tensor ChainProbe::run(const Chain& chain, const Tensor& x) {
+  Phases& p = phases;
+  const int64_t n = chain.n;
+  MG_CHECK(n >= 1 && (p.n == 0 || p.n == n), ValueError,
+           "plan: expected one chain of blocks per forward, got chains of ", p.n, " and ", n, " blocks");
+  if (p.n == 0) {
+    p.n = n;
+    p.forward.assign(size_t(n), 0), p.backward.assign(size_t(n), 0), p.recompute.assign(size_t(n), 0);
+  }
+  close(p.head);
+  p.input_bytes = rounded_bytes(x);
+  Tensor h = x;
+  if (h.requires_grad()) {
+    p.backward0_hooked = true;
+    h.register_hook([this](const Tensor&) {
+      close(phases.backward[0]);
+      return Tensor();
+    });
+  }
+  if (!one_segment_) {
+    const int64_t before = memory_stats(kMeta).allocated;
+    for (int64_t i = 0; i < n; ++i) {
+      FlopCounter flops;
+      h = chain.block(i, h, false);
+      if (i == 0) p.forward_flops = flops.total();
+      close(p.forward[size_t(i)]);
+      if (i == 0) p.block_bytes = memory_stats(kMeta).allocated - before;
+      close_before(h, i);
+    }
+    p.output_bytes = rounded_bytes(h);
+    return h;
+  }
+  auto calls = std::make_shared<int>(0);  // the segment's runs: the forward, then its recompute in backward
+  auto block = chain.block;
+  return checkpoint(
+      [this, block, n, calls](const Tensor& in) {
+        const bool first = ++*calls == 1;
+        Tensor y = in;
+        for (int64_t j = 0; j < n; ++j) {
+          y = block(j, y, false);
+          close((first ? phases.forward : phases.recompute)[size_t(j)]);
+          if (first) close_before(y, j);
+        }
+        return y;
+      },
+      h);
+}
+
+}  // namespace detail
+
+// ---- the built-in models
 
 namespace {
 // The MLP's module: n Linear(width, width) layers.
@@ -23,22 +154,33 @@ class MLPChain : public nn::Module {
   std::shared_ptr<nn::ModuleList<nn::Linear>> layers;
 };
 
-// An MLP block: relu(layers[i](x)).
-Tensor mlp_block(const nn::ModuleList<nn::Linear>& layers, int64_t i, const Tensor& x) {
-  MemoryScope scope("layers." + std::to_string(i));
-  return relu(layers[size_t(i)].forward(x));
+// An MLP block: relu(layers[i](x)); selective runs it as a segment keeping the matmul's output.
+Chain mlp_chain(const std::shared_ptr<nn::ModuleList<nn::Linear>>& layers) {
+  auto block = [layers](int64_t i, const Tensor& x) {
+    MemoryScope scope("layers." + std::to_string(i));
+    return relu((*layers)[size_t(i)].forward(x));
+  };
+  return {int64_t(layers->size()), [block](int64_t i, const Tensor& x, bool selective) -> Tensor {
+            if (!selective) return block(i, x);
+            return checkpoint([block, i](const Tensor& in) { return block(i, in); }, x,
+                              CheckpointPolicy::keep_matmuls());
+          }};
 }
-Tensor gpt_block(const nn::GPT& g, int64_t i, const Tensor& x, bool selective) {
-  MemoryScope scope("h." + std::to_string(i));
-  nn::Block& b = (*g.h)[size_t(i)];
-  // The policy's choice for this call only: the model's own setting (GPTConfig) is put back after.
-  struct Restore {
-    bool& flag;
-    bool saved;
-    ~Restore() { flag = saved; }
-  } restore{b.attn->selective_recompute, b.attn->selective_recompute};
-  b.attn->selective_recompute = selective;
-  return b.forward(x);
+
+// A GPT block; selective checkpoints its attention core for this call only (the model's own
+// setting, GPTConfig::selective_recompute, is put back after).
+Chain gpt_chain(const std::shared_ptr<nn::GPT>& g) {
+  return {g->config.n_layer, [g](int64_t i, const Tensor& x, bool selective) {
+            MemoryScope scope("h." + std::to_string(i));
+            nn::Block& b = (*g->h)[size_t(i)];
+            struct Restore {
+              bool& flag;
+              bool saved;
+              ~Restore() { flag = saved; }
+            } restore{b.attn->selective_recompute, b.attn->selective_recompute};
+            b.attn->selective_recompute = selective;
+            return b.forward(x);
+          }};
 }
 }  // namespace
 
@@ -47,65 +189,32 @@ ChainModel::ChainModel(const ModelSpec& s, const Device& device) : spec_(s), dev
     auto m = std::make_shared<MLPChain>(s.mlp_layers, s.mlp_width, TensorOptions(device));
     mlp_ = m->layers;
     module_ = m;
+    chain_ = mlp_chain(mlp_);
   } else {
     nn::GPTConfig c = s.gpt;
     c.options = c.options.device(device);
     module_ = gpt_ = std::make_shared<nn::GPT>(c);
+    chain_ = gpt_chain(gpt_);
   }
 }
 
 Tensor ChainModel::head(const Tensor& input) const {
-  if (!gpt_) return input;
+  if (!gpt_) return input.to((*mlp_)[0].weight.dtype());  // a half model takes a half copy of the float32 data
   MemoryScope scope("embedding");
   Tensor pos = arange(input.size(1), TensorOptions(kInt64).device(input.device()));
   return gpt_->drop->forward(gpt_->wte->forward(input) + gpt_->wpe->forward(pos));
 }
 
-Tensor ChainModel::block(int64_t i, const Tensor& x, bool selective) const {
-  if (gpt_) return gpt_block(*gpt_, i, x, selective);
-  if (!selective) return mlp_block(*mlp_, i, x);
-  auto layers = mlp_;
-  return checkpoint([layers, i](const Tensor& in) { return mlp_block(*layers, i, in); }, x,
-                    CheckpointPolicy::keep_matmuls());
-}
-
-Tensor ChainModel::segment(int64_t begin, int64_t end, const Tensor& x) const {
-  auto layers = mlp_;
-  auto g = gpt_;
-  return checkpoint(
-      [layers, g, begin, end](const Tensor& in) {
-        Tensor h = in;
-        for (int64_t i = begin; i < end; ++i) h = g ? gpt_block(*g, i, h, false) : mlp_block(*layers, i, h);
-        return h;
-      },
-      x);
-}
-
+// The loss runs in float32 (a half model's output is widened first, as Megatron does): a float16
+// loss times the GradScaler's 2^16 would overflow, and so would its gradient.
 Tensor ChainModel::tail(const Tensor& x, const Tensor& target) const {
   MemoryScope scope("head");
-  if (!gpt_) return mse_loss(x, target);
-  return nn::lm_loss(linear(gpt_->ln_f->forward(x), gpt_->wte->weight), target);
+  if (!gpt_) return mse_loss(x.to(kFloat32), target);
+  return nn::lm_loss(linear(gpt_->ln_f->forward(x), gpt_->wte->weight).to(kFloat32), target);
 }
 
 Tensor ChainModel::loss(const Tensor& input, const Tensor& target, const Policy& policy) const {
-  Tensor x = head(input);
-  const int64_t n = spec_.num_blocks();
-  std::vector<int64_t> segment_end(size_t(n), -1);
-  for (auto& s : policy.segments) {
-    MG_CHECK(s.begin >= 0 && s.begin < s.end && s.end <= n, ValueError, "plan: expected segments inside [0, ", n,
-             "), got ", policy.str());
-    segment_end[size_t(s.begin)] = s.end;
-  }
-  for (int64_t i = 0; i < n;) {
-    if (segment_end[size_t(i)] > 0) {
-      x = segment(i, segment_end[size_t(i)], x);
-      i = segment_end[size_t(i)];
-    } else {
-      x = block(i, x, policy.selective);
-      ++i;
-    }
-  }
-  return tail(x, target);
+  return tail(run_chain(chain_, head(input), policy), target);
 }
 
 std::pair<Tensor, Tensor> ChainModel::zero_inputs(const InputShape& s) const {
@@ -114,17 +223,63 @@ std::pair<Tensor, Tensor> ChainModel::zero_inputs(const InputShape& s) const {
   return {zeros({s.batch, s.seq_len}, o), zeros({s.batch, s.seq_len}, o)};
 }
 
+// ---- precision
+
 std::optional<DType> autocast_dtype(Precision p) {
   if (p == Precision::Float16) return kFloat16;
   if (p == Precision::BFloat16) return kBFloat16;
   return std::nullopt;
 }
+std::optional<DType> storage_dtype(Precision p) {
+  if (p == Precision::Float16Storage) return kFloat16;
+  if (p == Precision::BFloat16Storage) return kBFloat16;
+  return std::nullopt;
+}
 
-double train_step(const ChainModel& model, optim::Optimizer* opt, amp::GradScaler* scaler,
-                  const std::function<std::pair<Tensor, Tensor>(int64_t)>& batch, const Policy& policy,
-                  const StepOptions& options, distributed::DataParallel* dp) {
+namespace {
+const std::pair<Precision, const char*> kPrecisionNames[] = {{Precision::Float32, "fp32"},
+                                                             {Precision::Float16, "fp16"},
+                                                             {Precision::BFloat16, "bf16"},
+                                                             {Precision::Float16Storage, "fp16-storage"},
+                                                             {Precision::BFloat16Storage, "bf16-storage"}};
+}  // namespace
+const char* precision_name(Precision p) {
+  for (auto& [q, name] : kPrecisionNames)
+    if (q == p) return name;
+  return "?";
+}
+Precision parse_precision(const std::string& name) {
+  for (auto& [q, n] : kPrecisionNames)
+    if (name == n) return q;
+  throw ValueError("plan: expected a precision fp32, fp16, bf16, fp16-storage or bf16-storage, got '" + name + "'");
+}
+
+// ---- the training step
+
+std::unique_ptr<optim::Optimizer> make_optimizer(OptimizerKind kind, const nn::NamedTensors& params) {
+  switch (kind) {
+    case OptimizerKind::None:
+      return nullptr;
+    case OptimizerKind::SGD:
+      return std::make_unique<optim::SGD>(params, optim::SGDOptions(1e-3));
+    case OptimizerKind::SGDMomentum:
+      return std::make_unique<optim::SGD>(params, optim::SGDOptions(1e-3).momentum(0.9));
+    case OptimizerKind::Adam:
+      return std::make_unique<optim::Adam>(params);
+    case OptimizerKind::AdamW:
+      return std::make_unique<optim::AdamW>(params);
+  }
+  return nullptr;
+}
+
+namespace {
+
+// One training step (Trainer::step and the ChainModel train_step run it), rank r of N with `dp`.
+double run_step(nn::Module& model, optim::Optimizer* opt, amp::GradScaler* scaler, amp::MasterWeights* masters,
+                const std::function<Tensor(int64_t)>& forward, const StepOptions& options,
+                distributed::DataParallel* dp) {
   MG_CHECK(options.accum >= 1, ValueError, "plan::train_step: expected accum >= 1, got ", options.accum);
-  model.module().zero_grad();
+  model.zero_grad();
   // A step that fails (out of memory, say) leaves no trace, so that it can be retried or run
   // smaller: gradients cleared again, the generator rewound, the scaler as it was. The optimizer's
   // step is all-or-nothing itself, and it is the last thing that changes a parameter.
@@ -137,16 +292,15 @@ double train_step(const ChainModel& model, optim::Optimizer* opt, amp::GradScale
     const int64_t first = dp ? dp->rank() * options.accum : 0;                  // this rank's first micro-batch
     const int64_t micro_batches = options.accum * (dp ? dp->world_size() : 1);  // in the whole step
     double total = 0;
-    Tensor x, y, loss;  // live until the next micro-batch replaces them, as in a Python loop
+    Tensor loss;  // live until the next micro-batch replaces it, as in a Python loop
     for (int64_t i = 0; i < options.accum; ++i) {
       const int64_t g = first + i;
       const uint64_t start = step_offset + uint64_t(g) * kMicroBatchCounters;
       rng.set_offset(start);
-      std::tie(x, y) = batch(g);
       {
         std::optional<amp::AutocastGuard> autocast;
         if (half) autocast.emplace(*half);
-        loss = model.loss(x, y, policy);
+        loss = forward(g);
       }
       if (micro_batches > 1) loss = loss * (1.0 / double(micro_batches));
       total += loss.is_meta() ? std::numeric_limits<double>::quiet_NaN() : loss.item<double>();
@@ -158,8 +312,7 @@ double train_step(const ChainModel& model, optim::Optimizer* opt, amp::GradScale
     }
     rng.set_offset(step_offset + uint64_t(micro_batches) * kMicroBatchCounters);
     if (dp) total = dp->group().all_reduce(total);
-    amp::MasterWeights* masters = dp ? dp->masters() : nullptr;
-    if (scaler && opt) {
+    if (scaler && opt) {  // the float32 masters' gradients: unscaled on the way
       masters ? scaler->unscale_(*opt, *masters) : scaler->unscale_(*opt);
       if (dp) scaler->merge_found_inf(dp->any_rank(scaler->found_inf()));
     } else if (masters) {
@@ -167,7 +320,7 @@ double train_step(const ChainModel& model, optim::Optimizer* opt, amp::GradScale
     }
     if (options.clip_norm > 0)
       dp ? dp->clip_grad_norm_(options.clip_norm)
-         : optim::clip_grad_norm_(model.module().parameters(), options.clip_norm);
+         : optim::clip_grad_norm_(masters ? masters->parameters() : model.parameters(), options.clip_norm);
     if (scaler && opt) {
       masters ? scaler->step(*opt, *masters) : scaler->step(*opt);
       scaler->update();
@@ -178,12 +331,92 @@ double train_step(const ChainModel& model, optim::Optimizer* opt, amp::GradScale
     if (dp) dp->gather_parameters();
     return total;
   } catch (...) {
-    model.module().zero_grad();
+    model.zero_grad();
     if (dp) dp->zero_grad();
     rng.set_offset(step_offset);
     if (scaler) *scaler = *scaler_before;
     throw;
   }
+}
+
+}  // namespace
+
+Trainer::Trainer(nn::Module& model, const StepOptions& options, const OptimizerFactory& make,
+                 distributed::ProcessGroup* group)
+    : model_(model), options_(options) {
+  MG_CHECK(options.accum >= 1, ValueError, "plan::Trainer: expected accum >= 1, got ", options.accum);
+  if (auto half = storage_dtype(options.precision)) model.to(*half);
+  nn::NamedTensors params = model.named_parameters();
+  if (options.data_parallel()) {  // the masters of half parameters are dp's, sliced by rank
+    MG_CHECK(options.world_size >= 1 && options.rank >= 0 && options.rank < options.world_size, ValueError,
+             "plan: expected 0 <= rank < world_size, got rank ", options.rank, " of ", options.world_size);
+    if (!group) {
+      own_group_ = distributed::simulated_group(int(options.rank), int(options.world_size));
+      group = own_group_.get();
+    }
+    dp_ = std::make_unique<distributed::DataParallel>(
+        params, *group,
+        distributed::DataParallelOptions().zero_stage(options.zero_stage).bucket_bytes(options.bucket_bytes));
+    params = dp_->optimizer_parameters();
+  } else if (storage_dtype(options.precision)) {
+    masters_.emplace(params);
+    params = masters_->named_parameters();
+  }
+  opt_ = make ? make(params) : make_optimizer(options.optimizer, params);
+  if (options.grad_scaler) scaler_.emplace(options.scaler);
+}
+
+Trainer::~Trainer() = default;
+
+amp::MasterWeights* Trainer::masters() const {
+  return dp_ ? dp_->masters() : masters_ ? const_cast<amp::MasterWeights*>(&*masters_) : nullptr;
+}
+
+double Trainer::step(const std::function<Tensor(int64_t)>& forward) {
+  return run_step(model_, opt_.get(), scaler(), masters(), forward, options_, dp_.get());
+}
+
+double train_step(const ChainModel& model, optim::Optimizer* opt, amp::GradScaler* scaler,
+                  const std::function<std::pair<Tensor, Tensor>(int64_t)>& batch, const Policy& policy,
+                  const StepOptions& options, distributed::DataParallel* dp) {
+  Tensor x, y;  // live until the next micro-batch replaces them
+  return run_step(
+      model.module(), opt, scaler, dp ? dp->masters() : nullptr,
+      [&](int64_t g) {
+        std::tie(x, y) = batch(g);
+        return model.loss(x, y, policy);
+      },
+      options, dp);
+}
+
+double train_step(const ChainModel& model, Trainer& trainer,
+                  const std::function<std::pair<Tensor, Tensor>(int64_t)>& batch, const Policy& policy) {
+  Tensor x, y;  // live until the next micro-batch replaces them
+  return trainer.step([&](int64_t i) {
+    std::tie(x, y) = batch(i);
+    return model.loss(x, y, policy);
+  });
+}
+
+Program program(const ModelSpec& model, const InputShape& input, const StepOptions& step) {
+  return [model, input, step](const StepContext& ctx) -> Step {
+    auto chain = std::make_shared<ChainModel>(model, ctx.device);
+    auto trainer = std::make_shared<Trainer>(chain->module(), step);
+    InputShape shape = input;
+    shape.batch = ctx.batch;
+    const Policy policy = ctx.policy;
+    return [chain, trainer, shape, policy] {
+      train_step(
+          *chain, *trainer, [&](int64_t) { return chain->zero_inputs(shape); }, policy);
+    };
+  };
+}
+
+StepContext context(const InputShape& input, const Policy& policy) {
+  StepContext ctx;
+  ctx.batch = input.batch;
+  ctx.policy = policy;
+  return ctx;
 }
 
 }  // namespace mg::plan

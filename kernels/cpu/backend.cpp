@@ -13,4 +13,13 @@ const Backend& cpu_backend() {
   return b;
 }
 
+const Backend& cpu_scratch() {
+  static const Backend b = [] {
+    Backend k;
+    k.matmul = cpu::matmul_scratch;
+    return k;
+  }();
+  return b;
+}
+
 }  // namespace mg::kernels

@@ -8,4 +8,6 @@ using namespace mg::kernels;
 #define MG_KERNEL(name, ret, ...) ret name(__VA_ARGS__);
 #define MG_OPTIONAL_KERNEL(name, ret, ...)
 #include <memgrad/kernels/kernel_list.h>
+// The scratch of the kernels that allocate some, made without computing (scratch_backend(cpu)).
+void matmul_scratch(const Tensor& a, const Tensor& b, const Tensor& out);
 }  // namespace mg::cpu

@@ -133,25 +133,46 @@ void gemm_batched(const A* x, const Strides& xs, const A* y, const Strides& ys, 
 // Eigen maps an operand without copying when one of its two matrix strides is 1.
 bool mappable(const Tensor& t) { return t.stride(1) == 1 || t.stride(2) == 1 || t.size(1) == 1 || t.size(2) == 1; }
 
+// The type a GEMM of `t` runs in: float for the 16-bit floats, int64 for bool, else t itself.
+DType arithmetic_type(DType t) {
+  DType r = t;
+  dispatch(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    r = dtype_of<std::conditional_t<std::is_same_v<T, bool>, int64_t, opmath_t<T>>>::value;
+  });
+  return r;
+}
+
+// What the GEMM runs on, and all the scratch the CPU's matmul allocates: operands Eigen can map
+// (a contiguous copy otherwise) and, when the arithmetic type is wider than out's, widened copies of
+// both and a wide result buffer (narrowed into out after). matmul_scratch makes the same tensors on
+// meta, so a plan for the cpu books these bytes too.
+struct GemmOperands {
+  Tensor x, y, result;
+};
+GemmOperands gemm_operands(const Tensor& a, const Tensor& b, const Tensor& out) {
+  const DType wide = arithmetic_type(out.dtype());
+  if (wide == out.dtype()) return {mappable(a) ? a : a.contiguous(), mappable(b) ? b : b.contiguous(), out};
+  Tensor x = a.to(wide).contiguous(), y = b.to(wide).contiguous();
+  return {x, y, empty_with(out.shape(), wide, out.device(), Category::Workspace)};
+}
+
 }  // namespace
 
 void matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   const int64_t B = out.size(0), M = out.size(1), N = out.size(2), K = a.size(2);
   if (K == 0) return fill(out, 0.0);
-  dispatch(out.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using A = std::conditional_t<std::is_same_v<T, bool>, int64_t, opmath_t<T>>;
-    if constexpr (std::is_same_v<T, A>) {
-      Tensor x = mappable(a) ? a : a.contiguous(), y = mappable(b) ? b : b.contiguous();
-      gemm_batched<A>(ptr<A>(x), x.strides(), ptr<A>(y), y.strides(), ptr<A>(out), B, M, K, N);
-    } else {  // widen to the arithmetic type, multiply, narrow back
-      DType wide = dtype_of<A>::value;
-      Tensor x = a.to(wide).contiguous(), y = b.to(wide).contiguous();
-      Tensor o = empty_with(out.shape(), wide, out.device(), Category::Workspace);
-      gemm_batched<A>(ptr<A>(x), x.strides(), ptr<A>(y), y.strides(), ptr<A>(o), B, M, K, N);
-      copy(o, out);
-    }
+  const GemmOperands g = gemm_operands(a, b, out);
+  dispatch(g.result.dtype(), [&](auto tag) {
+    using A = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<A, opmath_t<A>> && !std::is_same_v<A, bool>)
+      gemm_batched<A>(ptr<A>(g.x), g.x.strides(), ptr<A>(g.y), g.y.strides(), ptr<A>(g.result), B, M, K, N);
   });
+  if (!g.result.is_same(out)) copy(g.result, out);
+}
+
+void matmul_scratch(const Tensor& a, const Tensor& b, const Tensor& out) {
+  if (a.size(2) > 0) gemm_operands(a, b, out);
 }
 
 }  // namespace mg::cpu

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <vector>
 
+#include <memgrad/kernels/blas_layout.h>
 #include <memgrad/kernels/cuda/cuda_kernels.h>
 #include <memgrad/kernels/cuda/common.cuh>
 
@@ -55,17 +56,9 @@ struct Operand {
   int64_t ld = 1, batch_stride = 0;
 };
 Operand operand(const Tensor& t, int64_t R, int64_t C) {
-  Operand o{t};
-  const int64_t s1 = t.stride(1), s2 = t.stride(2);
-  if ((C == 1 || s2 == 1) && (R == 1 || s1 >= std::max<int64_t>(C, 1))) {
-    o.ld = R == 1 ? std::max<int64_t>(C, 1) : s1;  // row-major: column-major C x R, used as is
-  } else if ((R == 1 || s1 == 1) && (C == 1 || s2 >= std::max<int64_t>(R, 1))) {
-    o.op = CUBLAS_OP_T;  // column-major R x C: transposed
-    o.ld = C == 1 ? std::max<int64_t>(R, 1) : s2;
-  } else {
-    o.t = t.contiguous();
-    o.ld = std::max<int64_t>(C, 1);
-  }
+  const BlasLayout l = blas_layout(R, C, t.stride(1), t.stride(2));
+  Operand o{l.kind == BlasLayout::Copy ? t.contiguous() : t, l.kind == BlasLayout::Columns ? CUBLAS_OP_T : CUBLAS_OP_N,
+            l.ld};
   o.batch_stride = t.size(0) == 1 ? 0 : o.t.stride(0);
   return o;
 }

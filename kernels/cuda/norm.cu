@@ -1,5 +1,6 @@
 // Layer norm over the rows of a contiguous [rows, n] view: a block per row, or a warp per row
 // (variant "warp"), with shuffle reductions; the backward's weight and bias sums run by columns.
+// Batch norm per channel of a contiguous [N, C, S] view: a block per channel.
 #include <memgrad/kernels/cuda/cuda_kernels.h>
 #include <memgrad/kernels/cuda/common.cuh>
 
@@ -111,6 +112,78 @@ __global__ void layer_norm_grad_wb_kernel(const T* g, const T* x, const opmath_t
   }
 }
 
+// ---- batch norm: a block per channel c, reducing over the N x S elements x[n, c, s].
+template <class T>
+using BnStat = std::conditional_t<std::is_same_v<T, double>, double, float>;  // statistics' type
+
+__device__ __forceinline__ int64_t bn_index(int64_t j, int64_t c, int64_t C, int64_t S) {
+  return (j / S * C + c) * S + j % S;
+}
+
+template <class T>
+__global__ void batch_norm_kernel(const T* x, const T* w, const T* b, T* y, BnStat<T>* mean, BnStat<T>* var,
+                                  BnStat<T>* rstd, int64_t N, int64_t C, int64_t S, bool training, double eps) {
+  using A = BnStat<T>;
+  __shared__ A shared[32];
+  const int64_t M = N * S;
+  for (int64_t c = blockIdx.x; c < C; c += gridDim.x) {
+    A mu = mean[c], v = var[c];
+    if (training) {  // two passes: the mean, then the squared deviations from it
+      A s = 0;
+      for (int64_t j = threadIdx.x; j < M; j += blockDim.x) s += A(dload(x[bn_index(j, c, C, S)]));
+      mu = block_reduce(s, SumOp{}, shared) / A(M);
+      A ss = 0;
+      for (int64_t j = threadIdx.x; j < M; j += blockDim.x) {
+        const A d = A(dload(x[bn_index(j, c, C, S)])) - mu;
+        ss += d * d;
+      }
+      v = block_reduce(ss, SumOp{}, shared) / A(M);
+    }
+    const A rs = A(1) / sqrt(v + A(eps));
+    if (threadIdx.x == 0) {
+      if (training) mean[c] = mu, var[c] = v;
+      rstd[c] = rs;
+    }
+    const A scale = rs * (w ? A(dload(w[c])) : A(1)), shift = b ? A(dload(b[c])) : A(0);
+    for (int64_t j = threadIdx.x; j < M; j += blockDim.x) {
+      const int64_t k = bn_index(j, c, C, S);
+      y[k] = dstore<T>((A(dload(x[k])) - mu) * scale + shift);
+    }
+  }
+}
+
+template <class T>
+__global__ void batch_norm_backward_kernel(const T* g, const T* x, const BnStat<T>* mean, const BnStat<T>* rstd,
+                                           const T* w, T* gx, T* gw, T* gb, int64_t N, int64_t C, int64_t S,
+                                           bool training) {
+  using A = BnStat<T>;
+  __shared__ Pair<A> shared[32];
+  const int64_t M = N * S;
+  for (int64_t c = blockIdx.x; c < C; c += gridDim.x) {
+    const A mu = mean[c], rs = rstd[c];
+    Pair<A> acc{0, 0};  // sum(grad), sum(grad * xhat)
+    for (int64_t j = threadIdx.x; j < M; j += blockDim.x) {
+      const int64_t k = bn_index(j, c, C, S);
+      const A gv = dload(g[k]);
+      acc.a += gv;
+      acc.b += gv * (A(dload(x[k])) - mu) * rs;
+    }
+    acc = block_reduce(acc, SumPair{}, shared);
+    if (threadIdx.x == 0) {
+      if (gw) gw[c] = dstore<T>(acc.b);
+      if (gb) gb[c] = dstore<T>(acc.a);
+    }
+    if (!gx) continue;
+    const A scale = rs * (w ? A(dload(w[c])) : A(1));
+    const A mean_g = training ? acc.a / A(M) : A(0), mean_gx = training ? acc.b / A(M) : A(0);
+    for (int64_t j = threadIdx.x; j < M; j += blockDim.x) {
+      const int64_t k = bn_index(j, c, C, S);
+      const A xh = (A(dload(x[k])) - mu) * rs;
+      gx[k] = dstore<T>(scale * (A(dload(g[k])) - mean_g - xh * mean_gx));
+    }
+  }
+}
+
 const bool kRegistered = [] {
   register_kernel_variants("layer_norm", {"block", "warp"});
   return true;
@@ -154,6 +227,37 @@ void layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& mean
           g, xp, mp, rp, dptr_or_null<T>(grad_weight), dptr_or_null<T>(grad_bias), rows, n);
   });
   check_launch("layer_norm_backward");
+}
+
+void batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out, const Tensor& mean,
+                const Tensor& var, const Tensor& rstd, bool training, double eps) {
+  const int64_t N = x.size(0), C = x.size(1), S = x.size(2);
+  if (C == 0) return;
+  cudaStream_t s = stream_for(out);
+  dispatch_floating(x.dtype(), "batch_norm", [&](auto xt) {
+    using T = typename decltype(xt)::type;
+    using St = BnStat<T>;
+    batch_norm_kernel<<<grid_for(C, 1), kThreads, 0, s>>>(dptr<T>(x), dptr_or_null<T>(weight), dptr_or_null<T>(bias),
+                                                          dptr<T>(out), dptr<St>(mean), dptr<St>(var), dptr<St>(rstd),
+                                                          N, C, S, training, eps);
+  });
+  check_launch("batch_norm");
+}
+
+void batch_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                         const Tensor& weight, const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
+                         bool training) {
+  const int64_t N = x.size(0), C = x.size(1), S = x.size(2);
+  if (C == 0) return;
+  cudaStream_t s = stream_for(x);
+  dispatch_floating(x.dtype(), "batch_norm_backward", [&](auto xt) {
+    using T = typename decltype(xt)::type;
+    using St = BnStat<T>;
+    batch_norm_backward_kernel<<<grid_for(C, 1), kThreads, 0, s>>>(
+        dptr<T>(grad), dptr<T>(x), dptr<St>(mean), dptr<St>(rstd), dptr_or_null<T>(weight), dptr_or_null<T>(grad_x),
+        dptr_or_null<T>(grad_weight), dptr_or_null<T>(grad_bias), N, C, S, training);
+  });
+  check_launch("batch_norm_backward");
 }
 
 }  // namespace mg::cuda

@@ -72,26 +72,70 @@ case $case_name in
   plan)  # GPT-2 sizes on meta: exact parameter counts, no real memory
     expect_exit 0 "$bin" plan --model gpt2-124m --no-compare
     expect_output "124,439,808 parameters"
-    expect_exit 0 "$bin" plan --model gpt2-1.5b --batch 8 --seq 1024 --budget 80GB
+    expect_exit 0 "$bin" plan --model gpt2-1.5b --batch 8 --seq 1024 --budget 80GB --no-compare
     expect_output "1,557,611,200 parameters"
-    expect_output "predicted peak"
-    expect_output "largest batch within"
+    expect_output "allocated peak"
+    expect_output "largest batch whose steps run under"
+    expect_exit 0 "$bin" plan --model tiny --seq 64 --batch 4 --budget 20MiB --device cuda
     expect_output "every block"
+    expect_output "bf16-storage"
+    expect_output "cuBLAS"
+    [ "$(grep -c reserved out.txt)" -eq 1 ] || fail "expected the reserved peak on one line"
     expect_exit 0 "$bin" plan --model mlp --layers 16 --width 256 --batch 1024 --checkpoint auto --budget 28MiB
     expect_output "^DP .* yes"
     ;;
-  planned_equals_measured)  # the planner's peaks of steps 1 and 2 are the measured ones, to the byte
+  planned_equals_measured)  # allocated (steps 1 and 2) and reserved peaks: planned == measured, to the byte
+    exact() { [ "$(grep -c ': exact$' out.txt)" -eq 3 ] || fail "$1: planned != measured"; }
     for policy in none sqrt selective every-1 every-2; do
-      expect_exit 0 "$bin" train "${small[@]}" --steps 2 --clip 0 --checkpoint "$policy"
-      [ "$(grep -c ': exact$' out.txt)" -eq 2 ] || fail "--checkpoint $policy: planned != measured"
+      expect_exit 0 "$bin" train "${small[@]}" --steps 3 --clip 0 --checkpoint "$policy"
+      exact "--checkpoint $policy"
     done
     for policy in none selective; do  # the fused attention core, with dropout (its mask comes from the RNG)
-      expect_exit 0 "$bin" train "${small[@]}" --steps 2 --clip 0 --checkpoint "$policy" --attention fused --dropout 0.1
-      [ "$(grep -c ': exact$' out.txt)" -eq 2 ] || fail "--attention fused --checkpoint $policy: planned != measured"
+      expect_exit 0 "$bin" train "${small[@]}" --steps 3 --clip 0 --checkpoint "$policy" --attention fused --dropout 0.1
+      exact "--attention fused --checkpoint $policy"
     done
-    expect_exit 0 "$bin" train --model mlp --layers 4 --width 64 --batch 8 --steps 2 --clip 0 --optimizer sgd \
+    for precision in bf16 fp16 bf16-storage fp16-storage; do  # the CPU's float32 scratch for half products
+      expect_exit 0 "$bin" train "${small[@]}" --steps 3 --precision "$precision" --accum 2 --checkpoint sqrt
+      exact "--precision $precision"
+    done
+    expect_exit 0 "$bin" train --model mlp --layers 4 --width 64 --batch 8 --steps 3 --clip 0 --optimizer sgd \
       --momentum 0.9 --timeline ''
-    [ "$(grep -c ': exact$' out.txt)" -eq 2 ] || fail "mlp: planned != measured"
+    exact "mlp"
+    ;;
+  promise)  # a --memory-limit of the planned reserved peak runs; one 512 B granule less runs out of memory
+    promise() {
+      expect_exit 0 "$bin" plan --no-compare "$@"
+      local n
+      n=$(grep reserved out.txt | sed -E 's/.*\(([0-9]+) B\).*/\1/')
+      [ -n "$n" ] || fail "no reserved figure in the plan"
+      local steps  # enough to reach the step that runs out of memory one granule below
+      steps=$(grep reserved out.txt | sed -E 's/.*in step ([0-9]+).*/\1/')
+      steps=$((steps > 3 ? steps : 3))
+      expect_exit 0 "$bin" train "$@" --steps "$steps" --timeline '' --sample 0 --memory-limit "$n"
+      expect_output "reserved peak under this --memory-limit: .*: exact$"
+      expect_exit 3 "$bin" train "$@" --steps "$steps" --timeline '' --sample 0 --memory-limit $((n - 512))
+      expect_output "needs a --memory-limit of at least .*\($n B"
+    }
+    promise --model tiny --seq 64 --batch 4
+    promise --model custom --n-layer 2 --n-head 2 --n-embd 32 --seq 16 --batch 3 --precision bf16 --checkpoint sqrt
+    promise --model custom --n-layer 3 --n-head 2 --n-embd 48 --seq 24 --batch 2 --attention fused --dropout 0.1 \
+      --checkpoint selective --optimizer sgd --momentum 0.9 --clip 0.5
+    promise --model mlp --layers 5 --width 96 --batch 32 --precision bf16-storage --accum 2 --optimizer adam
+    promise --model mlp --layers 3 --width 64 --batch 16 --precision fp16-storage --checkpoint every-1
+    ;;
+  checkpoint_auto)  # --checkpoint auto runs the least-recompute plan that runs under the budget, or says none does
+    gpt=(--model custom --n-layer 2 --n-head 8 --n-embd 96 --vocab 744 --seq 48 --batch 2 --dropout 0.1 --optimizer sgd
+      --momentum 0.5 --accum 3 --clip 0 --steps 2 --timeline '' --sample 0)
+    expect_exit 0 "$bin" train "${gpt[@]}" --checkpoint auto --budget 6291456 --memory-limit 6291456
+    expect_output "reserved peak under this --memory-limit: .*: exact$"
+    expect_exit 3 "$bin" train "${gpt[@]}" --checkpoint auto --budget 6019765
+    expect_output "no plan runs under the budget"
+    mlp=(--model mlp --layers 5 --width 282 --batch 288 --optimizer sgd --momentum 0.9 --precision bf16 --clip 1)
+    expect_exit 3 "$bin" train "${mlp[@]}" --steps 2 --timeline '' --checkpoint auto --budget 6539875
+    expect_exit 0 "$bin" plan --no-compare "${mlp[@]}" --checkpoint every-1
+    n=$(grep reserved out.txt | sed -E 's/.*\(([0-9]+) B\).*/\1/')
+    expect_exit 0 "$bin" train "${mlp[@]}" --steps 2 --timeline '' --checkpoint auto --budget "$n" --memory-limit "$n"
+    expect_output "reserved peak under this --memory-limit: .*: exact$"
     ;;
   resume)  # stop, save, resume: the same losses as one uninterrupted run (dropout and fp16 loss scaling on)
     for run in "--precision fp32 --optimizer adamw" "--precision fp16 --optimizer sgd --momentum 0.9"; do
@@ -111,14 +155,15 @@ case $case_name in
     expect_exit 2 "$bin" train "${small[@]}" --dropout 0.2 --steps 6 --resume state.safetensors
     expect_output "saved by a different run"
     ;;
-  out_of_memory)  # a limit below the step's peak: the ledger's report and exit code 3
+  out_of_memory)  # a limit below the step's peak: the ledger's report, the planner's advice, exit code 3
     expect_exit 3 "$bin" train "${small[@]}" --steps 2 --memory-limit 256KiB
     expect_output "out of memory"
+    expect_output "the largest --batch whose steps run under it: 0"
     ;;
   budget)  # --remat dynamic under 65% of the peak: the same losses, evictions reported and drawn
     args=(--n-layer 4 --n-head 2 --n-embd 64 --seq 64 --batch 16 --dropout 0.1 --steps 3 --sample 0)
     expect_exit 0 "$bin" train "${args[@]}" --timeline '' --log free.csv
-    peak=$(sed -n "s/.*later steps' peak: measured .* (\([0-9]*\) B).*/\1/p" out.txt)
+    peak=$(sed -n "s/.*later steps' allocated peak: measured .* (\([0-9]*\) B).*/\1/p" out.txt)
     [ -n "$peak" ] || fail "no measured peak in the output"
     expect_exit 0 "$bin" train "${args[@]}" --memory-limit $((peak * 65 / 100)) --remat dynamic --log dtr.csv \
       --timeline t.html

@@ -251,8 +251,10 @@ TEST_CASE(
       if (zero > 0 && !gpt && n == 2) CHECK(every.front() != every.back());  // uneven slices: bytes differ
       for (int64_t steps : {1, 2}) {  // the simulated rank on meta, planned without any process
         plan::StepOptions o;
-        o.steps = steps, o.world_size = n, o.rank = r, o.zero_stage = zero, o.bucket_bytes = bucket;
-        CHECK(plan::plan(spec, kShape, o).peak == peaks[steps - 1]);
+        o.world_size = n, o.rank = r, o.zero_stage = zero, o.bucket_bytes = bucket;
+        plan::PlanOptions po;
+        po.steps = steps, po.smallest_limit = false;
+        CHECK(plan::plan(spec, kShape, o, plan::Policy::none(), po).peak == peaks[steps - 1]);
       }
     }
     CHECK(state_by_stage[1] < state_by_stage[0]);  // sharded: about 1/N of the state

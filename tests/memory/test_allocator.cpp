@@ -395,3 +395,64 @@ TEST_CASE("allocator: off cuda there is one stream: a block released on one thre
     check_consistent(d);
   }
 }
+
+TEST_CASE("allocator: an IsolatedAllocator is a fresh device for this thread, and its blocks go back to it") {
+  Blocks outside(kMeta);
+  outside.get(3 * MiB);  // the device's own allocator holds a segment with room to spare
+  const MemoryStats before = memory_stats(kMeta);
+  {
+    IsolatedAllocator fresh(kMeta, 4 * MiB);
+    CHECK(memory_stats(kMeta).reserved == 0);  // the device's segments are not seen
+    CHECK(memory_stats(kMeta).limit == 4 * MiB);
+    Blocks inside(kMeta);
+    inside.get(512 * KiB);
+    CHECK(memory_stats(kMeta).allocated == 512 * KiB);
+    CHECK(memory_stats(kMeta).reserved == 2 * MiB);          // a small-pool segment of its own
+    CHECK_THROWS_AS(inside.get(3 * MiB), OutOfMemoryError);  // its limit
+    std::thread other(
+        [&] { CHECK(memory_stats(kMeta).allocated == before.allocated); });  // another thread: the device's
+    other.join();
+    {
+      IsolatedAllocator nested(kMeta);
+      CHECK(memory_stats(kMeta).allocated == 0);
+    }
+    CHECK(memory_stats(kMeta).allocated == 512 * KiB);
+  }
+  CHECK(memory_stats(kMeta).allocated == before.allocated);
+  CHECK(memory_stats(kMeta).reserved == before.reserved);
+  // A block that outlives its allocator is still returned to it, not to the device's.
+  Block* survivor = nullptr;
+  {
+    IsolatedAllocator fresh(kMeta);
+    survivor = memory::allocate(kMeta, 1000, Category::Other);
+  }
+  memory::release(survivor);
+  CHECK(memory_stats(kMeta).allocated == before.allocated);
+  CHECK(memory_stats(kMeta).reserved == before.reserved);
+  CHECK_THROWS_AS(IsolatedAllocator(kMeta, -1), ValueError);
+}
+
+TEST_CASE("allocator: among equal free blocks the oldest segment's is taken, whatever the addresses") {
+  // Two segments, each with one free 4 MiB block; the request takes the one in the segment made first.
+  // On meta addresses grow with each segment; on the CPU malloc decides them, and the choice must
+  // not depend on that, or a plan could not predict a real device's reserved bytes.
+  for (const Device& d : {kMeta, kCPU}) {
+    CAPTURE(d);
+    IsolatedAllocator fresh(d);
+    Blocks b(d);
+    Block* a1 = b.get(8 * MiB);  // segment 0 (20 MiB): [a1 8][keep 12]
+    Block* keep1 = b.get(12 * MiB);
+    Block* a2 = b.get(8 * MiB);  // segment 1
+    Block* keep2 = b.get(12 * MiB);
+    (void)keep1, (void)keep2;
+    b.put(a2);
+    b.put(a1);
+    const auto segments = memory_segments(d);
+    REQUIRE(segments.size() == 2);
+    const uint64_t first = std::min_element(segments.begin(), segments.end(), [](auto& x, auto& y) {
+                             return x.serial < y.serial;
+                           })->address;
+    Block* c = b.get(8 * MiB);
+    CHECK(addr(c) == first);
+  }
+}

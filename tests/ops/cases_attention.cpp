@@ -61,10 +61,8 @@ MG_OP_CASES(scaled_dot_product_attention) {
            attention(false));
   // An additive mask that requires grad (a learned bias) takes the composed path, which keeps the
   // probabilities for the mask's gradient.
-  add_case("attention_additive_mask_grad", {q, kv, kv, U({2, 1, 5, 6}, -2, 2)}, attention(false))
-      .meta_workspace_differs(kCpuWidens16BitGemm, {kFloat16, kBFloat16});  // the composed path's matmuls
-  add_case("attention_additive_mask_grad_transposed", {q, kv, kv, U({6, 5}, -2, 2).t()}, attention(false, 0.0, 0.3))
-      .meta_workspace_differs(kCpuWidens16BitGemm, {kFloat16, kBFloat16});
+  add_case("attention_additive_mask_grad", {q, kv, kv, U({2, 1, 5, 6}, -2, 2)}, attention(false));
+  add_case("attention_additive_mask_grad_transposed", {q, kv, kv, U({6, 5}, -2, 2).t()}, attention(false, 0.0, 0.3));
   // A query that sees no key gets zeros; the others a softmax (here uniform: q is zero).
   add_case("attention_row_sees_nothing",
            {Vals({0, 0, 0, 0}, {2, 2}), Vals({1, -1, 2, 0}, {2, 2}), Vals({1, 2, 3, 4}, {2, 2}),

@@ -1,4 +1,4 @@
-// Normalisation (kernels/*/norm.*): layer_norm, and group_norm on its kernels.
+// Normalisation (kernels/*/norm.*): layer_norm, group_norm on its kernels, batch_norm.
 #include <cmath>
 
 #include "ops/op_case.h"
@@ -56,4 +56,33 @@ MG_OP_CASES(group_norm) {  // inputs: x [N, C, ...], weight [C], bias [C] (optio
   add_case("group_norm_values", {Vals({1, 3, 2, 4}, {1, 2, 2})}, gn(1))
       .expect({{-1.5 * r, 0.5 * r, -0.5 * r, 1.5 * r}}, {1e-5, 1e-5});
   add_case("group_norm_big", {U({4, 32, 7, 9}, -2.4, 4.4), U({32}), U({32})}, gn(8)).big();
+}
+
+MG_OP_CASES(batch_norm) {
+  // x, then weight and bias (optional); training normalizes with the batch's statistics, eval with
+  // running ones made from the case's arguments (the op updates running statistics in place, so they
+  // are not inputs: gradcheck runs the forward many times). PyTorch's values are checked in
+  // tests/nn/test_batchnorm.cpp (BatchNorm1d/2d against fixtures, train and eval).
+  call([](const Tensors& x, const Args& a) {
+    const bool training = bool_arg(a, "training");
+    const int64_t C = x[0].size(1);
+    const TensorOptions stat = TensorOptions(kFloat32).device(x[0].device());
+    Tensor mean, var;
+    if (!training) mean = full({C}, 0.25, stat), var = full({C}, 1.5, stat);
+    return batch_norm(x[0], mean, var, optional_input(x, 1), optional_input(x, 2), training, 0.1, float_arg(a, "eps"));
+  });
+  defaults().not_torch("checked against PyTorch fixtures in tests/nn/test_batchnorm.cpp").cuda_tolerance(4);
+  auto bn = [](bool training, double eps = 1e-5) { return Args{{"training", training}, {"eps", eps}}; };
+  add_case("batch_norm_2d_affine", {U({4, 3, 5, 2}), U({3}), U({3})}, bn(true));
+  add_case("batch_norm_1d_plain", {U({6, 4})}, bn(true, 1e-3));
+  add_case("batch_norm_1d_seq_weight_only", {U({3, 2, 7}), U({2})}, bn(true));
+  add_case("batch_norm_transposed", {U({5, 4}).t().t(), U({4}), U({4})}, bn(true));
+  add_case("batch_norm_channels_last_view", {U({2, 5, 4, 3}).permute({0, 3, 1, 2}), U({3}), U({3})}, bn(true));
+  add_case("batch_norm_eval", {U({4, 3, 5}), U({3}), U({3})}, bn(false));
+  // Per channel (2 channels of [1, 3] and [5, 5]): mean 2 and 5, biased variance 1 and 0.
+  const double s = 1 / std::sqrt(1 + 1e-5);
+  add_case("batch_norm_values", {Vals({1, 5, 3, 5}, {2, 2})}, bn(true))
+      .expect({{-s, 0, s, 0}}, {1e-6, 1e-6})
+      .no_backward("a constant channel: finite differences of 1/sqrt(var + eps) at var = 0 are not a reference");
+  add_case("batch_norm_big", {U({16, 24, 17, 9}, -2.4, 4.4), U({24}), U({24})}, bn(true)).big();
 }

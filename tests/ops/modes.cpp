@@ -116,8 +116,6 @@ Ledger ledger_run(const Case& c, DType dtype, const Device& d) {
   const int64_t before_all = memory_stats(d).allocated;
   {
     Tensors leaves = make_leaves(c, dtype, d, true);
-    bool skip_workspace = false;  // by the dtypes the inputs have (some have their own)
-    for (const Tensor& x : leaves) skip_workspace = skip_workspace || c.meta_skips_workspace(x.dtype());
     // Upstream gradients need the outputs' shapes: a forward on meta gives them without values.
     Tensors up = upstream_for(c, forward(c, make_leaves(c, dtype, kMeta, true)), d);
     const MemoryStats cpu_before = memory_stats(kCPU);
@@ -137,17 +135,14 @@ Ledger ledger_run(const Case& c, DType dtype, const Device& d) {
       CHECK_MESSAGE(memory_stats(kCPU).num_allocs == cpu_before.num_allocs, "meta allocated cpu memory");
     }
     for (int k = 0; k < kNumCategories; ++k) {
-      if (skip_workspace && Category(k) == Category::Workspace) continue;
       const std::string name = category_name(Category(k));
       l.counters.push_back({name + " now", s.by_category[size_t(k)] - base.by_category[size_t(k)]});
       l.counters.push_back({name + " peak", s.peak_by_category[size_t(k)] - base.by_category[size_t(k)]});
     }
-    if (!skip_workspace) {
-      l.counters.push_back({"allocated", s.allocated - base.allocated});
-      l.counters.push_back({"peak allocated", s.peak_allocated - base.allocated});
-    }
+    l.counters.push_back({"allocated", s.allocated - base.allocated});
+    l.counters.push_back({"peak allocated", s.peak_allocated - base.allocated});
     for (const MemoryEvent& e : memory_history()) {
-      if (e.device != d || (skip_workspace && e.category == Category::Workspace)) continue;
+      if (e.device != d) continue;
       if (e.kind != MemoryEventKind::Alloc && e.kind != MemoryEventKind::Free && e.kind != MemoryEventKind::Relabel)
         continue;
       std::ostringstream s;

@@ -180,12 +180,6 @@ std::vector<DType> Case::run_dtypes() const {
   return {kFloat32};  // every input has its own dtype: one run
 }
 
-bool Case::meta_skips_workspace(DType t) const {
-  return !meta_workspace.empty() &&
-         (meta_workspace_dtypes.empty() ||
-          std::find(meta_workspace_dtypes.begin(), meta_workspace_dtypes.end(), t) != meta_workspace_dtypes.end());
-}
-
 bool Case::has_gradient() const {
   if (!no_grad.empty()) return false;
   for (const Input& in : inputs)

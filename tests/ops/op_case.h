@@ -153,9 +153,7 @@ struct Case {
   std::string torch_tol_why;
   GradcheckOptions grad_options;
   std::function<Tol(DType, const std::string& variant)> cuda_tol;  // forward; backward allows 4x
-  bool tf32 = false;                         // cuda runs float32 matmul and conv on TF32 tensor cores
-  std::string meta_workspace;                // why the cpu's Workspace differs from meta's (then left out) ...
-  std::vector<DType> meta_workspace_dtypes;  // ... in these dtypes (empty: all)
+  bool tf32 = false;  // cuda runs float32 matmul and conv on TF32 tensor cores
   Formula formula;
   Tol formula_tol{1e-6, 1e-6};
   Property property;
@@ -171,10 +169,6 @@ struct Case {
   Case& cuda_tolerance(double factor);  // tol_for(dtype) times `factor`
   Case& cuda_tolerance(std::function<Tol(DType, const std::string&)> f) { return cuda_tol = std::move(f), *this; }
   Case& with_tf32() { return tf32 = true, *this; }
-  Case& meta_workspace_differs(std::string why, std::vector<DType> in = {}) {
-    return meta_workspace = std::move(why), meta_workspace_dtypes = std::move(in), *this;
-  }
-  bool meta_skips_workspace(DType t) const;
   Case& expect(std::vector<V> outputs, Tol tol = {1e-6, 1e-6});
   Case& expect(Formula f, Tol tol = {1e-6, 1e-6}) { return formula = std::move(f), formula_tol = tol, *this; }
   Case& check(Property p) { return property = std::move(p), *this; }
@@ -184,13 +178,6 @@ struct Case {
   std::vector<DType> run_dtypes() const;
   bool has_gradient() const;  // backward runs: some floating input requires grad and no reason says not
 };
-
-// Why ops built on the cpu's matrix product (matmul, linear, conv2d's lowering) leave Workspace out
-// of the meta comparison in 16-bit dtypes: the cpu kernel multiplies float32 copies of 16-bit
-// operands, booked as Workspace, while meta books what cuBLAS, which multiplies 16-bit operands
-// as they are, would: nothing.
-inline const char* const kCpuWidens16BitGemm =
-    "the cpu's GEMM widens 16-bit operands to float32 Workspace, which cuBLAS (and so meta) does not";
 
 using OpFn = std::function<Tensors(const Tensors&, const Args&)>;
 

@@ -46,23 +46,42 @@ int64_t mlp_activation_peak_by_hand(int64_t n, int64_t a, const Policy& p) {
   return std::max(worst, held + a);  // end of forward: + d of the loss
 }
 
-// half_gemm_workspace: the CPU backend multiplies half matrices in float32 through a Workspace
-// buffer that the meta device does not allocate; it is off the peak, but it has its own peak.
-void check_same(const plan::StepReport& meta, const plan::StepReport& cpu, bool half_gemm_workspace = false) {
+// Plans compared with peaks only: no search for the smallest limit (which runs a dozen more steps).
+plan::PlanOptions peak_only() {
+  plan::PlanOptions o;
+  o.smallest_limit = false;
+  return o;
+}
+plan::StepReport plan_peak(const plan::ModelSpec& model, const plan::InputShape& input,
+                           const plan::StepOptions& step = {}, const Policy& policy = Policy::none()) {
+  return plan::plan(model, input, step, policy, peak_only());
+}
+
+// Everything a plan and a measured CPU run report, allocated and reserved, to the byte. The CPU
+// backend multiplies half matrices in float32 through Workspace buffers: meta books them too.
+void check_same(const plan::StepReport& meta, const plan::StepReport& cpu) {
+  CHECK(meta.steps == cpu.steps);
+  CHECK(meta.first_peak == cpu.first_peak);
   CHECK(meta.peak == cpu.peak);
+  CHECK(meta.reserved == cpu.reserved);
   for (int c = 0; c < kNumCategories; ++c) {
     INFO("category ", std::string(category_name(Category(c))));
     CHECK(meta.at_peak[size_t(c)] == cpu.at_peak[size_t(c)]);
-    if (half_gemm_workspace && Category(c) == Category::Workspace) {
-      CHECK(meta.category_peak[size_t(c)] == 0);
-      CHECK(cpu.category_peak[size_t(c)] > 0);
-      continue;
-    }
     CHECK(meta.category_peak[size_t(c)] == cpu.category_peak[size_t(c)]);
   }
   CHECK(meta.at_peak_by_owner == cpu.at_peak_by_owner);
   CHECK(meta.flops == cpu.flops);
   CHECK(meta.recompute_flops == cpu.recompute_flops);
+}
+
+// measure() of the same steps on the CPU as the plan ran.
+plan::StepReport measured(const plan::ModelSpec& model, const plan::InputShape& input, const plan::StepOptions& step,
+                          const Policy& policy, const plan::StepReport& planned) {
+  plan::StepContext ctx = plan::context(input, policy);
+  ctx.device = kCPU;
+  plan::PlanOptions o;
+  o.steps = planned.steps;
+  return plan::measure(plan::program(model, input, step), ctx, o);
 }
 
 nn::GPTConfig tiny_gpt() {
@@ -82,11 +101,11 @@ TEST_CASE("plan: MLP Activation peaks equal the hand arithmetic (none, sqrt(n), 
     const plan::InputShape input{batch, 1};
     const int64_t k = std::llround(std::sqrt(double(n)));  // 4 or 8 segments of 4 or 8 blocks
 
-    auto none = plan::plan(model, input, {}, Policy::none());
+    auto none = plan_peak(model, input, {}, Policy::none());
     CHECK(none.peak_of(Category::Activation) == (n + 1) * a);  // n relu outputs + d
     CHECK(mlp_activation_peak_by_hand(n, a, Policy::none()) == (n + 1) * a);
 
-    auto sqrt_n = plan::plan(model, input, {}, Policy::sqrt_n(n));
+    auto sqrt_n = plan_peak(model, input, {}, Policy::sqrt_n(n));
     // Recomputing the last segment: k - 1 segment inputs + n / k relu outputs.
     CHECK(sqrt_n.peak_of(Category::Activation) == (k - 1 + n / k) * a);
     CHECK(mlp_activation_peak_by_hand(n, a, Policy::sqrt_n(n)) == (k - 1 + n / k) * a);
@@ -104,12 +123,11 @@ TEST_CASE("plan: MLP Activation peaks equal the hand arithmetic (none, sqrt(n), 
     const int64_t a_wide = 60416;  // 300 * 50 * 4 = 60,000 bytes, rounded up to 512 B
     const auto wide_costs = plan::measure_block_costs(model, wide);
     CHECK(wide_costs.held_bytes == a_wide);
-    const int64_t budget =
-        (plan::plan(model, wide).peak + plan::plan(model, wide, {}, Policy::every_block(n)).peak) / 2;
+    const int64_t budget = (plan_peak(model, wide).peak + plan_peak(model, wide, {}, Policy::every_block(n)).peak) / 2;
     Policy dp = plan::choose_dp(wide_costs, budget);
     CHECK(dp.recomputed_blocks() > 0);
     CHECK(dp.recomputed_blocks() < n);
-    auto planned = plan::plan(model, wide, {}, dp);
+    auto planned = plan_peak(model, wide, {}, dp);
     CHECK(planned.peak_of(Category::Activation) == mlp_activation_peak_by_hand(n, a_wide, dp));
     CHECK(planned.recompute_flops == double(dp.recomputed_blocks()) * 2 * 300 * width * width);
     CHECK(plan::predicted_peak(wide_costs, dp) == planned.peak);
@@ -117,7 +135,7 @@ TEST_CASE("plan: MLP Activation peaks equal the hand arithmetic (none, sqrt(n), 
   }
 }
 
-TEST_CASE("plan: the planned peak equals the measured CPU peak to the byte, every policy") {
+TEST_CASE("plan: planned equals measured on the CPU, allocated and reserved, every policy") {
   SUBCASE("MLP") {
     const auto model = plan::ModelSpec::mlp(9, 40);
     const plan::InputShape input{5, 1};
@@ -126,7 +144,8 @@ TEST_CASE("plan: the planned peak equals the measured CPU peak to the byte, ever
                             plan::choose_dp(costs, costs.overhead + 5 * costs.held_bytes)}) {
       for (auto opt : {plan::OptimizerKind::AdamW, plan::OptimizerKind::SGDMomentum}) {
         INFO("policy ", p.name, " ", p.str());
-        check_same(plan::plan(model, input, {opt}, p), plan::run_step(model, input, {opt}, p, kCPU));
+        const auto planned = plan_peak(model, input, {opt}, p);
+        check_same(planned, measured(model, input, {opt}, p, planned));
       }
     }
   }
@@ -137,31 +156,48 @@ TEST_CASE("plan: the planned peak equals the measured CPU peak to the byte, ever
     for (const Policy& p : {Policy::none(), Policy::every_block(4), Policy::sqrt_n(4), Policy::selective_only(),
                             plan::choose_dp(costs, costs.overhead + 2 * costs.held_bytes)}) {
       INFO("policy ", p.name, " ", p.str());
-      check_same(plan::plan(model, input, {}, p), plan::run_step(model, input, {}, p, kCPU));
+      const auto planned = plan_peak(model, input, {}, p);
+      check_same(planned, measured(model, input, {}, p, planned));
     }
   }
-  SUBCASE("half precision under autocast") {
+  SUBCASE("half precision: autocast and storage, with the CPU's float32 scratch for half products") {
     const auto model = plan::ModelSpec::gpt_model(tiny_gpt());
     const plan::InputShape input{2, 16};
-    for (auto precision : {plan::Precision::Float16, plan::Precision::BFloat16}) {
+    for (auto precision : {plan::Precision::Float16, plan::Precision::BFloat16, plan::Precision::BFloat16Storage}) {
       const plan::StepOptions step{plan::OptimizerKind::Adam, precision};
       for (const Policy& p : {Policy::none(), Policy::sqrt_n(4), Policy::selective_only()}) {
-        INFO("policy ", p.name);
-        auto meta = plan::plan(model, input, step, p);
-        check_same(meta, plan::run_step(model, input, step, p, kCPU), /*half_gemm_workspace=*/true);
+        INFO("policy ", p.name, ", precision ", plan::precision_name(precision));
+        const auto planned = plan_peak(model, input, step, p);
+        check_same(planned, measured(model, input, step, p, planned));
+        CHECK(planned.peak_of(Category::Workspace) > 0);  // the widened operands of the half products
         // Saved activations are half: fewer Activation bytes than the float32 step.
-        CHECK(meta.peak_of(Category::Activation) < plan::plan(model, input, {}, p).peak_of(Category::Activation));
+        CHECK(planned.peak_of(Category::Activation) < plan_peak(model, input, {}, p).peak_of(Category::Activation));
       }
     }
   }
 }
 
+TEST_CASE("plan: a plan for cuda books the cuda kernels' scratch, not the cpu's") {
+  // The CPU widens half operands to float32 in scratch; cuBLAS multiplies them as they are.
+  const auto model = plan::ModelSpec::mlp(3, 64);
+  const plan::StepOptions step{plan::OptimizerKind::SGD, plan::Precision::BFloat16Storage};
+  plan::PlanOptions cpu = peak_only(), cuda = peak_only();
+  cuda.device = DeviceType::CUDA;
+  const auto for_cpu = plan::plan(model, {8, 1}, step, Policy::none(), cpu);
+  const auto for_cuda = plan::plan(model, {8, 1}, step, Policy::none(), cuda);
+  CHECK(for_cpu.peak_of(Category::Workspace) > 0);
+  CHECK(for_cuda.peak_of(Category::Workspace) == 0);
+  CHECK(for_cuda.target == DeviceType::CUDA);
+  CHECK(plan::outside_allocator(DeviceType::CPU).empty());
+  CHECK_FALSE(plan::outside_allocator(DeviceType::CUDA).empty());
+}
+
 TEST_CASE("plan: checkpointing trades Activation bytes for recomputed FLOPs on a tiny GPT") {
   const auto model = plan::ModelSpec::gpt_model(tiny_gpt());
   const plan::InputShape input{3, 16};
-  auto none = plan::plan(model, input);
-  auto every = plan::plan(model, input, {}, Policy::every_block(4));
-  auto selective = plan::plan(model, input, {}, Policy::selective_only());
+  auto none = plan_peak(model, input);
+  auto every = plan_peak(model, input, {}, Policy::every_block(4));
+  auto selective = plan_peak(model, input, {}, Policy::selective_only());
   CHECK(none.recompute_flops == 0);
   CHECK(every.peak_of(Category::Activation) < selective.peak_of(Category::Activation));
   CHECK(selective.peak_of(Category::Activation) < none.peak_of(Category::Activation));
@@ -177,45 +213,65 @@ TEST_CASE("plan: GPT-2 1.5B at batch 8 x 1024 plans on meta without touching rea
   c.n_layer = 48, c.n_head = 25, c.n_embd = 1600;
   const int64_t cpu_before = memory_stats(kCPU).allocated;
   auto t0 = std::chrono::steady_clock::now();
-  auto r = plan::plan(plan::ModelSpec::gpt_model(c), {8, 1024});
+  auto r = plan_peak(plan::ModelSpec::gpt_model(c), {8, 1024});
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("GPT-2 1.5B, batch 8 x 1024, AdamW, first step: planned in %.3f s\n%s", s, r.str().c_str());
+  std::printf("GPT-2 1.5B, batch 8 x 1024, AdamW, steady state: planned in %.3f s\n%s", s, r.str().c_str());
+  CHECK(r.steady);
   CHECK(memory_stats(kCPU).allocated == cpu_before);
   CHECK(r.peak > 0);
 }
 
-TEST_CASE("plan: the three segment choosers side by side") {
+TEST_CASE("plan: the segment choosers side by side, each verified by a meta run under the budget") {
   // Wide batch, narrow layers: activations (a = 512 * 32 * 4 = 65536 B per block) dominate.
   const int64_t n = 16, batch = 512, width = 32, a = 65536;
   const auto model = plan::ModelSpec::mlp(n, width);
   const plan::InputShape input{batch, 1};
   const auto costs = plan::measure_block_costs(model, input);
   REQUIRE(costs.held_bytes == a);
-  const int64_t budget = costs.overhead + 9 * a;  // about half of no checkpointing's 17 a
+  // Halfway between what every block as a segment and no checkpointing need (reserved bytes).
+  const int64_t none = plan::plan(model, input).smallest_limit;
+  const int64_t every = plan::plan(model, input, {}, Policy::every_block(n)).smallest_limit;
+  const int64_t budget = (none + every) / 2 / plan::kGranule * plan::kGranule;
   auto rows = plan::choose_segments(model, input, {}, budget);
   const std::string table = plan::choice_table(rows, budget);
   std::printf("%s", table.c_str());
-  REQUIRE(rows.size() == 3);
-  CHECK(rows[0].method == "sqrt(n)");
-  CHECK(rows[1].method == "Chen greedy");
-  CHECK(rows[2].method == "DP");
+  REQUIRE(rows.size() == 5);
+  const char* methods[] = {"none", "sqrt(n)", "Chen greedy", "DP", "every block"};
+  for (size_t i = 0; i < rows.size(); ++i) CHECK(rows[i].method == methods[i]);
   const double block_flops = 2.0 * batch * width * width;
-  CHECK(rows[0].recompute_flops == n * block_flops);  // 4 segments of 4, all recomputed
+  CHECK(rows[1].recompute_flops == n * block_flops);  // 4 segments of 4, all recomputed
   for (auto& r : rows) {
     INFO(r.method);
-    CHECK(r.fits);
-    CHECK(r.measured <= budget);
+    CHECK(r.fits == !r.planned.out_of_memory);
+    CHECK(r.fits == plan::fits(plan::program(model, input, {}), plan::context(input, r.policy), budget));
+    if (r.fits) CHECK(r.planned.reserved <= budget);
     CHECK(r.recompute_flops == r.policy.recomputed_blocks() * block_flops);
-    CHECK(r.measured == plan::plan(model, input, {}, r.policy).peak);
-    CHECK(table.find(std::to_string(r.measured)) != std::string::npos);
+    // A limit changes no allocation of a run that fits (one that does not stops at its failure).
+    if (r.fits) CHECK(r.planned.peak == plan_peak(model, input, {}, r.policy).peak);
     CHECK(table.find(r.policy.str()) != std::string::npos);
   }
-  // The DP may keep blocks outside segments, so it recomputes less than sqrt(n); its cost model is
-  // exact, so it also recomputes no more than the greedy (an approximate model once made it take 10
-  // blocks against Chen's 8 here, after shrinking its budget by each meta overshoot).
-  CHECK(rows[2].recompute_flops < rows[0].recompute_flops);
-  CHECK(rows[2].recompute_flops <= rows[1].recompute_flops);
-  CHECK(rows[2].predicted == rows[2].measured);
+  CHECK(rows[3].fits);                               // the DP
+  CHECK(rows[3].predicted == rows[3].planned.peak);  // its cost model is exact here
+  if (rows[1].fits) CHECK(rows[3].recompute_flops < rows[1].recompute_flops);
+  const auto best = plan::best_fit(rows);
+  REQUIRE(best);
+  for (auto& r : rows)
+    if (r.fits) CHECK(best->recompute_flops <= r.recompute_flops);
+}
+
+TEST_CASE("plan: --checkpoint auto never refuses a budget that one of its plans meets") {
+  // A budget exactly at one row's smallest limit: that row runs under it, so best_fit finds a plan.
+  const auto model = plan::ModelSpec::mlp(8, 48);
+  const plan::InputShape input{300, 1};
+  for (const Policy& p : {Policy::none(), Policy::sqrt_n(8), Policy::every_block(8)}) {
+    INFO(p.name);
+    const int64_t budget = plan::plan(model, input, {}, p).smallest_limit;
+    const auto rows = plan::choose_segments(model, input, {}, budget);
+    const auto best = plan::best_fit(rows);
+    REQUIRE(best);
+    CHECK(best->planned.reserved <= budget);
+    CHECK(best->recompute_flops <= double(p.recomputed_blocks()) * 2 * 300 * 48 * 48);
+  }
 }
 
 namespace {
@@ -257,14 +313,11 @@ std::vector<Case> small_cases() {
       {"MLP n=6 (wide batch)", plan::ModelSpec::mlp(6, 32), {512, 1}, {}},
       {"MLP n=6 (narrow batch, SGD momentum)", plan::ModelSpec::mlp(6, 40), {5, 1}, {plan::OptimizerKind::SGDMomentum}},
       {"tiny GPT n=5", plan::ModelSpec::gpt_model(g), {3, 16}, {}},
-      {"tiny GPT n=5, steady-state step",
-       plan::ModelSpec::gpt_model(g),
-       {3, 16},
-       {plan::OptimizerKind::AdamW, plan::Precision::Float32, 2}},
-      {"tiny GPT n=5, bfloat16",
+      {"tiny GPT n=5, SGD", plan::ModelSpec::gpt_model(g), {3, 16}, {plan::OptimizerKind::SGD}},
+      {"tiny GPT n=5, bfloat16 storage",
        plan::ModelSpec::gpt_model(g),
        {2, 16},
-       {plan::OptimizerKind::Adam, plan::Precision::BFloat16}}};
+       {plan::OptimizerKind::Adam, plan::Precision::BFloat16Storage}}};
 }
 }  // namespace
 
@@ -274,7 +327,7 @@ TEST_CASE("plan: the cost model equals the meta peak for every segmentation (bru
     const auto costs = plan::measure_block_costs(k.model, k.input, k.step);
     for (const Policy& p : all_policies(k.model.num_blocks())) {
       INFO("policy ", p.str());
-      CHECK(plan::predicted_peak(costs, p) == plan::plan(k.model, k.input, k.step, p).peak);
+      CHECK(plan::predicted_peak(costs, p) == plan_peak(k.model, k.input, k.step, p).peak);
     }
   }
 }
@@ -286,7 +339,7 @@ TEST_CASE("plan: the DP's plan is the fewest-recompute plan that fits when measu
     const auto costs = plan::measure_block_costs(k.model, k.input, k.step);
     std::vector<std::pair<int64_t, int64_t>> measured;  // (peak, recomputed blocks) of every plan
     for (const Policy& p : all_policies(n))
-      measured.push_back({plan::plan(k.model, k.input, k.step, p).peak, p.recomputed_blocks()});
+      measured.push_back({plan_peak(k.model, k.input, k.step, p).peak, p.recomputed_blocks()});
     int64_t lowest = INT64_MAX, highest = 0;
     for (auto& [peak, r] : measured) lowest = std::min(lowest, peak), highest = std::max(highest, peak);
     // Budgets from below the lowest peak to the no-checkpoint peak, at every distinct peak and between.
@@ -300,7 +353,7 @@ TEST_CASE("plan: the DP's plan is the fewest-recompute plan that fits when measu
       for (auto& [peak, r] : measured)
         if (peak <= budget) best = std::min(best, r);
       const Policy dp = plan::choose_dp(costs, budget);
-      const int64_t peak = plan::plan(k.model, k.input, k.step, dp).peak;
+      const int64_t peak = plan_peak(k.model, k.input, k.step, dp).peak;
       if (best == INT64_MAX) {
         CHECK(peak > budget);
         continue;
@@ -311,7 +364,7 @@ TEST_CASE("plan: the DP's plan is the fewest-recompute plan that fits when measu
   }
 }
 
-TEST_CASE("plan: on measured-fitting plans the DP recomputes no more than Chen's greedy or sqrt(n)") {
+TEST_CASE("plan: for any allocated target the DP recomputes no more than Chen's greedy or sqrt(n)") {
   nn::GPTConfig g = tiny_gpt();
   g.n_layer = 8;
   const std::vector<Case> cases = {{"MLP n=16", plan::ModelSpec::mlp(16, 32), {512, 1}, {}},
@@ -320,35 +373,35 @@ TEST_CASE("plan: on measured-fitting plans the DP recomputes no more than Chen's
                                    {"tiny GPT n=8", plan::ModelSpec::gpt_model(g), {3, 16}, {}}};
   for (const Case& k : cases) {
     const int64_t n = k.model.num_blocks();
-    const int64_t none = plan::plan(k.model, k.input, k.step).peak;
-    const int64_t every = plan::plan(k.model, k.input, k.step, Policy::every_block(n)).peak;
-    const int64_t sqrt_n = plan::plan(k.model, k.input, k.step, Policy::sqrt_n(n)).peak;
-    for (int64_t budget : {every, sqrt_n, (every + sqrt_n) / 2, (sqrt_n + none) / 2, (every + 3 * none) / 4, none}) {
-      INFO(k.name, ", budget ", budget);
-      auto rows = plan::choose_segments(k.model, k.input, k.step, budget);
-      REQUIRE(rows.size() == 3);
-      const auto& dp = rows[2];
-      CHECK(dp.predicted == dp.measured);
-      for (size_t i = 0; i < 2; ++i) {
-        INFO(rows[i].method);
-        if (!rows[i].fits) continue;
-        CHECK(dp.fits);
-        CHECK(dp.recompute_flops <= rows[i].recompute_flops);
+    const auto costs = plan::measure_block_costs(k.model, k.input, k.step);
+    const int64_t none = plan_peak(k.model, k.input, k.step).peak;
+    const int64_t every = plan_peak(k.model, k.input, k.step, Policy::every_block(n)).peak;
+    const int64_t sqrt_n = plan_peak(k.model, k.input, k.step, Policy::sqrt_n(n)).peak;
+    for (int64_t target : {every, sqrt_n, (every + sqrt_n) / 2, (sqrt_n + none) / 2, (every + 3 * none) / 4, none}) {
+      INFO(k.name, ", target ", target);
+      const Policy dp = plan::choose_dp(costs, target);
+      CHECK(plan::predicted_peak(costs, dp) == plan_peak(k.model, k.input, k.step, dp).peak);
+      for (const Policy& other : {plan::choose_chen_greedy(costs, target), plan::choose_sqrt_n(costs)}) {
+        INFO(other.name);
+        if (plan::predicted_peak(costs, other) > target) continue;
+        CHECK(plan::predicted_peak(costs, dp) <= target);
+        CHECK(dp.recomputed_blocks() <= other.recomputed_blocks());
       }
-      if (budget >= none) CHECK(dp.recompute_flops == 0);
+      if (target >= none) CHECK(dp.recomputed_blocks() == 0);
     }
   }
 }
 
-TEST_CASE("plan: the largest batch that fits a budget, per policy") {
+TEST_CASE("plan: the largest batch whose steady-state steps run under a budget, per policy") {
   const auto model = plan::ModelSpec::mlp(16, 64);
-  const int64_t budget = plan::plan(model, {100, 1}).peak;  // batch 100 with no checkpointing
+  const int64_t budget = plan::plan(model, {100, 1}).smallest_limit;  // batch 100, no checkpointing
+  const auto prog = plan::program(model, {1, 1}, {});
   for (const Policy& p : {Policy::none(), Policy::sqrt_n(16), Policy::every_block(16)}) {
     INFO(p.name);
     const int64_t b = plan::largest_batch(model, {1, 1}, {}, p, budget);
     CHECK(b >= 100);
-    CHECK(plan::plan(model, {b, 1}, {}, p).peak <= budget);
-    CHECK(plan::plan(model, {b + 1, 1}, {}, p).peak > budget);
+    CHECK(plan::fits(prog, plan::context({b, 1}, p), budget));
+    CHECK_FALSE(plan::fits(prog, plan::context({b + 1, 1}, p), budget));
   }
   CHECK(plan::largest_batch(model, {1, 1}, {}, Policy::none(), budget) == 100);
   CHECK(plan::largest_batch(model, {1, 1}, {}, Policy::none(), 1) == 0);

@@ -29,43 +29,83 @@ TEST_CASE("plan: planning does not move the default generator") {
   CHECK(default_generator().seed() == 7);
 }
 
-TEST_CASE("plan: steps = 2 plans the steady state, equal to a second measured CPU step") {
-  plan::StepOptions first, later;
-  later.steps = 2;
+TEST_CASE("plan: a plan runs to the steady state, equal to the measured CPU steps") {
   const plan::InputShape in{2, 16};
-  const plan::StepReport p1 = plan::plan(tiny_gpt(), in, first), p2 = plan::plan(tiny_gpt(), in, later);
+  plan::PlanOptions two;
+  two.steps = 2, two.smallest_limit = false;
+  const plan::StepReport steady = plan::plan(tiny_gpt(), in), p2 = plan::plan(tiny_gpt(), in, {}, {}, two);
+  CHECK(steady.steady);
+  CHECK(steady.steps >= 2);
   // AdamW's two moments: 2 x the parameter bytes, held from the second step's start.
   CHECK(p2.category(Category::OptimizerState) == 2 * p2.category(Category::Parameter));
-  CHECK(p2.peak > p1.peak);
-  plan::StepRunner cpu(tiny_gpt(), in, first, kCPU);
+  CHECK(p2.peak > p2.first_peak);
+  CHECK(steady.peak == p2.peak);  // every step after the first allocates the same
+  CHECK(steady.first_peak == p2.first_peak);
+  plan::StepRunner cpu(tiny_gpt(), in, {}, kCPU);
   const plan::StepReport m1 = cpu.step(plan::Policy::none()), m2 = cpu.step(plan::Policy::none());
-  CHECK(m1.peak == p1.peak);
+  CHECK(m1.peak == p2.first_peak);
   CHECK(m2.peak == p2.peak);
   CHECK(m2.at_peak == p2.at_peak);
-  CHECK_THROWS_AS(plan::plan(tiny_gpt(), in, plan::StepOptions{plan::OptimizerKind::SGD, plan::Precision::Float32, 0}),
-                  ValueError);
+  plan::PlanOptions bad;
+  bad.steps = -1;
+  CHECK_THROWS_AS(plan::plan(tiny_gpt(), in, {}, {}, bad), ValueError);
+  bad = {};
+  bad.device = DeviceType::Meta;
+  CHECK_THROWS_AS(plan::plan(tiny_gpt(), in, {}, {}, bad), ValueError);
 }
 
-TEST_CASE("plan: accumulation, clipping and loss scaling planned on meta equal the CPU step to the byte") {
-  // Micro-batches keep the gradients of the earlier ones alive; clip_grad_norm_ makes float64
-  // temporaries; a GradScaler allocates its found-inf flag: meta must make them all. (A scale small
-  // enough that no CPU step overflows: a skipped step would create no optimizer state, and meta
-  // cannot know.)
+TEST_CASE("plan: the reserved peak is the smallest memory limit the steps run under, to the granule") {
+  // The steps run on the CPU under a limit of exactly the planned reserved peak, and one granule less
+  // raises OutOfMemoryError. Without a limit the cache grows further (segments of 2 and 20 MiB).
+  const plan::InputShape in{4, 16};
+  const plan::StepReport p = plan::plan(tiny_gpt(), in);
+  REQUIRE(p.smallest_limit > 0);
+  CHECK(p.smallest_limit % plan::kGranule == 0);
+  CHECK(p.smallest_limit >= p.peak);
+  CHECK(p.smallest_limit <= p.reserved);
+  plan::StepContext ctx = plan::context(in);
+  ctx.device = kCPU;
+  plan::PlanOptions o;
+  o.steps = p.steps;
+  const auto program = plan::program(tiny_gpt(), in, {});
+  CHECK(plan::measure(program, ctx, o).reserved == p.reserved);
+  o.memory_limit = p.smallest_limit;
+  const plan::StepReport at = plan::measure(program, ctx, o);
+  CHECK_FALSE(at.out_of_memory);
+  CHECK(at.reserved == p.smallest_limit);
+  o.memory_limit = p.smallest_limit - plan::kGranule;
+  const plan::StepReport below = plan::measure(program, ctx, o);
+  CHECK(below.out_of_memory);
+  CHECK(below.oom_message.find("out of memory") != std::string::npos);
+  CHECK(memory_stats(kCPU).allocated == 0);  // nothing left behind by the failed steps (fresh allocators)
+}
+
+TEST_CASE("plan: accumulation, clipping and loss scaling planned on meta equal the CPU steps to the byte") {
+  // Micro-batches keep the gradients of the earlier ones alive; clip_grad_norm_ makes temporaries;
+  // a GradScaler allocates its found-inf flag: meta must make them all. (A scale small enough that
+  // no CPU step overflows: a skipped step would create no optimizer state, and meta cannot know.)
   const plan::InputShape in{2, 16};
-  for (auto precision : {plan::Precision::Float32}) {
-    CAPTURE(int(precision));
+  for (auto precision : {plan::Precision::Float32, plan::Precision::Float16, plan::Precision::Float16Storage}) {
+    CAPTURE(plan::precision_name(precision));
     plan::StepOptions o;
     o.precision = precision, o.accum = 2, o.clip_norm = 0.5, o.grad_scaler = true;
-    plan::StepRunner cpu(tiny_gpt(), in, o, kCPU), meta(tiny_gpt(), in, o, kMeta);
-    for (int step = 0; step < 2; ++step) {
-      const plan::StepReport c = cpu.step(plan::Policy::sqrt_n(2)), m = meta.step(plan::Policy::sqrt_n(2));
-      CHECK(c.peak == m.peak);
-      CHECK(c.at_peak == m.at_peak);
-      CHECK(c.at_peak_by_owner == m.at_peak_by_owner);
-    }
+    o.scaler.init_scale(4.0);
+    const auto program = plan::program(tiny_gpt(), in, o);
+    plan::PlanOptions peaks;
+    peaks.smallest_limit = false;
+    const plan::StepReport m = plan::plan(program, plan::context(in, plan::Policy::sqrt_n(2)), peaks);
+    plan::StepContext ctx = plan::context(in, plan::Policy::sqrt_n(2));
+    ctx.device = kCPU;
+    peaks.steps = m.steps;
+    const plan::StepReport c = plan::measure(program, ctx, peaks);
+    CHECK(c.first_peak == m.first_peak);
+    CHECK(c.peak == m.peak);
+    CHECK(c.reserved == m.reserved);
+    CHECK(c.at_peak == m.at_peak);
+    CHECK(c.at_peak_by_owner == m.at_peak_by_owner);
   }
   plan::StepOptions one, two;  // steady-state steps: their peak is in backward, not in the update
-  one.steps = two.steps = 2, two.accum = 2;
+  two.accum = 2;
   CHECK(plan::plan(tiny_gpt(), in, two).peak > plan::plan(tiny_gpt(), in, one).peak);  // gradients held across
 }
 

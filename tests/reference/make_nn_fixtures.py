@@ -9,6 +9,10 @@ Writes, into tests/reference/fixtures/:
   nn_gpt_io.safetensors      its input idx, targets, logits, loss and every parameter's gradient
   nn_optim.safetensors       two parameters, 20 steps of gradients, and the parameters after 20
                              torch.optim steps for each configuration in OPTIM_CONFIGS
+  nn_batchnorm.safetensors   per BatchNorm case <case>: weight, bias, x, r, out, grad.<name> of
+                             (out * r).sum() in training mode, the running statistics after that
+                             step (after.running_mean, after.running_var), and the same again in
+                             eval mode (eval.x, eval.r, eval.out, eval.grad.<name>)
 
 safetensors is written and read by hand (struct + json), so no extra package is needed.
 `make_nn_fixtures.py --check FILE` loads a file written by memgrad and checks it against the
@@ -220,6 +224,35 @@ def make_optim(steps=20):
     write_safetensors(os.path.join(FIXTURES, "nn_optim.safetensors"), out)
 
 
+def make_batchnorm():
+    torch.manual_seed(4321)  # its own seed: the files above stay byte-identical
+    out = {}
+    cases = [("bn2d", nn.BatchNorm2d(3), (4, 3, 5, 6)),
+             ("bn1d", nn.BatchNorm1d(4, momentum=0.3), (6, 4)),
+             ("bn1d_seq", nn.BatchNorm1d(4, eps=1e-3), (3, 4, 5)),
+             ("bn2d_noaffine", nn.BatchNorm2d(2, affine=False), (2, 2, 3, 3))]
+    for name, bn, shape in cases:
+        if bn.affine:
+            nn.init.normal_(bn.weight, 1.0, 0.3), nn.init.normal_(bn.bias, 0.0, 0.3)
+        for p in bn.parameters():
+            out[f"{name}.{'weight' if p is bn.weight else 'bias'}"] = p.detach().clone()
+        for mode in ("", "eval."):
+            bn.train(mode == "")
+            bn.zero_grad()
+            x = (torch.randn(shape) * 2 + 0.5).requires_grad_()
+            y = bn(x)
+            r = torch.randn(y.shape)
+            (y * r).sum().backward()
+            out.update({f"{name}.{mode}x": x.detach(), f"{name}.{mode}r": r, f"{name}.{mode}out": y.detach(),
+                        f"{name}.{mode}grad.x": x.grad})
+            for pname, p in bn.named_parameters():
+                out[f"{name}.{mode}grad.{pname}"] = p.grad.clone()
+            if mode == "":
+                out[f"{name}.after.running_mean"] = bn.running_mean.clone()
+                out[f"{name}.after.running_var"] = bn.running_var.clone()
+    write_safetensors(os.path.join(FIXTURES, "nn_batchnorm.safetensors"), out)
+
+
 def check(path):
     """Loads a memgrad-written file; memgrad's test wrote the same values: 0..n-1 patterns."""
     tensors, meta = read_safetensors(path)
@@ -246,6 +279,7 @@ if __name__ == "__main__":
     make_layers()
     make_gpt()
     make_optim()
+    make_batchnorm()
     for f in sorted(os.listdir(FIXTURES)):
         if f.startswith("nn_"):
             print(f, os.path.getsize(os.path.join(FIXTURES, f)), "bytes")

@@ -162,8 +162,11 @@ void add_step_flags(CLI::App& app, StepFlags& s) {
   app.add_option("--momentum", s.momentum, "sgd momentum (state: one buffer per parameter when > 0)")
       ->transform(number_in(0.0, 1.0))
       ->capture_default_str();
-  app.add_option("--precision", s.precision, "fp32, or fp16/bf16 autocast (float32 parameters, half activations)")
-      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}))
+  app.add_option("--precision", s.precision,
+                 "fp32; fp16 or bf16: autocast (float32 parameters, gradients and optimizer state, matmuls on half "
+                 "copies); fp16-storage or bf16-storage: the model stored in half (parameters, gradients, "
+                 "activations) and the optimizer updating float32 master weights. fp16 modes scale the loss")
+      ->check(CLI::IsMember({"fp32", "fp16", "bf16", "fp16-storage", "bf16-storage"}))
       ->capture_default_str();
   app.add_option("--checkpoint", s.checkpoint,
                  "recompute-on-backward: none, every-K (K blocks per segment), sqrt, selective (attention core) "
@@ -177,7 +180,8 @@ void add_step_flags(CLI::App& app, StepFlags& s) {
       ->transform(number_in(0.0, INFINITY))
       ->capture_default_str();
   byte_size(app.add_option("--budget", s.budget,
-                           "memory budget for --checkpoint auto and batch search, e.g. 512MiB or 80GB"));
+                           "memory budget (reserved bytes: a --memory-limit the steps must run under) for "
+                           "--checkpoint auto and batch search, e.g. 512MiB or 80GB"));
 }
 
 void add_data_parallel_flags(CLI::App& app, StepFlags& s) {
@@ -221,26 +225,39 @@ std::string model_str(const mg::plan::ModelSpec& spec) {
          std::to_string(c.block_size) + (c.fused_attention ? ", fused attention" : "");
 }
 
-mg::plan::StepOptions step_options(const StepFlags& s, int64_t steps) {
+mg::plan::StepOptions step_options(const StepFlags& s) {
   using mg::plan::OptimizerKind;
   mg::plan::StepOptions o;
-  o.steps = steps;
   o.accum = s.accum;
   o.clip_norm = s.clip;
-  o.grad_scaler = s.precision == "fp16";
+  o.precision = mg::plan::parse_precision(s.precision);
+  o.grad_scaler = s.precision.rfind("fp16", 0) == 0;
   o.world_size = s.world_size, o.rank = s.rank, o.zero_stage = s.zero, o.bucket_bytes = int64_t(s.bucket_cap);
   o.optimizer = s.optimizer == "sgd"    ? (s.momentum > 0 ? OptimizerKind::SGDMomentum : OptimizerKind::SGD)
                 : s.optimizer == "adam" ? OptimizerKind::Adam
                                         : OptimizerKind::AdamW;
-  o.precision = s.precision == "fp16"   ? mg::plan::Precision::Float16
-                : s.precision == "bf16" ? mg::plan::Precision::BFloat16
-                                        : mg::plan::Precision::Float32;
   return o;
 }
 
 mg::plan::InputShape input_shape(const StepFlags& s) { return {s.batch, s.seq}; }
 
-mg::plan::Policy policy(const StepFlags& s, const mg::plan::ModelSpec& spec, bool table) {
+mg::plan::Program train_program(const mg::plan::ModelSpec& spec, const StepFlags& s) {
+  const mg::plan::Program model = mg::plan::program(spec, input_shape(s), step_options(s));
+  if (spec.kind != mg::plan::ModelSpec::Kind::MLP) return model;
+  const int64_t n = spec.mlp_width;
+  return [model, n](const mg::plan::StepContext& ctx) -> mg::plan::Step {
+    auto teacher = std::make_shared<mg::Tensor>();
+    if (ctx.device.is_cpu() || (ctx.device.is_meta() && mg::meta_target() == mg::DeviceType::CPU)) {
+      mg::MemoryScope scope(mg::Category::Input, "data.teacher");
+      *teacher = mg::empty({n, n}, mg::TensorOptions().device(ctx.device));
+    }
+    const mg::plan::Step step = model(ctx);
+    return [teacher, step] { step(); };
+  };
+}
+
+mg::plan::Policy policy(const StepFlags& s, const mg::plan::ModelSpec& spec, bool table,
+                        const mg::plan::PlanOptions& plan_options) {
   using mg::plan::Policy;
   const int64_t n = spec.num_blocks();
   const std::string& c = s.checkpoint;
@@ -249,19 +266,33 @@ mg::plan::Policy policy(const StepFlags& s, const mg::plan::ModelSpec& spec, boo
   if (c == "selective") return Policy::selective_only();
   if (c == "auto") {
     if (!s.budget) throw UsageError("--checkpoint auto needs --budget (e.g. --budget 256MiB)");
-    auto rows = mg::plan::choose_segments(spec, input_shape(s), step_options(s), int64_t(s.budget));
+    const int64_t budget = int64_t(s.budget);
+    auto rows =
+        mg::plan::choose_segments(train_program(spec, s), mg::plan::context(input_shape(s)), budget, plan_options);
     if (table)
       std::printf("checkpoint segments chosen for the budget (planned on meta):\n%s\n",
-                  mg::plan::choice_table(rows, int64_t(s.budget)).c_str());
-    int64_t lowest = INT64_MAX;
-    for (auto& r : rows) {
-      if (r.method == "DP" && r.fits) return r.policy;
-      lowest = std::min(lowest, r.measured);
+                  mg::plan::choice_table(rows, budget).c_str());
+    if (auto best = mg::plan::best_fit(rows)) {
+      if (table)
+        std::printf("--checkpoint auto: %s (%s), the plan that runs under the budget with the least recompute\n\n",
+                    best->method.c_str(), best->policy.str().c_str());
+      return best->policy;
     }
-    throw mg::OutOfMemoryError("--checkpoint auto: no segmentation fits the budget of " +
-                               mg::format_bytes(int64_t(s.budget)) + "; the lowest planned peak is " +
-                               mg::format_bytes(lowest) + ". Try a smaller --batch" +
-                               (s.precision == "fp32" ? ", --precision bf16" : "") + " or --accum.");
+    // None fits: the least memory any of them needs.
+    const mg::plan::ChoiceRow* least = nullptr;
+    int64_t least_limit = 0;
+    for (const auto& r : rows) {
+      const int64_t limit =
+          mg::plan::plan(train_program(spec, s), mg::plan::context(input_shape(s), r.policy), plan_options)
+              .smallest_limit;
+      if (!least || limit < least_limit) least = &r, least_limit = limit;
+    }
+    throw mg::OutOfMemoryError(
+        "--checkpoint auto: no plan runs under the budget of " + mg::format_bytes(budget) + " (" +
+        std::to_string(budget) + " B); the least, " + least->method + " (" + least->policy.str() +
+        "), needs a memory limit of " + mg::format_bytes(least_limit) + " (" + std::to_string(least_limit) +
+        " B). Try a smaller --batch, --accum" +
+        (s.precision.find("storage") == std::string::npos ? " or --precision bf16-storage" : "") + ".");
   }
   const int64_t k = std::stoll(c.substr(6));  // every-K
   if (k > n) throw UsageError("--checkpoint " + c + ": the model has only " + std::to_string(n) + " blocks");

@@ -49,8 +49,8 @@ struct ModelFlags {
 struct StepFlags {
   int64_t batch = 0, seq = 0;  // seq is the GPT's block size too
   std::string optimizer = "adamw";
-  double momentum = 0.0;  // sgd
-  std::string precision = "fp32";
+  double momentum = 0.0;            // sgd
+  std::string precision = "fp32";   // fp32 | fp16 | bf16 (autocast) | fp16-storage | bf16-storage
   std::string checkpoint = "none";  // none | every-K | sqrt | selective | auto
   uint64_t budget = 0;              // bytes; `auto` chooses segments for it
   int64_t accum = 1;                // micro-batches per optimizer step
@@ -70,12 +70,19 @@ void add_data_parallel_flags(CLI::App& app, StepFlags& s);
 // The planner's description of the model (GPT presets have GPT-2's vocabulary of 50257).
 mg::plan::ModelSpec model_spec(const ModelFlags& m, int64_t seq);
 std::string model_str(const mg::plan::ModelSpec& spec);
-// steps 2 (the default) plans the steady state: a step that holds the optimizer state throughout.
-mg::plan::StepOptions step_options(const StepFlags& s, int64_t steps = 2);
+// Loss scaling (a GradScaler) for the float16 modes.
+mg::plan::StepOptions step_options(const StepFlags& s);
 mg::plan::InputShape input_shape(const StepFlags& s);
+// What `memgrad train` runs on a device, as a program for the planner: the built-in model and its
+// trainer (plan::program), after the teacher matrix the MLP's data is drawn through ([width, width]
+// float32, Input), which train holds on the cpu. Every plan of the command is of this program.
+mg::plan::Program train_program(const mg::plan::ModelSpec& spec, const StepFlags& s);
 // none, every-K, sqrt or selective for n blocks; `auto` chooses segments for the budget with the
-// planner (the DP's plan, printing the side-by-side table when `table` is set).
-mg::plan::Policy policy(const StepFlags& s, const mg::plan::ModelSpec& spec, bool table);
+// planner: among its methods' plans that run under the budget on meta, the one that recomputes
+// least (printing the side-by-side table when `table` is set). `plan_options` says what device the
+// plans are for.
+mg::plan::Policy policy(const StepFlags& s, const mg::plan::ModelSpec& spec, bool table,
+                        const mg::plan::PlanOptions& plan_options = {});
 
 int64_t parameter_count(const mg::plan::ModelSpec& spec);
 std::string thousands(int64_t n);  // 124439808 -> "124,439,808"

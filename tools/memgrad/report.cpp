@@ -25,6 +25,24 @@ void print_breakdown(int64_t peak, const mg::CategoryBytes& at_peak, const std::
   if (sorted.size() > size_t(top)) std::printf("    ... and %zu more owners\n", sorted.size() - size_t(top));
 }
 
+void print_plan(const mg::plan::StepReport& r) {
+  std::printf("the steady-state step (%s):\n",
+              r.steady ? "from the second step on, every step allocates as the last one planned"
+                       : "the allocator did not settle within the steps planned; figures of the last one");
+  std::printf("  allocated peak %12s (%lld B)\n", mg::format_bytes(r.peak).c_str(), static_cast<long long>(r.peak));
+  std::printf(
+      "  reserved peak  %12s (%lld B): the steps run under a --memory-limit of exactly this, and %lld B less "
+      "runs out of memory (%s)\n",
+      mg::format_bytes(r.smallest_limit).c_str(), static_cast<long long>(r.smallest_limit),
+      static_cast<long long>(mg::plan::kGranule),
+      r.below_limit_fails_at > 0 ? ("in step " + std::to_string(r.below_limit_fails_at)).c_str()
+                                 : "building the model");
+  std::printf("  with no limit, the caching allocator's segments grow to %s (%lld B)\n",
+              mg::format_bytes(r.reserved).c_str(), static_cast<long long>(r.reserved));
+  std::printf("  the first step peaks at %s (%lld B) allocated: its optimizer state appears only at its end\n",
+              mg::format_bytes(r.first_peak).c_str(), static_cast<long long>(r.first_peak));
+}
+
 std::string format_seconds(double s) {
   char buf[32];
   if (s < 1.0)

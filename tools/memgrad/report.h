@@ -12,6 +12,11 @@ namespace memgrad_cli {
 void print_breakdown(int64_t peak, const mg::CategoryBytes& at_peak, const std::map<std::string, int64_t>& owners,
                      int top);
 
+// A plan's figures for the steady-state step: the allocated peak, and the reserved peak (the smallest
+// --memory-limit its steps run under) on the one line that says "reserved", then what the cache
+// grows to without a limit and the first step's peak.
+void print_plan(const mg::plan::StepReport& r);
+
 // "12.5 ms", "3.21 s".
 std::string format_seconds(double seconds);
 

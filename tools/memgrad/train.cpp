@@ -113,13 +113,17 @@ std::string run_signature(const TrainFlags& f, const mg::plan::ModelSpec& spec, 
   return buf;
 }
 
-// One training run's state, as a safetensors file: model.*, optim.* (with data parallelism every
+// One training run's state, as a safetensors file: model.*, master.* (the float32 masters of a
+// storage precision; with data parallelism they are in optim.*), optim.* (with data parallelism every
 // rank's slices gathered), scaler.*, and in the metadata the step, the default generator's position
 // and the run's signature.
 void save_state(const std::string& path, int64_t step, const std::string& signature, const mg::nn::Module& model,
-                const mg::optim::StateDict& optimizer, const mg::amp::GradScaler* scaler) {
+                const mg::optim::StateDict& optimizer, const mg::amp::MasterWeights* masters,
+                const mg::amp::GradScaler* scaler) {
   mg::nn::StateDict all;
   for (auto& [k, t] : model.state_dict()) all["model." + k] = t;
+  if (masters)
+    for (auto& [k, t] : masters->named_parameters()) all["master." + k] = t.detach();
   for (auto& [k, t] : optimizer) all["optim." + k] = t;
   if (scaler)
     for (auto& [k, v] : scaler->state_dict()) all["scaler." + k] = mg::scalar_tensor(v, mg::kFloat64);
@@ -172,16 +176,25 @@ SavedState read_state(const std::string& path, const std::string& signature) {
 // default generator; returns the saved step.
 int64_t apply_state(const SavedState& s, const std::string& path, mg::nn::Module& model,
                     const std::function<void(const mg::optim::StateDict&)>& load_optimizer,
-                    mg::amp::GradScaler* scaler) {
+                    mg::amp::MasterWeights* masters, mg::amp::GradScaler* scaler) {
   try {
-    mg::nn::StateDict m, o;
+    mg::nn::StateDict m, o, saved_masters;
     std::map<std::string, double> sc;
     for (auto& [k, t] : s.tensors) {
       if (k.rfind("model.", 0) == 0) m[k.substr(6)] = t;
+      if (k.rfind("master.", 0) == 0) saved_masters[k.substr(7)] = t;
       if (k.rfind("optim.", 0) == 0) o[k.substr(6)] = t;
       if (k.rfind("scaler.", 0) == 0) sc[k.substr(7)] = t.item<double>();
     }
     model.load_state_dict(m);
+    if (masters) {
+      mg::NoGradGuard no_grad;
+      for (auto& [name, t] : masters->named_parameters()) {
+        auto it = saved_masters.find(name);
+        if (it == saved_masters.end()) throw mg::IOError(path + ": no float32 master of '" + name + "'");
+        t.copy_(it->second);
+      }
+    }
     load_optimizer(o);
     if (scaler) scaler->load_state_dict(sc);
   } catch (const mg::OutOfMemoryError&) {
@@ -238,6 +251,30 @@ std::string sample_text(mg::nn::GPT& gpt, const mg::Device& device, int64_t n, u
   }
   gpt.train();
   return out;
+}
+
+// What the planner says about a run that ran out of memory under --memory-limit: the limit its step
+// needs, and what fits under this one (the largest batch; --checkpoint auto's choice).
+std::string oom_advice(const TrainFlags& f, const mg::plan::ModelSpec& spec, const mg::plan::Policy& policy,
+                       const mg::Device& device) {
+  mg::plan::PlanOptions o;
+  o.device = device.type;
+  const int64_t limit = mg::memory_stats(device).limit;
+  const mg::plan::InputShape shape = input_shape(f.step);
+  const mg::plan::Program program = train_program(spec, f.step);
+  const mg::plan::StepReport r = mg::plan::plan(program, mg::plan::context(shape, policy), o);
+  std::string advice = "\nthe planner: this step needs a --memory-limit of at least " +
+                       mg::format_bytes(r.smallest_limit) + " (" + std::to_string(r.smallest_limit) +
+                       " B, its reserved peak)";
+  if (limit <= 0) return advice + ".\n";
+  advice += "; the limit is " + mg::format_bytes(limit) + " (" + std::to_string(limit) + " B).\n";
+  const int64_t b = mg::plan::largest_batch(program, mg::plan::context(shape, policy), limit, o);
+  advice += "  the largest --batch whose steps run under it: " + std::to_string(b) + "\n";
+  const auto best = mg::plan::best_fit(mg::plan::choose_segments(program, mg::plan::context(shape), limit, o));
+  advice += best ? "  --checkpoint auto --budget " + std::to_string(limit) + " would run " + best->method + " (" +
+                       best->policy.str() + ")\n"
+                 : "  no checkpoint segments make batch " + std::to_string(f.step.batch) + " run under it\n";
+  return advice;
 }
 
 }  // namespace
@@ -330,7 +367,9 @@ int run_train(const TrainFlags& f) {
   }
   const mg::plan::ModelSpec spec = model_spec(f.model, f.step.seq);
   const mg::plan::InputShape shape = input_shape(f.step);
-  const mg::plan::Policy policy = memgrad_cli::policy(step_flags, spec, rank == 0);
+  mg::plan::PlanOptions target;
+  target.device = device.type;
+  const mg::plan::Policy policy = memgrad_cli::policy(step_flags, spec, rank == 0, target);
   if (spec.kind == mg::plan::ModelSpec::Kind::GPT && spec.gpt.vocab_size < 256)
     throw UsageError("--vocab " + std::to_string(spec.gpt.vocab_size) +
                      ": memgrad train reads bytes, so the GPT needs a vocabulary of at least 256");
@@ -345,6 +384,10 @@ int run_train(const TrainFlags& f) {
   if (saved && saved->step >= f.steps)
     throw UsageError("--steps " + std::to_string(f.steps) + ": the state is already at step " +
                      std::to_string(saved->step));
+  // The plan starts from an empty allocator: so does the run (nothing the checks above made is cached),
+  // and its program holds the data's teacher as train does (train_program).
+  mg::empty_cache(device);
+  const mg::MemoryStats base = mg::memory_stats(device);
   Data data(spec, f.seed, device);
   if (data.is_gpt() && f.step.seq + 1 >= data.corpus_bytes() / 10)
     throw UsageError("--seq " + std::to_string(f.step.seq) + " is too long for the " +
@@ -361,26 +404,23 @@ int run_train(const TrainFlags& f) {
     group = nccl.get();
   }
 
-  const mg::MemoryStats base = mg::memory_stats(device);
   mg::manual_seed(f.seed);
   mg::plan::ChainModel chain(spec, device);
   mg::nn::Module& model = chain.module();
-  std::unique_ptr<dist::DataParallel> dp;
-  if (group)
-    dp = std::make_unique<dist::DataParallel>(
-        model.named_parameters(), *group,
-        dist::DataParallelOptions().zero_stage(f.step.zero).bucket_bytes(int64_t(f.step.bucket_cap)));
-  auto opt = make_optimizer(f, dp ? dp->optimizer_parameters() : model.named_parameters());
-  std::optional<mg::amp::GradScaler> scaler;
-  if (f.step.precision == "fp16") scaler.emplace();
+  const mg::plan::StepOptions options = step_options(step_flags);
+  mg::plan::Trainer trainer(
+      model, options, [&f](const mg::nn::NamedTensors& params) { return make_optimizer(f, params); }, group);
+  mg::optim::Optimizer& opt = *trainer.optimizer();
+  mg::amp::GradScaler* scaler = trainer.scaler();
+  dist::DataParallel* dp = trainer.data_parallel();
 
   std::optional<mg::optim::LinearWarmupLR> warmup;  // made before a resume overwrites the lr with its scheduled value
-  if (f.warmup) warmup.emplace(*opt, f.warmup);
+  if (f.warmup) warmup.emplace(opt, f.warmup);
   auto load_optimizer = [&](const mg::optim::StateDict& o) {
-    dp ? dp->load_state_dict(*opt, o) : opt->load_state_dict(o);
+    dp ? dp->load_state_dict(opt, o) : opt.load_state_dict(o);
   };
   const int64_t first =
-      saved ? apply_state(*saved, f.resume, model, load_optimizer, scaler ? &*scaler : nullptr) + 1 : 1;
+      saved ? apply_state(*saved, f.resume, model, load_optimizer, dp ? nullptr : trainer.masters(), scaler) + 1 : 1;
   for (int64_t t = 1; warmup && t < first; ++t) warmup->step();  // the schedule's position at the saved step
   std::printf("memgrad train: %s, %s parameters, on %s\n", model_str(spec).c_str(),
               thousands(model.num_parameters()).c_str(), device.str().c_str());
@@ -407,48 +447,56 @@ int run_train(const TrainFlags& f) {
     log << "step,loss,tokens_per_s,allocated\n";
   }
   if (timeline) mg::record_history(true, 1000000);
-  const mg::plan::StepOptions options = step_options(step_flags);
   const int64_t tokens_per_step = *tokens * ranks;  // mlp: rows; all ranks
   const double communication_before = dp ? dp->communication_seconds() : 0;
   Progress progress(first, f.steps, f.log_every ? f.log_every : std::max<int64_t>(1, (f.steps - first + 1) / 20),
                     f.quiet, data.is_gpt() ? "tok" : "rows");
   double loss = 0, train_seconds = 0;
-  int64_t peaks[2] = {0, 0};         // of the first step and the one after it
-  bool skipped[2] = {false, false};  // by the grad scaler, which meta cannot foresee
-  int64_t workspace[2] = {0, 0};     // kernel scratch at the peak, which meta does not allocate
-  for (int64_t step = first; step <= f.steps; ++step) {
-    const auto t0 = Clock::now();
-    if (timeline) mg::annotate_memory("step " + std::to_string(step), device);
-    model.zero_grad();  // set_to_none, before the peak is reset, as the planner does
-    if (dp) dp->zero_grad();
-    if (step <= first + 1) mg::reset_peak(device);
-    loss = mg::plan::train_step(
-        chain, opt.get(), scaler ? &*scaler : nullptr, [&](int64_t micro) { return data.batch(step, micro, shape); },
-        policy, options, dp.get());
-    if (warmup) warmup->step();
-    if (device.is_cuda()) mg::cuda::synchronize(device.index);
-    const double dt = seconds_since(t0);
-    train_seconds += dt;
-    const mg::MemoryStats m = mg::memory_stats(device);
-    if (step <= first + 1) {
-      peaks[step - first] = m.peak_allocated - base.allocated;
-      workspace[step - first] = m.at_peak(mg::Category::Workspace) - base.category(mg::Category::Workspace);
-      skipped[step - first] = scaler && scaler->skipped_steps() > (step == first ? 0 : int64_t(skipped[0]));
+  int64_t peaks[2] = {0, 0};  // allocated: the first step, and the largest of the later ones
+  int64_t reserved = 0;       // the largest reserved of all steps
+  mg::CategoryBytes at_peak{};
+  std::map<std::string, int64_t> owners_at_peak;
+  try {
+    for (int64_t step = first; step <= f.steps; ++step) {
+      const auto t0 = Clock::now();
+      if (timeline) mg::annotate_memory("step " + std::to_string(step), device);
+      mg::reset_peak(device);  // as the planner does: the step (gradients cleared first) is measured whole
+      loss = mg::plan::train_step(
+          chain, trainer, [&](int64_t micro) { return data.batch(step, micro, shape); }, policy);
+      if (warmup) warmup->step();
+      if (device.is_cuda()) mg::cuda::synchronize(device.index);
+      const double dt = seconds_since(t0);
+      train_seconds += dt;
+      const mg::MemoryStats m = mg::memory_stats(device);
+      const int64_t peak = m.peak_allocated - base.allocated;
+      reserved = std::max(reserved, m.peak_reserved - base.reserved);
+      if (step == first) peaks[0] = peak;
+      if (step > first && peak >= peaks[1]) {
+        peaks[1] = peak;
+        at_peak = m.at_peak_by_category;
+        for (int c = 0; c < mg::kNumCategories; ++c) at_peak[size_t(c)] -= base.by_category[size_t(c)];
+        owners_at_peak = m.at_peak_by_owner;
+      }
+      progress.update(step, loss, double(tokens_per_step) / dt, m);
+      if (log) {
+        char line[128];
+        std::snprintf(line, sizeof line, "%lld,%.9g,%.1f,%lld\n", static_cast<long long>(step), loss,
+                      double(tokens_per_step) / dt, static_cast<long long>(m.allocated));
+        log << line;
+      }
+      if (timeline && step == std::min(first + f.timeline_steps - 1, f.steps)) {  // once: off clears it
+        mg::write_memory_timeline(
+            f.timeline, device,
+            "memgrad train: steps " + std::to_string(first) + "-" + std::to_string(step) + ", " + model_str(spec));
+        mg::record_history(false);
+      }
     }
-    progress.update(step, loss, double(tokens_per_step) / dt, m);
-    if (log) {
-      char line[128];
-      std::snprintf(line, sizeof line, "%lld,%.9g,%.1f,%lld\n", static_cast<long long>(step), loss,
-                    double(tokens_per_step) / dt, static_cast<long long>(m.allocated));
-      log << line;
-    }
-    if (timeline && step == std::min(first + f.timeline_steps - 1, f.steps)) {  // once: off clears it
-      mg::write_memory_timeline(
-          f.timeline, device,
-          "memgrad train: steps " + std::to_string(first) + "-" + std::to_string(step) + ", " + model_str(spec));
-      mg::record_history(false);
-    }
+  } catch (const mg::OutOfMemoryError&) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "%s", oom_advice(f, spec, policy, device).c_str());
+    throw;
   }
+  model.zero_grad();  // the last step's gradients: not needed for evaluation
   const int64_t steps_run = f.steps - first + 1;
   std::printf("\ntrained %lld steps in %s: %.0f %s/s, final loss %.4f", static_cast<long long>(steps_run),
               format_seconds(train_seconds).c_str(), double(tokens_per_step * steps_run) / train_seconds,
@@ -476,32 +524,48 @@ int run_train(const TrainFlags& f) {
       std::printf("sample:\n%s\n", sample_text(dynamic_cast<mg::nn::GPT&>(model), device, f.sample, f.seed).c_str());
   }
 
-  const mg::MemoryStats s = mg::memory_stats(device);
-  std::printf("\nmemory on %s at the peak of steps %lld-%lld, counted from before the model was built:\n",
-              device.str().c_str(), static_cast<long long>(std::min(first + 1, f.steps)),
-              static_cast<long long>(f.steps));
-  mg::CategoryBytes at_peak = s.at_peak_by_category;
-  for (int c = 0; c < mg::kNumCategories; ++c) at_peak[size_t(c)] -= base.by_category[size_t(c)];
-  print_breakdown(s.peak_allocated - base.allocated, at_peak, s.at_peak_by_owner, 12);
-  std::printf("  reserved by the caching allocator: %s (peak %s)\n", mg::format_bytes(s.reserved).c_str(),
-              mg::format_bytes(s.peak_reserved).c_str());
-  int64_t planned_peaks[2] = {-1, -1};  // the planner runs the same steps on meta (each rank its own)
-  for (int64_t i = 0; i < 2 && first + i <= f.steps; ++i) {
-    if (i == 0 && !f.resume.empty()) continue;  // a resumed run's first step already holds optimizer state
-    const int64_t planned = planned_peaks[i] =
-        mg::plan::plan(spec, shape, step_options(step_flags, i + 1), policy).peak;
-    std::printf("  %s peak: measured %s (%lld B), planned on meta %s (%lld B): %s\n",
-                i == 0 ? "first step's" : "later steps'", mg::format_bytes(peaks[i]).c_str(),
-                static_cast<long long>(peaks[i]), mg::format_bytes(planned).c_str(), static_cast<long long>(planned),
-                peaks[i] == planned ? "exact"
-                : skipped[i]        ? "the grad scaler skipped that step (inf/NaN gradients), the plan assumes it ran"
-                : workspace[i] > 0
-                    ? ("off by " + std::to_string(peaks[i] - planned) + " B, with " + std::to_string(workspace[i]) +
-                       " B of kernel scratch (Workspace) at the peak: backend-specific, e.g. the CPU's float32 "
-                       "copies for half GEMMs, and not planned")
-                          .c_str()
-                    : ("off by " + std::to_string(peaks[i] - planned) + " B").c_str());
+  if (steps_run == 1) {  // no later step: the breakdown of the first
+    const mg::MemoryStats m = mg::memory_stats(device);
+    at_peak = m.at_peak_by_category;
+    for (int c = 0; c < mg::kNumCategories; ++c) at_peak[size_t(c)] -= base.by_category[size_t(c)];
+    owners_at_peak = m.at_peak_by_owner;
   }
+  std::printf("\nmemory on %s at the peak of step%s %lld%s%s, counted from before the model was built:\n",
+              device.str().c_str(), steps_run > 1 ? "s" : "", static_cast<long long>(std::min(first + 1, f.steps)),
+              steps_run > 2 ? "-" : "", steps_run > 2 ? std::to_string(f.steps).c_str() : "");
+  print_breakdown(steps_run > 1 ? peaks[1] : peaks[0], at_peak, owners_at_peak, 12);
+  const mg::MemoryStats s = mg::memory_stats(device);
+  std::printf("  reserved by the caching allocator: %s now\n", mg::format_bytes(s.reserved).c_str());
+
+  // The planner runs the same steps on meta, for this device and under the same limit.
+  mg::plan::PlanOptions plan_options;
+  plan_options.device = device.type;
+  plan_options.memory_limit = budgeted ? 0 : int64_t(f.memory_limit);  // a budget is the runtime's, not the allocator's
+  plan_options.max_steps = std::min<int64_t>(steps_run, 16);
+  const mg::plan::StepReport planned =
+      mg::plan::plan(train_program(spec, step_flags), mg::plan::context(shape, policy), plan_options);
+  auto compare = [&](const char* what, int64_t measured, int64_t plan_bytes) {
+    std::string verdict = measured == plan_bytes ? "exact" : "off by " + std::to_string(measured - plan_bytes) + " B";
+    if (measured != plan_bytes && scaler && scaler->skipped_steps())
+      verdict += ": the grad scaler skipped steps (inf/NaN gradients), the plan assumes every step is taken";
+    std::printf("  %s: measured %s (%lld B), planned on meta %s (%lld B): %s\n", what,
+                mg::format_bytes(measured).c_str(), static_cast<long long>(measured),
+                mg::format_bytes(plan_bytes).c_str(), static_cast<long long>(plan_bytes), verdict.c_str());
+  };
+  int64_t planned_peaks[2] = {-1, -1};  // for the ranks' table
+  if (!f.resume.empty()) {  // a resumed run's first step already holds optimizer state: only later steps compare
+    if (steps_run > 1) compare("later steps' allocated peak", peaks[1], planned_peaks[1] = planned.peak);
+    std::printf("  (a resumed run's allocator history differs from the plan's, which starts from the first step)\n");
+  } else {
+    compare("first step's allocated peak", peaks[0], planned_peaks[0] = planned.first_peak);
+    if (steps_run > 1) compare("later steps' allocated peak", peaks[1], planned_peaks[1] = planned.peak);
+    if (!budgeted)  // the budget runs with caching off: its reserved bytes are not the plan's
+      compare(f.memory_limit ? "reserved peak under this --memory-limit" : "reserved peak with no limit", reserved,
+              planned.reserved);
+  }
+  if (planned.smallest_limit)
+    std::printf("  the smallest --memory-limit these steps run under: %s (%lld B)\n",
+                mg::format_bytes(planned.smallest_limit).c_str(), static_cast<long long>(planned.smallest_limit));
   if (budgeted) {
     std::printf("  memory budget %s (--remat %s, --offload %s): the plan above is the unconstrained step\n",
                 mg::format_bytes(int64_t(f.memory_limit)).c_str(), f.remat.c_str(), f.offload.c_str());
@@ -537,18 +601,18 @@ int run_train(const TrainFlags& f) {
                     v[8] ? 100.0 * double(v[7]) / double(v[8]) : 0.0);
       std::printf("%s%s\n", line.c_str(), tail);
     }
-    const std::string table = dp->shard_table(*opt);
+    const std::string table = dp->shard_table(opt);
     std::printf(
         "\noptimizer state per parameter (%s): which rank holds which elements, and the bytes of state its "
         "ledger holds for them\n%s",
-        opt->type().c_str(), table.c_str());
+        opt.type().c_str(), table.c_str());
   } else {
-    std::printf("\noptimizer state per parameter (%s):\n%s", opt->type().c_str(), opt->state_report().str().c_str());
+    std::printf("\noptimizer state per parameter (%s):\n%s", opt.type().c_str(), opt.state_report().str().c_str());
   }
   if (timeline) std::printf("memory timeline: %s\n", f.timeline.c_str());
   if (!f.save.empty()) {
-    const mg::optim::StateDict optimizer = dp ? dp->state_dict(*opt) : opt->state_dict();  // collective with dp
-    if (rank == 0) save_state(f.save, f.steps, signature, model, optimizer, scaler ? &*scaler : nullptr);
+    const mg::optim::StateDict optimizer = dp ? dp->state_dict(opt) : opt.state_dict();  // collective with dp
+    if (rank == 0) save_state(f.save, f.steps, signature, model, optimizer, dp ? nullptr : trainer.masters(), scaler);
     if (world) world->barrier();  // the file exists when any rank returns
     std::printf("training state (step %lld): %s\n", static_cast<long long>(f.steps), f.save.c_str());
   }

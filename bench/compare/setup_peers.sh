@@ -17,7 +17,7 @@ pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
 mapfile -t cuda_wheels < <("$venv/bin/python" - <<'PY'
 import importlib.metadata as md, re
 for r in md.requires("torch") or []:
-    name = re.split(r"[ ;=<>!]", r, maxsplit=1)[0]
+    name = re.split(r"[ ;=<>!\[]", r, maxsplit=1)[0]
     if re.match(r"nvidia-(nccl|cusparselt|nvshmem|cufile)", name):
         print(r.split(";")[0].replace(" ", ""))
     # Newer torch pins cuFile through the cuda-toolkit meta-package's extras instead.

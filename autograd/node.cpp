@@ -14,7 +14,7 @@ namespace detail {
 // Where a saved value came from, for backward passes that create a graph.
 struct Origin {
   std::weak_ptr<TensorImpl> original;  // the tensor saved, to recognise an op's outputs in record()
-  std::optional<Shape> shape;  // its shape where the value saved has another (an expanded copy); and its dtype
+  std::optional<Shape> shape;          // its shape where the value saved has another (an expanded copy); and its dtype
   DType dtype = kFloat32;
   Edge edge;                     // an input's gradient edge when it was saved
   std::weak_ptr<Node> producer;  // an output's node (weak: the node holds this), and its slot
@@ -128,8 +128,8 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
     } else {
       // Take the incoming buffer when nothing else refers to it; otherwise copy it (or, with
       // history, add it to the current one out of place).
-      bool sole = !keep_history && g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 &&
-                  g.is_contiguous() && g.dtype() == leaf->dtype && g.storage_offset() == 0 &&
+      bool sole = !keep_history && g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 && g.is_contiguous() &&
+                  g.dtype() == leaf->dtype && g.storage_offset() == 0 &&
                   size_t(g.numel()) * g.element_size() == g.storage()->nbytes();
       Tensor owned;
       {

@@ -47,12 +47,6 @@ class Node : public std::enable_shared_from_this<Node> {
   // Drops saved tensors after backward (unless retain_graph). A later apply() then raises.
   virtual void release_saved() {}
 
- protected:
-  // Raises AutogradError when apply() runs after release_saved() (a second backward).
-  void check_not_released(bool saved) const;
-
- public:
-
   Op op() const { return op_; }
   std::string_view name() const { return label_.empty() ? std::string_view(op_name(op_)) : label_; }
   uint64_t sequence_nr() const { return sequence_nr_; }
@@ -61,6 +55,10 @@ class Node : public std::enable_shared_from_this<Node> {
   std::vector<OutputMeta>& outputs() { return outputs_; }
   // Hooks run on the gradient of output `output_nr` before apply().
   std::map<uint32_t, std::vector<GradHook>>& pre_hooks() { return pre_hooks_; }
+
+ protected:
+  // Raises AutogradError when apply() runs after release_saved() (a second backward).
+  void check_not_released(bool saved) const;
 
  private:
   Op op_;

@@ -130,7 +130,7 @@ using FreeSet = std::set<Chunk*, BySize>;
 struct DeviceState {
   std::mutex mu;
   Device device;
-  MemoryStats stats;  // its at_peak_by_owner stays empty: memory_stats() fills it from the ids
+  MemoryStats stats;                      // its at_peak_by_owner stays empty: memory_stats() fills it from the ids
   std::vector<int64_t> by_owner;          // live bytes per OwnerId
   std::vector<int64_t> at_peak_by_owner;  // by_owner at the peak of allocated; see settle_peak
   bool peak_owners_pending = false;       // by_owner is still as at the peak: copy it before it changes
@@ -138,7 +138,7 @@ struct DeviceState {
   static constexpr size_t kSpares = 4096;
   std::vector<Block*> spare_blocks;
   std::vector<Chunk*> spare_chunks;
-  std::vector<FreeSet::node_type> spare_nodes;  // the free sets' tree nodes, extracted for reuse
+  std::vector<FreeSet::node_type> spare_nodes;   // the free sets' tree nodes, extracted for reuse
   FreeSet pools[2];                              // [0] small, [1] large
   std::map<uintptr_t, Segment*> segments;        // by base address
   std::vector<std::pair<void*, Chunk*>> events;  // recorded at release on other streams (cuda only)

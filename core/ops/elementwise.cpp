@@ -119,7 +119,9 @@ Tensor binary_op(Op id, BinaryOp op, const Tensor& a, const Tensor& b, double al
     SavedTensor sa(keep_a ? a.to(ct) : Tensor()), sb(keep_b ? b.to(ct) : Tensor());
     SavedTensor so(op == BinaryOp::Pow && nb ? out : Tensor());
     // An operand's shape is kept only when broadcast; otherwise it is the gradient's.
-    auto shape_if_broadcast = [&](const Tensor& t) { return t.shape() == out.shape() ? std::nullopt : std::optional(t.shape()); };
+    auto shape_if_broadcast = [&](const Tensor& t) {
+      return t.shape() == out.shape() ? std::nullopt : std::optional(t.shape());
+    };
     DType at = a.dtype(), bt = b.dtype();
     autograd::record(id, {a, b}, {out},
                      [=, as = shape_if_broadcast(a), bs = shape_if_broadcast(b)](const TensorList& g, const Node& n) {

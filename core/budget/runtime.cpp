@@ -480,8 +480,17 @@ bool may_evict(const Cell& c, Remat r) {
 }
 
 // DTR's cost of evicting `c`: its own recompute time plus that of the evicted classes around it
-// (bringing it back brings them back too).
+// (bringing it back brings them back too). A storage no handle refers to any more is needed only to
+// recompute evicted readers: with none, evicting it costs nothing now (a reader evicted later counts
+// it through its class). Pricing such leftovers of a rematerialization at their own recompute time
+// made them outlive the saved tensors around them, so that rebuilding a chain evicted the previous
+// links and each backward step rebuilt the chain from its start.
 double recompute_cost(Cell& c) {
+  if (!c.has_storage) {
+    bool needed = false;
+    for (auto& r : readers(c)) needed |= r->evicted();
+    if (!needed) return 0;
+  }
   double cost = c.cost;
   std::vector<ClassNode*> counted;
   for_each_neighbour(c, [&](Cell& n) {

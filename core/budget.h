@@ -50,6 +50,10 @@ struct Options {
   int64_t limit = 0;  // bytes the device may reserve (set_memory_limit)
   Remat remat = Remat::Dynamic;
   Offload offload = Offload::None;
+  // Fetch offloaded saved tensors back as backward reaches the node that reads them and the one
+  // after it (within the limit: a prefetch never makes anything else leave), rather than when a
+  // kernel first touches them.
+  bool prefetch = true;
 };
 
 // Puts `d` (cpu or cuda) under a budget: sets its memory limit and turns the runtime on. Storages
@@ -75,6 +79,7 @@ struct Stats {
   double recompute_seconds = 0;      // kernel time spent recomputing
   double recompute_flops = 0;        // matmul FLOPs recomputed (2 per multiply-add; as FlopCounter counts)
   int64_t offloads = 0, fetches = 0;
+  int64_t prefetches = 0;                       // of the fetches, those made ahead of the kernel that reads them
   CategoryBytes offloaded_bytes{};              // cumulative, by category
   int64_t host_bytes = 0, peak_host_bytes = 0;  // the host pool: bytes held now and at most
   double transfer_seconds = 0;                  // copying to and from the host pool

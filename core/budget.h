@@ -14,9 +14,12 @@
 // (raw_data/data_ptr/item outside kernels), and the arguments of the kernel running now.
 // Eviction picks the smallest DTR score h = cost / (bytes x staleness), where cost is the storage's
 // recompute time plus that of the evicted storages it would bring back (the paper's equivalence
-// classes: evicted neighbours merged with union-find). Offload is chosen for a storage when moving
+// classes: evicted neighbours merged with union-find); a storage no handle refers to costs nothing
+// while no evicted storage needs it. Offload is chosen for a storage when moving
 // it out and back is cheaper than recomputing it (bandwidth and compute measured), and is the only
-// way out for storages that cannot be recomputed.
+// way out for storages that cannot be recomputed. Backward fetches offloaded saved tensors back
+// ahead of the nodes that read them, within the limit (Options::prefetch; on cuda the copies run on
+// a side stream and a kernel waits only for those it touches: never run on a GPU).
 //
 // An in-place write to a storage whose old value an evicted storage still needs brings that one
 // back first; nothing is recomputed from values that changed. Storages no user handle refers to

@@ -161,8 +161,9 @@ Block* allocate_for(Cell& c) {
 void release_block(Cell& c) {
   c.category = c.block->category;
   c.owner = c.block->owner;
-  memory::release(c.block);
+  memory::release(c.block);  // a copy in still running on the side stream holds the bytes until it ends
   c.block = nullptr;
+  c.arrival.reset();
 }
 
 void drop_recipe(Cell& c);

@@ -22,6 +22,7 @@ struct Origin {
   Edge edge;                     // an input's gradient edge when it was saved
   std::weak_ptr<Node> producer;  // an output's node (weak: the node holds this), and its slot
   uint32_t output_nr = 0;
+  std::weak_ptr<Storage> storage;  // the saved value's bytes (not under hooks), for Node::saved_storages
 };
 // The origins saved on this thread since the last record(), which marks those of its outputs.
 thread_local std::vector<std::weak_ptr<Origin>> t_recent_saves;
@@ -67,6 +68,7 @@ SavedTensor::SavedTensor(const Tensor& t, const Tensor& source) {
     state_->packed = pack(t.detach());
   } else {
     state_->storage = t.storage();
+    state_->origin.storage = state_->storage;
     state_->tensor = t.detach();
     state_->storage->add_saved_ref();
   }
@@ -120,8 +122,8 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
     } else {
       // Take the incoming buffer when nothing else refers to it; otherwise copy it (or, with
       // history, add it to the current one out of place).
-      bool sole = !keep_history && g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 &&
-                  g.is_contiguous() && g.dtype() == leaf->dtype && g.storage_offset() == 0 &&
+      bool sole = !keep_history && g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 && g.is_contiguous() &&
+                  g.dtype() == leaf->dtype && g.storage_offset() == 0 &&
                   size_t(g.numel()) * g.element_size() == g.storage()->nbytes();
       Tensor owned;
       {
@@ -168,6 +170,8 @@ std::shared_ptr<Node> record(Op op, const TensorList& inputs, const TensorList& 
   if (!any_requires_grad(inputs)) return nullptr;
   auto node = std::make_shared<FunctionNode>(op, std::move(label), std::move(fn));
   for (auto& t : inputs) node->next_edges().push_back(gradient_edge(t));
+  for (auto& w : saves)
+    if (auto origin = w.lock(); origin && !origin->storage.expired()) node->saved_storages().push_back(origin->storage);
   for (uint32_t i = 0; i < outputs.size(); ++i) {
     auto* o = outputs[i].impl();
     node->outputs().push_back({o->shape, o->dtype, o->storage->device()});

@@ -55,6 +55,9 @@ class Node : public std::enable_shared_from_this<Node> {
   std::vector<OutputMeta>& outputs() { return outputs_; }
   // Hooks run on the gradient of output `output_nr` before apply().
   std::map<uint32_t, std::vector<GradHook>>& pre_hooks() { return pre_hooks_; }
+  // The storages of the tensors the op saved for this node (not kept alive): what apply() will read,
+  // which a memory budget (core/budget.h) fetches back ahead of it.
+  std::vector<std::weak_ptr<Storage>>& saved_storages() { return saved_storages_; }
 
  private:
   Op op_;
@@ -63,6 +66,7 @@ class Node : public std::enable_shared_from_this<Node> {
   std::vector<Edge> next_edges_;
   std::vector<OutputMeta> outputs_;
   std::map<uint32_t, std::vector<GradHook>> pre_hooks_;
+  std::vector<std::weak_ptr<Storage>> saved_storages_;
 };
 
 // A tensor an op keeps for its backward. While held, its bytes count as Activation. It

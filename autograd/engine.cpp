@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include <memgrad/autograd/node.h>
+#include <memgrad/core/budget/runtime_impl.h>
 #include <memgrad/core/grad_mode.h>
 #include <memgrad/core/memory.h>
 #include <memgrad/core/ops.h>
@@ -25,6 +26,16 @@ void accumulate(Tensor& slot, Tensor&& g) {
     slot = std::move(g);
   else
     slot = add(slot, g);
+}
+
+// Under a memory budget (core/budget.h): the offloaded tensors saved for `n`, and for the nodes
+// it is the last to send a gradient to (they run next), are fetched back before `n` runs.
+void prefetch_saved(Node& n, const std::unordered_map<Node*, int>& deps) {
+  std::vector<std::weak_ptr<Storage>> reads = n.saved_storages();
+  for (auto& e : n.next_edges())
+    if (auto it = e.valid() ? deps.find(e.node.get()) : deps.end(); it != deps.end() && it->second == 1)
+      reads.insert(reads.end(), e.node->saved_storages().begin(), e.node->saved_storages().end());
+  budget::detail::prefetch(reads);
 }
 
 // What a pass computes: with no captures, every reachable node runs and leaves accumulate into
@@ -131,6 +142,7 @@ TensorList execute(const TensorList& roots, const TensorList& grads, bool retain
         auto& m = n->outputs()[i];
         in[i] = zeros(m.shape, TensorOptions().dtype(m.dtype).device(m.device));
       }
+    if (budget::detail::any_active()) prefetch_saved(*n, deps);
     TensorList out = n->apply(std::move(in));
     if (!retain_graph) n->release_saved();
     auto& edges = n->next_edges();

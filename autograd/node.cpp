@@ -19,6 +19,7 @@ struct Origin {
   Edge edge;                     // an input's gradient edge when it was saved
   std::weak_ptr<Node> producer;  // an output's node (weak: the node holds this), and its slot
   uint32_t output_nr = 0;
+  std::weak_ptr<Storage> storage;  // the saved value's bytes (not under hooks), for Node::saved_storages
 };
 }  // namespace detail
 
@@ -71,6 +72,7 @@ SavedTensor::SavedTensor(const Tensor& t, const Tensor& source) {
     state_->packed = pack(t.detach());
   } else {
     state_->storage = t.storage();
+    state_->origin.storage = state_->storage;
     state_->tensor = t.detach();
     state_->storage->add_saved_ref();
   }
@@ -189,6 +191,11 @@ void recycle_saves(Saves&& saves) {
 }
 
 void link_input(Node& node, const Tensor& input) { node.next_edges().push_back(gradient_edge(input)); }
+
+void link_saves(Node& node, const Saves& saves) {
+  for (auto& w : saves)
+    if (auto origin = w.lock(); origin && !origin->storage.expired()) node.saved_storages().push_back(origin->storage);
+}
 
 void link_output(const std::shared_ptr<Node>& node, const Tensor& output, uint32_t output_nr, const Saves& saves) {
   auto* o = output.impl();

@@ -55,6 +55,9 @@ class Node : public std::enable_shared_from_this<Node> {
   std::vector<OutputMeta>& outputs() { return outputs_; }
   // Hooks run on the gradient of output `output_nr` before apply().
   std::map<uint32_t, std::vector<GradHook>>& pre_hooks() { return pre_hooks_; }
+  // The storages of the tensors the op saved for this node (not kept alive): what apply() will read,
+  // which a memory budget (core/budget.h) fetches back ahead of it.
+  std::vector<std::weak_ptr<Storage>>& saved_storages() { return saved_storages_; }
 
  protected:
   // Raises AutogradError when apply() runs after release_saved() (a second backward).
@@ -67,6 +70,7 @@ class Node : public std::enable_shared_from_this<Node> {
   std::vector<Edge> next_edges_;
   std::vector<OutputMeta> outputs_;
   std::map<uint32_t, std::vector<GradHook>> pre_hooks_;
+  std::vector<std::weak_ptr<Storage>> saved_storages_;
 };
 
 // A tensor an op keeps for its backward. While held, its bytes count as Activation. It
@@ -167,6 +171,7 @@ struct Origin;
 using Saves = std::vector<std::weak_ptr<Origin>>;
 Saves take_saves();
 void link_input(Node& node, const Tensor& input);
+void link_saves(Node& node, const Saves& saves);  // the storages the op's saves hold (Node::saved_storages)
 void link_output(const std::shared_ptr<Node>& node, const Tensor& output, uint32_t output_nr, const Saves& saves);
 void recycle_saves(Saves&& saves);  // keeps the list's memory for later ops
 // Records the node make_node() gives (made only when a node is needed).
@@ -178,6 +183,7 @@ std::shared_ptr<Node> record_with(const Inputs& inputs, const Outputs& outputs, 
     node = make_node();
     node->next_edges().reserve(inputs.size());
     for (const Tensor& t : inputs) link_input(*node, t);
+    link_saves(*node, saves);
     node->outputs().reserve(outputs.size());
     uint32_t i = 0;
     for (const Tensor& t : outputs) link_output(node, t, i++, saves);

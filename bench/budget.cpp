@@ -73,7 +73,7 @@ void bench(const char* name, const plan::ModelSpec& model, const plan::InputShap
   std::printf(
       "| budget | static plan (DP) | its peak | dynamic remat | its peak | evicted | recomputed (wall) | offload | its "
       "peak "
-      "| host pool peak |\n|---|---|---|---|---|---|---|---|---|---|\n");
+      "| host pool peak | fetched (ahead of use) |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
   auto cell = [&](const Run& r) {
     char b[64];
     if (!r.ok) return std::string("- (" + r.note + ")");
@@ -103,14 +103,17 @@ void bench(const char* name, const plan::ModelSpec& model, const plan::InputShap
     int64_t evicted = 0;
     for (int64_t b : ds.evicted_bytes) evicted += b;
     auto peak = [](const Run& r) { return r.ok ? format_bytes(r.peak) : std::string("-"); };
-    std::printf("| %.0f%% (%s) | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", 100 * f, format_bytes(limit).c_str(),
-                cell(fixed).c_str(), (peak(fixed) + over).c_str(), cell(dyn).c_str(), peak(dyn).c_str(),
-                dyn.ok ? format_bytes(evicted).c_str() : "-",
+    const std::string fetched =
+        moved.ok ? std::to_string(os.fetches) + " (" + std::to_string(os.prefetches) + ")" : std::string("-");
+    std::printf("| %.0f%% (%s) | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", 100 * f,
+                format_bytes(limit).c_str(), cell(fixed).c_str(), (peak(fixed) + over).c_str(), cell(dyn).c_str(),
+                peak(dyn).c_str(), dyn.ok ? format_bytes(evicted).c_str() : "-",
                 dyn.ok ? (std::to_string(ds.rematerializations) + " in " +
                           std::to_string(int(ds.recompute_seconds * 1000)) + " ms")
                              .c_str()
                        : "-",
-                cell(moved).c_str(), peak(moved).c_str(), moved.ok ? format_bytes(os.peak_host_bytes).c_str() : "-");
+                cell(moved).c_str(), peak(moved).c_str(), moved.ok ? format_bytes(os.peak_host_bytes).c_str() : "-",
+                fetched.c_str());
     std::fflush(stdout);
   }
 }

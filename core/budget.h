@@ -14,9 +14,12 @@
 // (raw_data/data_ptr/item outside kernels), and the arguments of the kernel running now.
 // Eviction picks the smallest DTR score h = cost / (bytes x staleness), where cost is the storage's
 // recompute time plus that of the evicted storages it would bring back (the paper's equivalence
-// classes: evicted neighbours merged with union-find). Offload is chosen for a storage when moving
+// classes: evicted neighbours merged with union-find); a storage no handle refers to costs nothing
+// while no evicted storage needs it. Offload is chosen for a storage when moving
 // it out and back is cheaper than recomputing it (bandwidth and compute measured), and is the only
-// way out for storages that cannot be recomputed.
+// way out for storages that cannot be recomputed. Backward fetches offloaded saved tensors back
+// ahead of the nodes that read them, within the limit (Options::prefetch; on cuda the copies run on
+// a side stream and a kernel waits only for those it touches: never run on a GPU).
 //
 // An in-place write to a storage whose old value an evicted storage still needs brings that one
 // back first; nothing is recomputed from values that changed. Storages no user handle refers to
@@ -50,6 +53,10 @@ struct Options {
   int64_t limit = 0;  // bytes the device may reserve (set_memory_limit)
   Remat remat = Remat::Dynamic;
   Offload offload = Offload::None;
+  // Fetch offloaded saved tensors back as backward reaches the node that reads them and the one
+  // after it (within the limit: a prefetch never makes anything else leave), rather than when a
+  // kernel first touches them.
+  bool prefetch = true;
 };
 
 // Puts `d` (cpu or cuda) under a budget: sets its memory limit and turns the runtime on. Storages
@@ -75,6 +82,7 @@ struct Stats {
   double recompute_seconds = 0;      // kernel time spent recomputing
   double recompute_flops = 0;        // matmul FLOPs recomputed (2 per multiply-add; as FlopCounter counts)
   int64_t offloads = 0, fetches = 0;
+  int64_t prefetches = 0;                       // of the fetches, those made ahead of the kernel that reads them
   CategoryBytes offloaded_bytes{};              // cumulative, by category
   int64_t host_bytes = 0, peak_host_bytes = 0;  // the host pool: bytes held now and at most
   double transfer_seconds = 0;                  // copying to and from the host pool

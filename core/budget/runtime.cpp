@@ -7,6 +7,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <unordered_set>
 
 #include <memgrad/core/budget.h>
@@ -85,7 +86,8 @@ struct Cell {
   Block* block = nullptr;   // resident ledger bytes
   void* wrapped = nullptr;  // resident user memory (from_blob): never leaves
   std::function<void(void*)> deleter;
-  std::shared_ptr<void> host;  // the offloaded copy (host pool), when offloaded
+  std::shared_ptr<void> host;          // the offloaded copy (host pool), when offloaded
+  std::optional<cuda::Event> arrival;  // cuda: a copy in on the side stream not yet waited for
   Category category = Category::Other;
   std::string owner;
   std::vector<std::shared_ptr<Call>> recipe;    // replayed in order to make the bytes again
@@ -122,6 +124,8 @@ std::recursive_mutex& mu() {
 }
 using Lock = std::lock_guard<std::recursive_mutex>;
 thread_local int t_replaying = 0;
+thread_local bool t_prefetching = false;  // a prefetch's allocation: refused rather than making room
+struct PrefetchRefused {};
 
 struct DeviceBudget {
   std::atomic<bool> on{false};
@@ -157,8 +161,9 @@ Block* allocate_for(Cell& c) {
 void release_block(Cell& c) {
   c.category = c.block->category;
   c.owner = c.block->owner();
-  memory::release(c.block);
+  memory::release(c.block);  // a copy in still running on the side stream holds the bytes until it ends
   c.block = nullptr;
+  c.arrival.reset();
 }
 
 void drop_recipe(Cell& c);
@@ -237,14 +242,19 @@ void copy_on_side(Cell& c, void* host, bool out) {
     Tensor dev = bytes_view(c.block->ptr, c.nbytes, c.device), pinned = bytes_view(host, c.nbytes, kCPU);
     out ? cuda::copy_async(pinned, dev) : cuda::copy_async(dev, pinned);
   }
-  if (out) {
-    memory::record_stream(c.block, s.stream);
-    return;
-  }
+  memory::record_stream(c.block, s.stream);  // the block is reused only after the copy
+  if (out) return;
   cuda::Event arrived;
   arrived.record(s.stream);
-  arrived.wait(cuda::current_stream(c.device.index));
+  c.arrival = arrived;  // waited for by the compute stream when a kernel touches the cell
   s.in_flight.emplace_back(arrived, c.host);
+}
+
+// The compute stream waits for a copy in before the first kernel that touches the cell.
+void await_arrival(Cell& c) {
+  if (!c.arrival) return;
+  c.arrival->wait(cuda::current_stream(c.device.index));
+  c.arrival.reset();
 }
 
 void offload(Cell& c) {
@@ -385,11 +395,11 @@ void rematerialize(Cell& c) {
 
 void ensure_resident(Cell& c) {
   c.last_use = now_ns();
-  if (c.resident()) return;
   if (c.offloaded())
     fetch(c);
-  else
+  else if (!c.resident())
     rematerialize(c);
+  await_arrival(c);
 }
 
 // ---- in-place writes
@@ -480,8 +490,17 @@ bool may_evict(const Cell& c, Remat r) {
 }
 
 // DTR's cost of evicting `c`: its own recompute time plus that of the evicted classes around it
-// (bringing it back brings them back too).
+// (bringing it back brings them back too). A storage no handle refers to any more is needed only to
+// recompute evicted readers: with none, evicting it costs nothing now (a reader evicted later counts
+// it through its class). Pricing such leftovers of a rematerialization at their own recompute time
+// made them outlive the saved tensors around them, so that rebuilding a chain evicted the previous
+// links and each backward step rebuilt the chain from its start.
 double recompute_cost(Cell& c) {
+  if (!c.has_storage) {
+    bool needed = false;
+    for (auto& r : readers(c)) needed |= r->evicted();
+    if (!needed) return 0;
+  }
   double cost = c.cost;
   std::vector<ClassNode*> counted;
   for_each_neighbour(c, [&](Cell& n) {
@@ -599,8 +618,32 @@ void storage_died(std::shared_ptr<Cell> c) {
   }
 }
 
+void prefetch(const std::vector<std::weak_ptr<Storage>>& storages) {
+  Lock g(mu());
+  for (auto& w : storages) {
+    auto s = w.lock();
+    if (!s || !active(s->device())) continue;
+    auto& db = device_budget(s->device());
+    const std::shared_ptr<Cell>& c = s->budget_cell();
+    if (!db.options.prefetch || !c || !c->offloaded() || stays_on_host(*c)) continue;
+    const MemoryStats m = memory_stats(c->device);
+    if (m.limit > 0 && m.allocated + int64_t(memory::round_size(c->nbytes)) > m.limit) continue;
+    struct Prefetching {
+      Prefetching() { t_prefetching = true; }
+      ~Prefetching() { t_prefetching = false; }
+    } scope;
+    try {
+      fetch(*c);
+      c->last_use = now_ns();
+      ++db.stats.prefetches;
+    } catch (const PrefetchRefused&) {  // it did not fit: the kernel that reads it fetches it
+    }
+  }
+}
+
 bool relieve(const Device& d, size_t bytes) {
   if (d.is_meta() || !active(d)) return false;
+  if (t_prefetching) throw PrefetchRefused{};
   Lock g(mu());
   auto& db = device_budget(d);
   const int64_t now = now_ns();
@@ -857,9 +900,9 @@ std::string stats_report(const Device& d) {
   return mg::detail::str("evicted ", format_bytes(evicted), " in ", s.evictions, " evictions (",
                          by_category(s.evicted_bytes), "); rematerialized ", format_bytes(s.rematerialized_bytes),
                          " in ", s.rematerializations, " recomputes; offloaded ", format_bytes(offloaded), " in ",
-                         s.offloads, " copies (", by_category(s.offloaded_bytes), "), fetched back ", s.fetches,
-                         "; host pool peak ", format_bytes(s.peak_host_bytes), "; ", times,
-                         "; largest kernel working set ", format_bytes(s.largest_working_set),
+                         s.offloads, " copies (", by_category(s.offloaded_bytes), "), fetched back ", s.fetches, " (",
+                         s.prefetches, " ahead of use)", "; host pool peak ", format_bytes(s.peak_host_bytes), "; ",
+                         times, "; largest kernel working set ", format_bytes(s.largest_working_set),
                          s.largest_working_set_kernel.empty() ? "" : " (" + s.largest_working_set_kernel + ")");
 }
 

@@ -36,6 +36,11 @@ void set_owner(Cell& c, const std::string& owner);
 // The last Storage handle is gone: the bytes are freed unless a recipe that may run still needs them.
 void storage_died(std::shared_ptr<Cell> c);
 
+// Backward is about to run nodes that read `storages` (their saved tensors): the offloaded ones
+// are fetched now, as far as each fits under the limit without making anything else leave. On cuda
+// the copies run on the side stream; a kernel waits for one only when it touches its storage.
+void prefetch(const std::vector<std::weak_ptr<Storage>>& storages);
+
 // ---- the allocator
 
 // Called when an allocation of `bytes` on `d` does not fit under the limit even after the cache

@@ -13,11 +13,12 @@ namespace mg::cpu {
 
 namespace {
 
-// y = softmax of the contiguous row v (v may be y), whose max is mx.
-template <class A>
-void softmax_row(const A* v, A* y, int64_t n, A mx) {
-  const double sum = blocked_sum<A>(n, [&](int64_t k) {
-    const A e = exp_v(v[k] - mx);
+// y[k] = softmax of the row v(k), k < n, whose max is mx. v reads y itself for a row in place
+// (one pointer: no aliasing check, which two equal pointers would fail into the scalar loop).
+template <class A, class V>
+void softmax_row(V v, A* y, int64_t n, A mx) {
+  const double sum = blocked_sum<A>(n, [=](int64_t k) {  // by value: a captured reference to y
+    const A e = exp_v(v(k) - mx);                         // would keep the loop scalar (alias sets)
     y[k] = e;
     return e;
   });
@@ -42,7 +43,7 @@ void softmax(const Tensor& x, const Tensor& out, int64_t outer, int64_t r, int64
       const T* x = xp + base;
       T* y = yp + base;
       if constexpr (kSimdRows<T>) {
-        if (st == 1 && !log) return softmax_row<A>(x, y, r, row_max(x, r));
+        if (st == 1 && !log) return softmax_row<A>([x](int64_t k) { return x[k]; }, y, r, row_max(x, r));
       }
       A mx = -std::numeric_limits<A>::infinity();
       for (int64_t k = 0; k < r; ++k) mx = std::max(mx, A(load(x[k * st])));
@@ -111,12 +112,13 @@ void scaled_masked_softmax(const Tensor& x, const Tensor& mask, const Tensor& ou
     auto rows = [&](auto masked) {
       parallel_for(BH * Tq, x.numel() >= kParallelGrain && BH * Tq > 1, [&](int64_t row) {
         const int64_t bh = row / Tq, i = row % Tq, off = m.kind == Kind::None ? 0 : m.offset(bh, i, 0);
+        const int64_t seen = causal ? i + 1 : Tk;  // keys k < seen pass the causal mask: a select, no branch
         const T* xr = xp + row * Tk;
         T* yr = yp + row * Tk;
-        auto v = [&](int64_t k) {
-          A s = A(load(store<T>(A(load(xr[k])) * sc)));
-          if (causal) s = k > i ? hidden : s;
-          return masked(s, off + k * m.stride_k);
+        const int64_t stride_k = m.stride_k;
+        auto v = [=](int64_t k) {
+          const A s = A(load(store<T>(A(load(xr[k])) * sc)));
+          return masked(k < seen ? s : hidden, off + k * stride_k);
         };
         if constexpr (kSimdRows<T>) {  // the scores into y, then softmax in place
           A mx = hidden;
@@ -125,7 +127,7 @@ void scaled_masked_softmax(const Tensor& x, const Tensor& mask, const Tensor& ou
             yr[k] = v(k);
             mx = std::max(mx, yr[k]);
           }
-          softmax_row<A>(yr, yr, Tk, mx);
+          softmax_row<A>([yr](int64_t k) { return yr[k]; }, yr, Tk, mx);
         } else {
           A mx = hidden;
           for (int64_t k = 0; k < Tk; ++k) mx = std::max(mx, v(k));
@@ -140,9 +142,9 @@ void scaled_masked_softmax(const Tensor& x, const Tensor& mask, const Tensor& ou
       case Kind::None:
         return rows([](A s, int64_t) { return s; });
       case Kind::Bool:
-        return rows([&](A s, int64_t j) { return bool_mask[j] ? s : hidden; });
+        return rows([=](A s, int64_t j) { return bool_mask[j] ? s : hidden; });
       case Kind::Additive:
-        return rows([&](A s, int64_t j) { return A(load(store<T>(s + A(load(add_mask[j]))))); });
+        return rows([=](A s, int64_t j) { return A(load(store<T>(s + A(load(add_mask[j]))))); });
     }
   });
 }

@@ -8,6 +8,8 @@
 
 #include <memgrad/memgrad.h>
 
+#include "gpt_step.h"
+
 using namespace mg;
 
 namespace {
@@ -225,20 +227,11 @@ TEST_CASE("fused chains: wrong shapes and dtypes say what was expected") {
 
 TEST_CASE("fused chains: the GPT with fused_elementwise gives the unfused GPT's loss, gradients and masks") {
   auto step = [](bool fused, double dropout, int64_t checkpoint_every) {
-    manual_seed(3);
-    nn::GPTConfig c;
-    c.vocab_size = 64, c.block_size = 32, c.n_layer = 2, c.n_head = 2, c.n_embd = 16;
-    c.dropout = dropout;
-    c.fused_elementwise = fused;
-    c.checkpoint_every = checkpoint_every;
-    nn::GPT gpt(c);
-    Tensor idx = randint(0, 64, {3, 32}), target = randint(0, 64, {3, 32});
-    reset_peak(kCPU);
-    const int64_t base = memory_stats().allocated;
-    Tensor loss = gpt.loss(idx, target);
-    const int64_t saved = memory_stats().category(Category::Activation);
-    loss.backward();
-    return std::tuple{loss.item<double>(), gpt.named_parameters(), saved, memory_stats().peak_allocated - base};
+    return gpt_step([&](nn::GPTConfig& c) {
+      c.dropout = dropout;
+      c.fused_elementwise = fused;
+      c.checkpoint_every = checkpoint_every;
+    });
   };
   for (double dropout : {0.0, 0.2}) {
     CAPTURE(dropout);

@@ -14,6 +14,8 @@
 #include <set>
 #include <vector>
 
+#include <memgrad/core/budget.h>
+#include <memgrad/core/budget/runtime_impl.h>
 #include <memgrad/core/cuda.h>
 #include <memgrad/core/cuda/runtime_impl.h>
 #include <memgrad/core/error.h>
@@ -27,7 +29,8 @@ const char* category_name(Category c) {
 }
 
 const char* event_kind_name(MemoryEventKind k) {
-  static const char* names[] = {"alloc", "free", "relabel", "segment_alloc", "segment_free", "oom", "annotation"};
+  static const char* names[] = {"alloc",      "free",  "relabel", "segment_alloc", "segment_free", "oom",
+                                "annotation", "evict", "remat",   "offload",       "fetch"};
   return names[size_t(k)];
 }
 
@@ -374,7 +377,8 @@ size_t segment_size_for(const DeviceState& s, size_t size, bool small) {
 // just the request's size; when neither can be had, the cache is emptied once (after waiting for the
 // events of deferred frees, so their blocks can go too) and both are tried again. Null, with
 // `may_defer`, when that wait freed deferred blocks: the caller then looks in its pool again.
-Segment* new_segment(DeviceState& s, const Block& b, bool small, const cuda::Stream& stream, bool may_defer) {
+Segment* new_segment(DeviceState& s, const Block& b, bool small, const cuda::Stream& stream, bool may_defer,
+                     bool may_fail) {
   const size_t size = b.size, preferred = segment_size_for(s, size, small);
   auto fits = [&](size_t n) { return s.stats.limit == 0 || s.stats.reserved + int64_t(n) <= s.stats.limit; };
   bool refused = false;
@@ -408,6 +412,7 @@ Segment* new_segment(DeviceState& s, const Block& b, bool small, const cuda::Str
       ++s.stats.num_retries;
     }
   }
+  if (may_fail && !refused) return nullptr;
   throw_oom(s, b, preferred, refused ? OomCause::DeviceRefused : OomCause::Limit);
 }
 
@@ -423,10 +428,14 @@ void split(DeviceState& s, Chunk* c, size_t size) {
   s.pool(small).insert(r);
 }
 
-Chunk* take_chunk(DeviceState& s, const Block& b, const cuda::Stream& stream) {
+// With `may_fail`, returns null where the limit alone refuses the request (a budget can then make room).
+Chunk* take_chunk(DeviceState& s, const Block& b, const cuda::Stream& stream, bool may_fail) {
   process_events(s, false);  // blocks whose other streams have finished become reusable
   // Only matters when the limit was lowered below what is reserved: cached bytes past it are off limits too.
-  if (s.stats.limit > 0 && s.stats.allocated + int64_t(b.size) > s.stats.limit) throw_oom(s, b, 0, OomCause::Limit);
+  if (s.stats.limit > 0 && s.stats.allocated + int64_t(b.size) > s.stats.limit) {
+    if (may_fail) return nullptr;
+    throw_oom(s, b, 0, OomCause::Limit);
+  }
   bool small = b.size <= kSmallRequest;
   auto& pool = s.pool(small);
   for (bool first = true;; first = false) {
@@ -443,11 +452,12 @@ Chunk* take_chunk(DeviceState& s, const Block& b, const cuda::Stream& stream) {
         return c;
       }
     }
-    if (Segment* seg = new_segment(s, b, small, stream, first)) {
+    if (Segment* seg = new_segment(s, b, small, stream, first, may_fail)) {
       Chunk* c = seg->head;
       split(s, c, b.size);
       return c;
     }
+    if (may_fail && !first) return nullptr;
   }
 }
 
@@ -532,13 +542,30 @@ Block* allocate(const Device& d, size_t nbytes, Category fallback) {
   b->owner = t_owner.empty() && b->op ? std::string(b->op) : t_owner;
   // The block belongs to the stream it is allocated on (on cuda, the thread's current stream).
   cuda::Stream stream = d.is_cuda() ? cuda::current_stream(d.index) : cuda::Stream();
-  std::lock_guard<std::mutex> g(s.mu);
+  std::unique_lock<std::mutex> g(s.mu);
   if (nbytes > memory::kMaxRequest) throw_oom(s, *b, 0, OomCause::TooLarge);
   int64_t countdown = g_fail_countdown.load();
   while (countdown > 0 && !g_fail_countdown.compare_exchange_weak(countdown, countdown - 1)) {
   }
   if (countdown == 1) throw_oom(s, *b, 0, OomCause::Injected);
-  Chunk* c = take_chunk(s, *b, stream);
+  // Under a memory budget (core/budget.h) a request past the limit first makes room: the runtime
+  // evicts or offloads one storage at a time (outside this lock: it frees blocks) until it fits.
+  const bool budgeted = budget::detail::any_active() && budget::detail::active(d);
+  Chunk* c = take_chunk(s, *b, stream, budgeted);
+  while (!c) {
+    g.unlock();
+    bool relieved = false;
+    try {
+      relieved = budget::detail::relieve(d, b->size);
+    } catch (const MemoryBudgetError&) {
+      std::lock_guard<std::mutex> again(s.mu);
+      ++s.stats.num_ooms;
+      record(s, MemoryEventKind::Oom, int64_t(b->size), 0, b.get());
+      throw;
+    }
+    g.lock();
+    c = take_chunk(s, *b, stream, relieved);
+  }
   c->block = b.get();
   b->chunk = c;
   b->ptr = reinterpret_cast<void*>(c->addr);
@@ -581,6 +608,16 @@ void record_stream(const Block* b, const cuda::Stream& stream) {
   for (const cuda::Stream& use : c->uses)
     if (use.handle() == stream.handle()) return;
   c->uses.push_back(stream);
+}
+
+void record_event(const Device& d, MemoryEventKind kind, int64_t bytes, Category category, const std::string& owner) {
+  if (!g_recording.load(std::memory_order_relaxed)) return;
+  DeviceState& s = state(d);
+  std::lock_guard<std::mutex> g(s.mu);
+  Block b;
+  b.category = category;
+  b.owner = owner;
+  record(s, kind, bytes, 0, &b);
 }
 
 void set_category(Block* b, Category c) {

@@ -79,7 +79,7 @@ class Event {
 
  private:
   std::shared_ptr<void> handle_;
-  int device_ = 0;
+  [[maybe_unused]] int device_ = 0;  // read only by the CUDA build (core/cuda/runtime.cu)
 };
 
 // Page-locked host memory, so copies can run asynchronously. Pinned tensors are cpu tensors; their

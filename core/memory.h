@@ -141,7 +141,21 @@ std::string memory_summary(const Device& d = kCPU);
 
 // ---- history
 
-enum class MemoryEventKind : uint8_t { Alloc, Free, Relabel, SegmentAlloc, SegmentFree, Oom, Annotation };
+// Evict, Remat, Offload and Fetch mark what a memory budget (core/budget.h) did to a block of
+// `bytes`: they come with the Free or Alloc event that changes the ledger.
+enum class MemoryEventKind : uint8_t {
+  Alloc,
+  Free,
+  Relabel,
+  SegmentAlloc,
+  SegmentFree,
+  Oom,
+  Annotation,
+  Evict,
+  Remat,
+  Offload,
+  Fetch
+};
 const char* event_kind_name(MemoryEventKind k);
 
 // One entry of the history. `bytes` is the rounded block size (segment size for segment

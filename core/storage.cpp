@@ -1,43 +1,78 @@
 #include <memgrad/core/storage.h>
 
+#include <memgrad/core/budget/runtime_impl.h>
+
 namespace mg {
 
 Storage::Storage(const Device& d, size_t nbytes, Category fallback)
     : nbytes_(nbytes), device_(d), block_(memory::allocate(d, nbytes, fallback)) {
   data_ = block_->ptr;
   unsaved_category_ = block_->category;
+  if (budget::detail::any_active() && budget::detail::active(d)) {
+    cell_ = budget::detail::adopt(d, nbytes, block_, nullptr, nullptr, true);
+    block_ = nullptr;
+  }
 }
 
 Storage::Storage(void* data, size_t nbytes, const Device& d, std::function<void(void*)> deleter)
     : data_(data), nbytes_(nbytes), device_(d), deleter_(std::move(deleter)) {}
 
 Storage::~Storage() {
+  if (cell_) {
+    budget::detail::storage_died(std::move(cell_));
+    return;
+  }
   if (block_) memory::release(block_);
   if (deleter_) deleter_(data_);
+}
+
+void* Storage::data() const { return cell_ ? budget::detail::data(*cell_) : data_; }
+
+const Block* Storage::block() const { return cell_ ? budget::detail::block(*cell_) : block_; }
+
+const std::shared_ptr<budget::Cell>& Storage::budget_cell() const {
+  if (!cell_ && budget::detail::active(device_)) {
+    cell_ = budget::detail::adopt(device_, nbytes_, block_, block_ ? nullptr : data_, std::move(deleter_), false);
+    const_cast<Storage*>(this)->block_ = nullptr;
+  }
+  return cell_;
+}
+
+void Storage::relabel(Category c) {
+  if (cell_)
+    budget::detail::set_category(*cell_, c);
+  else if (block_)
+    memory::set_category(block_, c);
 }
 
 // Only op outputs (Temporary) become Activation: a saved parameter stays Parameter and a saved
 // user input stays Input, so each byte is counted for what it is.
 void Storage::add_saved_ref() {
-  if (saved_refs_++ == 0 && block_) {
-    unsaved_category_ = block_->category;
-    if (unsaved_category_ == Category::Temporary) memory::set_category(block_, Category::Activation);
+  if (saved_refs_++ == 0 && (block_ || cell_)) {
+    unsaved_category_ = category();
+    if (unsaved_category_ == Category::Temporary) relabel(Category::Activation);
   }
 }
 
 void Storage::drop_saved_ref() {
-  if (--saved_refs_ == 0 && block_) memory::set_category(block_, unsaved_category_);
+  if (--saved_refs_ == 0 && (block_ || cell_)) relabel(unsaved_category_);
 }
 
 void Storage::set_category(Category c) {
   unsaved_category_ = c;
-  if (block_) memory::set_category(block_, saved_refs_ > 0 && c == Category::Temporary ? Category::Activation : c);
+  relabel(saved_refs_ > 0 && c == Category::Temporary ? Category::Activation : c);
 }
 
 void Storage::set_owner(const std::string& owner) {
-  if (block_) memory::set_owner(block_, owner);
+  if (cell_)
+    budget::detail::set_owner(*cell_, owner);
+  else if (block_)
+    memory::set_owner(block_, owner);
 }
 
-Category Storage::category() const { return block_ ? block_->category : Category::Other; }
+Category Storage::category() const {
+  if (cell_) return budget::detail::category(*cell_);
+  return block_ ? block_->category : Category::Other;
+}
 
 }  // namespace mg

@@ -4,10 +4,15 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 
 #include <memgrad/core/allocator.h>
 
 namespace mg {
+
+namespace budget {
+struct Cell;
+}
 
 class Storage {
  public:
@@ -19,10 +24,12 @@ class Storage {
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
-  void* data() const { return data_; }
+  // Under a memory budget (core/budget.h) the bytes may have been evicted or offloaded: reading the
+  // pointer brings them back, and outside a kernel it keeps them on the device from then on.
+  void* data() const;
   size_t nbytes() const { return nbytes_; }
   const Device& device() const { return device_; }
-  const Block* block() const { return block_; }  // null for wrapped memory
+  const Block* block() const;  // null for wrapped memory (and while evicted or offloaded)
 
   uint64_t version() const { return version_; }
   void bump_version() { ++version_; }
@@ -36,7 +43,13 @@ class Storage {
   // Re-labels the owner of the bytes in the ledger (no-op for wrapped memory).
   void set_owner(const std::string& owner);
 
+  // The budget runtime's record of these bytes, made on first use while the device is under a
+  // budget (null otherwise). For the runtime only.
+  const std::shared_ptr<budget::Cell>& budget_cell() const;
+
  private:
+  void relabel(Category c);
+
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;
@@ -45,6 +58,7 @@ class Storage {
   uint64_t version_ = 0;
   int saved_refs_ = 0;
   Category unsaved_category_ = Category::Other;
+  mutable std::shared_ptr<budget::Cell> cell_;  // when set, it holds the bytes (block_ and deleter_ moved there)
 };
 
 }  // namespace mg

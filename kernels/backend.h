@@ -9,6 +9,7 @@
 #include <memgrad/core/grad_mode.h>
 #include <memgrad/core/memory.h>
 #include <memgrad/core/tensor.h>
+#include <memgrad/kernels/budget_run.h>
 #include <memgrad/kernels/host_device.h>
 #include <memgrad/kernels/pool.h>
 #include <memgrad/kernels/unary.h>
@@ -99,7 +100,9 @@ const char* kernel_name(Fn Backend::*fn) {
 
 // Runs `fn` of the backend for `device`; on meta, only the scratch the kernel of meta_target() would
 // allocate. Raises NotImplementedError naming the current op (OpScope) and the kernel when the
-// backend lacks it.
+// backend lacks it. Under a memory budget
+// (core/budget.h) the run goes through the budget runtime, which records how to recompute what it
+// writes (kernels/budget_run.h).
 template <class Fn, class... Args>
 void run(const Device& device, Fn Backend::*fn, Args&&... args) {
   NoGradGuard no_grad;                       // kernels never record history
@@ -110,6 +113,7 @@ void run(const Device& device, Fn Backend::*fn, Args&&... args) {
   }
   auto f = (device.is_cuda() ? cuda_backend() : cpu_backend()).*fn;
   if (f == nullptr) no_kernel(device, kernel_name(fn));
+  if (budget::detail::any_active()) return run_budgeted(device, kernel_name(fn), f, args...);
   f(std::forward<Args>(args)...);
 }
 

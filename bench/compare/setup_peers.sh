@@ -17,12 +17,20 @@ pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
 mapfile -t cuda_wheels < <("$venv/bin/python" - <<'PY'
 import importlib.metadata as md, re
 for r in md.requires("torch") or []:
-    name = re.split(r"[ ;=<>!]", r, maxsplit=1)[0]
+    name = re.split(r"[ ;=<>!\[]", r, maxsplit=1)[0]
     if re.match(r"nvidia-(nccl|cusparselt|nvshmem|cufile)", name):
         print(r.split(";")[0].replace(" ", ""))
+    # Newer torch pins cuFile through the cuda-toolkit meta-package's extras instead.
+    pin = re.search(r"==\s*([0-9.]+)", r.split(";")[0])
+    if name == "cuda-toolkit" and "cufile" in r and pin:
+        print(f"cuda-toolkit[cufile]=={pin.group(1)}")
 PY
 )
-[ ${#cuda_wheels[@]} -eq 0 ] || "${pip[@]}" --no-deps "${cuda_wheels[@]}"
+# cuda-toolkit[cufile] brings exactly the cuFile wheel (its only dependency), so it goes with its deps.
+plain=() meta=()
+for w in "${cuda_wheels[@]}"; do [[ $w == cuda-toolkit* ]] && meta+=("$w") || plain+=("$w"); done
+[ ${#plain[@]} -eq 0 ] || "${pip[@]}" --no-deps "${plain[@]}"
+[ ${#meta[@]} -eq 0 ] || "${pip[@]}" "${meta[@]}"
 "${pip[@]}" filelock typing_extensions sympy networkx jinja2 fsspec numpy "setuptools>=77"
 "${pip[@]}" jax jaxlib optax
 "$venv/bin/python" - <<'PY' >&2

@@ -79,6 +79,13 @@ json event_json(const MemoryEvent& e) {
       j["op"] = e.op;
       if (e.kind == MemoryEventKind::Relabel) j["previous_category"] = category_name(e.previous_category);
       break;
+    case MemoryEventKind::Evict:
+    case MemoryEventKind::Remat:
+    case MemoryEventKind::Offload:
+    case MemoryEventKind::Fetch:
+      j["category"] = category_name(e.category);
+      j["owner"] = e.owner;
+      break;
     case MemoryEventKind::Annotation:
       j["note"] = e.note;
       break;

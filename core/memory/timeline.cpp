@@ -84,11 +84,18 @@ void write_memory_timeline(const std::string& path, const Device& d, const std::
   // Points of the chart: events that change the ledger. Marks: annotations and OOMs at their place.
   std::vector<size_t> points;
   std::vector<std::pair<size_t, const MemoryEvent*>> marks;  // (point index, event)
+  // What a memory budget did (core/budget.h): a row of ticks per kind under the chart.
+  const MemoryEventKind budget_kinds[] = {MemoryEventKind::Evict, MemoryEventKind::Remat, MemoryEventKind::Offload,
+                                          MemoryEventKind::Fetch};
+  std::vector<std::pair<size_t, int>> budget_marks;  // (point index, row)
+  int64_t budget_counts[4] = {};
   for (size_t i = 0; i < ev.size(); ++i) {
     if (changes_ledger(ev[i].kind))
       points.push_back(i);
     else if (ev[i].kind == MemoryEventKind::Annotation || ev[i].kind == MemoryEventKind::Oom)
       marks.emplace_back(points.size(), &ev[i]);
+    for (int r = 0; r < 4; ++r)
+      if (ev[i].kind == budget_kinds[r]) budget_marks.emplace_back(points.size(), r), ++budget_counts[r];
   }
   const std::string title = title_in.empty() ? "memgrad memory timeline (" + d.str() + ")" : title_in;
 
@@ -132,7 +139,11 @@ void write_memory_timeline(const std::string& path, const Device& d, const std::
                                                                      : ev[peak].op + " for " + ev[peak].owner;
     if (!what.empty()) h << " (" << escape(what) << ")";
     h << ".</p>\n";
-    h << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"1300\" height=\"540\" font-size=\"12\">\n";
+    if (!budget_marks.empty())
+      h << "<p>Memory budget: " << budget_counts[0] << " evictions, " << budget_counts[1] << " rematerializations, "
+        << budget_counts[2] << " offloads, " << budget_counts[3] << " fetches (ticks under the chart).</p>\n";
+    h << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"1300\" height=\"" << (budget_marks.empty() ? 540 : 600)
+      << "\" font-size=\"12\">\n";
     // Stacked step areas, one polygon per category: top edge forward, bottom edge back.
     for (int c = 0; c < kNumCategories; ++c) {
       std::string top, bottom;
@@ -178,6 +189,17 @@ void write_memory_timeline(const std::string& path, const Device& d, const std::
         << "\" fill=\"" << (oom ? "#d00" : "#444") << "\">" << escape(oom ? "OOM " + format_bytes(e->bytes) : e->note)
         << "</text>\n";
     }
+    const char* budget_colors[] = {"#e67e22", "#27ae60", "#2980b9", "#8e44ad"};
+    const char* budget_names[] = {"evict", "remat", "offload", "fetch"};
+    for (int r = 0; r < 4 && !budget_marks.empty(); ++r)
+      h << "<text x=\"" << X0 - 8 << "\" y=\"" << Y0 + H + 52 + 11 * r << "\" text-anchor=\"end\" font-size=\"10\">"
+        << budget_names[r] << "</text>\n";
+    for (auto& [p, r] : budget_marks) {
+      double x = x_of(double(p)), y = Y0 + H + 44 + 11 * r;
+      h << "<line x1=\"" << num(x) << "\" y1=\"" << num(y) << "\" x2=\"" << num(x) << "\" y2=\"" << num(y + 9)
+        << "\" stroke=\"" << budget_colors[r] << "\"/>";
+    }
+    if (!budget_marks.empty()) h << "\n";
     double px = x_of(double(peak_point) + 0.5), py = y_of(double(ev[peak].allocated));
     h << "<line x1=\"" << num(px) << "\" y1=\"" << num(py - 12) << "\" x2=\"" << num(px) << "\" y2=\"" << Y0 + H
       << "\" stroke=\"#000\" stroke-width=\"1.5\"/><circle cx=\"" << num(px) << "\" cy=\"" << num(py)

@@ -160,6 +160,26 @@ case $case_name in
     expect_output "out of memory"
     expect_output "the largest --batch whose steps run under it: 0"
     ;;
+  budget)  # --remat dynamic under 65% of the peak: the same losses, evictions reported and drawn
+    args=(--n-layer 4 --n-head 2 --n-embd 64 --seq 64 --batch 16 --dropout 0.1 --steps 3 --sample 0)
+    expect_exit 0 "$bin" train "${args[@]}" --timeline '' --log free.csv
+    peak=$(sed -n "s/.*later steps' allocated peak: measured .* (\([0-9]*\) B).*/\1/p" out.txt)
+    [ -n "$peak" ] || fail "no measured peak in the output"
+    expect_exit 0 "$bin" train "${args[@]}" --memory-limit $((peak * 65 / 100)) --remat dynamic --log dtr.csv \
+      --timeline t.html
+    expect_output "memory budget .*--remat dynamic"
+    expect_output "evicted [0-9.]+ [KM]iB in [1-9][0-9]* evictions"
+    same_losses free.csv dtr.csv 0
+    grep -q "evictions, [0-9]* rematerializations" t.html || fail "the timeline lacks the budget's marks"
+    expect_exit 0 "$bin" train "${args[@]}" --timeline '' --memory-limit $((peak * 65 / 100)) --offload activations \
+      --log off.csv
+    expect_output "offloaded [0-9.]+ [KM]iB in [1-9][0-9]* copies"
+    same_losses free.csv off.csv 0
+    expect_exit 2 "$bin" train "${args[@]}" --remat dynamic
+    expect_output "--memory-limit"
+    expect_exit 3 "$bin" train "${args[@]}" --memory-limit 64KiB --remat dynamic
+    expect_output "needs at least"
+    ;;
   learns)  # the default GPT and the MLP: the loss falls
     expect_exit 0 "$bin" train --steps 40 --batch 8 --seq 32 --sample 20 --log gpt.csv --timeline t.html
     [ "$(stat -c %s t.html)" -gt 10000 ] || fail "the timeline page is missing or empty"  # 40 steps > 3 recorded

@@ -293,6 +293,14 @@ void add_train_flags(CLI::App& app, TrainFlags& f) {
       ->capture_default_str();
   byte_size(app.add_option("--memory-limit", f.memory_limit,
                            "act like a device of this size, e.g. 64MiB (out of memory: exit 3)"));
+  app.add_option("--remat", f.remat,
+                 "dynamic: stay under --memory-limit by evicting tensors and recomputing them when touched (DTR)")
+      ->check(CLI::IsMember({"none", "dynamic"}))
+      ->capture_default_str();
+  app.add_option("--offload", f.offload,
+                 "under --memory-limit, move activations or optimizer state (stepped there) to host memory")
+      ->check(CLI::IsMember({"none", "activations", "optimizer", "all"}))
+      ->capture_default_str();
   app.add_option("--seed", f.seed, "seed of parameters, data and dropout")
       ->transform(any_uint64())
       ->capture_default_str();
@@ -341,7 +349,22 @@ int run_train(const TrainFlags& f) {
   if (device.is_cuda() && device.index >= mg::cuda_device_count())
     throw UsageError("--device " + f.device + ": " + std::to_string(mg::cuda_device_count()) + " CUDA devices here" +
                      (kBuiltWithCuda ? "" : " (memgrad was built without CUDA)"));
-  if (f.memory_limit) mg::set_memory_limit(device, int64_t(f.memory_limit));
+  const bool budgeted = f.remat != "none" || f.offload != "none";
+  if (budgeted && !f.memory_limit)
+    throw UsageError("--remat and --offload keep training under --memory-limit: give one");
+  if (budgeted) {
+    mg::budget::Options o;
+    o.limit = int64_t(f.memory_limit);
+    o.remat = f.remat == "dynamic" ? mg::budget::Remat::Dynamic : mg::budget::Remat::None;
+    o.offload = f.offload == "activations" ? mg::budget::Offload::Activations
+                : f.offload == "optimizer" ? mg::budget::Offload::Optimizer
+                : f.offload == "all"       ? mg::budget::Offload::All
+                                           : mg::budget::Offload::None;
+    mg::set_caching(device, false);  // the limit then binds on the bytes handed out, not on cached segments
+    mg::budget::enable(device, o);
+  } else if (f.memory_limit) {
+    mg::set_memory_limit(device, int64_t(f.memory_limit));
+  }
   const mg::plan::ModelSpec spec = model_spec(f.model, f.step.seq);
   const mg::plan::InputShape shape = input_shape(f.step);
   mg::plan::PlanOptions target;
@@ -517,7 +540,7 @@ int run_train(const TrainFlags& f) {
   // The planner runs the same steps on meta, for this device and under the same limit.
   mg::plan::PlanOptions plan_options;
   plan_options.device = device.type;
-  plan_options.memory_limit = int64_t(f.memory_limit);
+  plan_options.memory_limit = budgeted ? 0 : int64_t(f.memory_limit);  // a budget is the runtime's, not the allocator's
   plan_options.max_steps = std::min<int64_t>(steps_run, 16);
   const mg::plan::StepReport planned =
       mg::plan::plan(train_program(spec, step_flags), mg::plan::context(shape, policy), plan_options);
@@ -536,12 +559,18 @@ int run_train(const TrainFlags& f) {
   } else {
     compare("first step's allocated peak", peaks[0], planned_peaks[0] = planned.first_peak);
     if (steps_run > 1) compare("later steps' allocated peak", peaks[1], planned_peaks[1] = planned.peak);
-    compare(f.memory_limit ? "reserved peak under this --memory-limit" : "reserved peak with no limit", reserved,
-            planned.reserved);
+    if (!budgeted)  // the budget runs with caching off: its reserved bytes are not the plan's
+      compare(f.memory_limit ? "reserved peak under this --memory-limit" : "reserved peak with no limit", reserved,
+              planned.reserved);
   }
   if (planned.smallest_limit)
     std::printf("  the smallest --memory-limit these steps run under: %s (%lld B)\n",
                 mg::format_bytes(planned.smallest_limit).c_str(), static_cast<long long>(planned.smallest_limit));
+  if (budgeted) {
+    std::printf("  memory budget %s (--remat %s, --offload %s): the plan above is the unconstrained step\n",
+                mg::format_bytes(int64_t(f.memory_limit)).c_str(), f.remat.c_str(), f.offload.c_str());
+    std::printf("  %s\n", mg::budget::stats_report(device).c_str());
+  }
   if (dp) {  // every rank's figures, gathered (the calls below are collective: every rank makes them)
     auto held = [&s, &base](mg::Category c) { return s.category(c) - base.category(c); };
     const std::vector<int64_t> mine = {peaks[0],

@@ -1,0 +1,268 @@
+// The memory budget runtime (core/budget.h): under a limit well below the unconstrained peak,
+// training evicts and recomputes (or offloads) and still gives the same losses, gradients and
+// parameters, bitwise, with dropout on. Each run starts from the same seed; the allocator's cache
+// is off so the limit binds on the bytes handed out (the cache would only add whole segments).
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <functional>
+#include <optional>
+
+#include <memgrad/core/budget.h>
+#include <memgrad/kernels/backend.h>
+#include <memgrad/memgrad.h>
+
+#include "expect_error.h"
+
+using namespace mg;
+
+namespace {
+
+struct Outcome {
+  std::vector<double> losses;
+  std::vector<std::vector<float>> grads, params;
+  int64_t peak = 0;
+  budget::Stats stats;
+};
+
+// Runs `train` (which builds its model and returns the loss of each step and the parameters) on a
+// cpu with caching off, under `options` when its limit is set; the ledger must be back where it was.
+// A budget on the cpu (cache off) for a scope; the ledger must be back where it was at the end.
+struct Budgeted {
+  int64_t before;
+  explicit Budgeted(budget::Options options) {
+    set_caching(kCPU, false);
+    before = memory_stats().allocated;
+    if (options.limit) budget::enable(kCPU, options);
+    budget::reset_stats();
+  }
+  ~Budgeted() {
+    budget::disable(kCPU);
+    set_memory_limit(kCPU, 0);
+    set_caching(kCPU, true);
+    CHECK(memory_stats().allocated == before);  // nothing leaked, evicted or not
+  }
+};
+
+Outcome run(const std::function<std::vector<double>(std::vector<Tensor>&)>& train, budget::Options options = {}) {
+  Budgeted scope(options);
+  const int64_t before = scope.before;
+  reset_peak();
+  Outcome o;
+  {
+    manual_seed(7);
+    std::vector<Tensor> params;
+    o.losses = train(params);
+    o.peak = memory_stats().peak_allocated - before;
+    for (auto& p : params) {
+      o.params.push_back(p.to_vector<float>());
+      o.grads.push_back(p.grad().defined() ? p.grad().to_vector<float>() : std::vector<float>());
+    }
+  }
+  o.stats = budget::stats();
+  return o;
+}
+
+void check_same(const Outcome& a, const Outcome& b) {
+  CHECK(a.losses == b.losses);
+  CHECK(a.grads == b.grads);
+  CHECK(a.params == b.params);
+}
+
+// An MLP with dropout, SGD with momentum, `steps` steps of `micro` accumulated micro-batches.
+std::function<std::vector<double>(std::vector<Tensor>&)> mlp(int64_t steps, int64_t micro = 1, bool autocast = false,
+                                                             bool checkpointed = false) {
+  return [=](std::vector<Tensor>& params) {
+    const int64_t width = 64, batch = 1024, layers = 8;
+    for (int64_t l = 0; l < layers; ++l) {
+      MemoryScope scope(Category::Parameter, "fc" + std::to_string(l));
+      params.push_back(randn({width, width}).mul_(0.1).requires_grad_());
+      params.push_back(zeros({width}).requires_grad_());
+    }
+    optim::SGD opt(params, optim::SGDOptions(0.05).momentum(0.9));
+    auto block = [&](const Tensor& h, int64_t l) {
+      return dropout(relu(linear(h, params[size_t(2 * l)], params[size_t(2 * l + 1)])), 0.2);
+    };
+    std::vector<double> losses;
+    for (int64_t s = 0; s < steps; ++s) {
+      opt.zero_grad();
+      for (int64_t m = 0; m < micro; ++m) {
+        Tensor x = randn({batch, width}), y = randint(0, width, {batch});
+        std::optional<amp::AutocastGuard> cast;
+        if (autocast) cast.emplace(kBFloat16);
+        Tensor h = x;
+        for (int64_t l = 0; l < layers; ++l)
+          h = checkpointed && l % 2 == 0 ? checkpoint([&, l](const Tensor& v) { return block(v, l); }, h) : block(h, l);
+        Tensor loss = cross_entropy(h, y);
+        cast.reset();
+        losses.push_back(loss.item<double>());
+        (loss * (1.0 / double(micro))).backward();
+      }
+      opt.step();
+    }
+    return losses;
+  };
+}
+
+// A small GPT with dropout, AdamW.
+std::function<std::vector<double>(std::vector<Tensor>&)> gpt(int64_t steps, int64_t checkpoint_every = 0) {
+  return [=](std::vector<Tensor>& params) {
+    nn::GPTConfig c;
+    c.vocab_size = c.block_size = c.n_embd = 64;
+    c.n_layer = 3, c.n_head = 2, c.dropout = 0.1, c.checkpoint_every = checkpoint_every;
+    nn::GPT model(c);
+    params = model.parameters();
+    optim::AdamW opt(params, optim::AdamWOptions(1e-3));
+    std::vector<double> losses;
+    for (int64_t s = 0; s < steps; ++s) {
+      opt.zero_grad();
+      Tensor idx = randint(0, 64, {16, 64}), tgt = randint(0, 64, {16, 64});
+      Tensor loss = model.loss(idx, tgt);
+      losses.push_back(loss.item<double>());
+      loss.backward();
+      opt.step();
+    }
+    return losses;
+  };
+}
+
+budget::Options at(const Outcome& free_run, double fraction, budget::Offload offload = budget::Offload::None,
+                   budget::Remat remat = budget::Remat::Dynamic) {
+  budget::Options o;
+  o.limit = int64_t(double(free_run.peak) * fraction);
+  o.remat = remat;
+  o.offload = offload;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("budget: every kernel of kernel_list.h says which tensors it writes") {
+  CHECK(kernels::written_table_errors() == std::vector<std::string>{});
+}
+
+TEST_CASE("budget: an MLP with dropout under 35% of its peak trains bitwise as without a budget") {
+  Outcome free_run = run(mlp(2));
+  for (double f : {0.35}) {
+    CAPTURE(f);
+    Outcome b = run(mlp(2), at(free_run, f));
+    check_same(b, free_run);
+    CHECK(b.peak <= int64_t(double(free_run.peak) * f));
+    CHECK(b.stats.evictions > 0);
+    CHECK(b.stats.rematerializations > 0);
+    CHECK(b.stats.evicted_bytes[size_t(Category::Activation)] > 0);
+  }
+}
+
+TEST_CASE("budget: a GPT with dropout under 50% of its peak trains bitwise as without a budget") {
+  Outcome free_run = run(gpt(2));
+  Outcome b = run(gpt(2), at(free_run, 0.5));
+  check_same(b, free_run);
+  CHECK(b.peak <= free_run.peak / 2);
+  CHECK(b.stats.rematerializations > 0);
+  CHECK(b.stats.recompute_flops > 0);
+}
+
+TEST_CASE("budget: checkpoint segments inside a budget") {
+  Outcome free_run = run(gpt(2, 1));
+  Outcome b = run(gpt(2, 1), at(free_run, 0.8));
+  check_same(b, free_run);
+  CHECK(b.stats.evictions > 0);
+  Outcome mlp_free = run(mlp(2, 1, false, true));
+  check_same(run(mlp(2, 1, false, true), at(mlp_free, 0.5)), mlp_free);
+}
+
+TEST_CASE("budget: gradient accumulation and autocast") {
+  Outcome accum = run(mlp(2, 2));
+  Outcome b = run(mlp(2, 2), at(accum, 0.45));
+  check_same(b, accum);
+  CHECK(b.stats.evictions > 0);
+  Outcome cast = run(mlp(2, 1, true));
+  Outcome bc = run(mlp(2, 1, true), at(cast, 0.5));
+  check_same(bc, cast);
+  CHECK(bc.stats.evictions > 0);
+}
+
+TEST_CASE("budget: offloading activations, alone or with recompute, gives the same numbers") {
+  Outcome free_run = run(mlp(2));
+  Outcome only = run(mlp(2), at(free_run, 0.5, budget::Offload::Activations, budget::Remat::None));
+  check_same(only, free_run);
+  CHECK(only.stats.offloads > 0);
+  CHECK(only.stats.fetches > 0);
+  CHECK(only.stats.evictions == 0);
+  CHECK(only.stats.peak_host_bytes > 0);
+  CHECK(only.stats.host_bytes == 0);  // the pool is empty again once the tensors are gone
+  Outcome both = run(mlp(2), at(free_run, 0.4, budget::Offload::Activations));
+  check_same(both, free_run);
+  CHECK(both.stats.offloads + both.stats.evictions > 0);
+}
+
+TEST_CASE("budget: optimizer-state offload keeps the state in the host pool and steps there") {
+  Outcome free_run = run(gpt(2));
+  int64_t state_on_device = -1;
+  auto train = [&](std::vector<Tensor>& params) {
+    auto losses = gpt(2)(params);
+    state_on_device = memory_stats().category(Category::OptimizerState);
+    return losses;
+  };
+  budget::Options o = at(free_run, 1.0, budget::Offload::Optimizer);
+  Outcome b = run(train, o);
+  check_same(b, free_run);
+  CHECK(state_on_device == 0);
+  CHECK(b.stats.offloaded_bytes[size_t(Category::OptimizerState)] > 0);
+  CHECK(b.stats.peak_host_bytes >= b.stats.offloaded_bytes[size_t(Category::OptimizerState)]);
+}
+
+TEST_CASE("budget: an in-place write first brings back what was computed from the old value") {
+  Budgeted scope({memory_stats().allocated + (int64_t(3) << 20), budget::Remat::Dynamic, budget::Offload::None});
+  Tensor a = randn({256, 256});  // 256 KiB
+  Tensor b = exp(a);
+  Tensor expected = b.clone();
+  budget::pin(a);
+  budget::pin(expected);
+  std::vector<Tensor> filler;
+  for (int i = 0; i < 10; ++i) {  // 2.5 MiB: b is the only one that can leave
+    filler.push_back(zeros({256, 256}));
+    budget::pin(filler.back());
+  }
+  CHECK_FALSE(budget::is_resident(b));
+  filler.clear();
+  {
+    NoGradGuard ng;
+    a.add_(1.0);  // b's recipe reads a: b is recomputed from the old a first
+  }
+  CHECK(budget::is_resident(b));
+  CHECK(b.to_vector<float>() == expected.to_vector<float>());
+}
+
+TEST_CASE("budget: below the minimum a typed error names it, and the library stays usable") {
+  Outcome free_run = run(mlp(1));
+  {
+    Budgeted scope({memory_stats().allocated + (int64_t(64) << 10), budget::Remat::Dynamic, budget::Offload::None});
+    expect_error<MemoryBudgetError>(
+        [&] {
+          std::vector<Tensor> params;
+          mlp(1)(params);
+        },
+        {"memory budget of", "needs at least", "parameters", "largest kernel's working set"});
+  }
+  check_same(run(mlp(1)), free_run);
+}
+
+TEST_CASE("budget: the history and the timeline show evictions and rematerializations") {
+  Outcome free_run = run(mlp(1));
+  record_history(true);
+  Outcome b = run(mlp(1), at(free_run, 0.5));
+  int64_t evicts = 0, remats = 0;
+  for (auto& e : memory_history())
+    evicts += e.kind == MemoryEventKind::Evict, remats += e.kind == MemoryEventKind::Remat;
+  CHECK(evicts == b.stats.evictions);
+  CHECK(remats == b.stats.rematerializations);
+  const std::string path = "/tmp/memgrad_budget_timeline.html";
+  write_memory_timeline(path);
+  record_history(false);
+  std::ifstream f(path);
+  std::string html((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  CHECK(html.find(std::to_string(b.stats.evictions) + " evictions") != std::string::npos);
+  CHECK(budget::stats_report().find("evicted") != std::string::npos);
+}

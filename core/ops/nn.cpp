@@ -80,12 +80,9 @@ void record_layer_norm(Op op, const TensorList& inputs, const TensorList& output
       gb = need_b ? new_output(ns, xs.dtype(), xs.device()) : Tensor();
       kernels::run(xs.device(), &Backend::layer_norm_backward, gy.contiguous().view({rows, n}), xs.view({rows, n}),
                    sm.get(), sr.get(), w, gx, gw, gb);
-      if (first == 1 && need_x && g[0].defined()) {  // plus the sum's own gradient (into a new tensor, as
-        Tensor total = new_like(gx);                 // the engine adds them: an add in place is not vectorized)
+      if (first == 1 && need_x && g[0].defined())  // the sum's own gradient, added in place
         kernels::run(xs.device(), &Backend::binary, kernels::BinaryOp::Add, gx, prepare(g[0], gx.dtype(), gx.shape()),
-                     total, 1.0);
-        gx = total;
-      }
+                     gx, 1.0);
     }
     TensorList grads(first + 3);
     for (size_t i = 0; i <= first; ++i) grads[i] = node.needs_input_grad(i) ? gx : Tensor();

@@ -160,7 +160,19 @@ void map_run(Out* o, const std::tuple<const In*...>& in, const std::array<int64_
   Out* ob = o + p[0];
   std::tuple<const In*...> b{(std::get<I>(in) + p[I + 1])...};
   if (s[0] == 1 && ((s[I + 1] == 1) && ...)) {
-    for (int64_t i = 0; i < n; ++i) ob[i] = store<Out>(f(load(std::get<I>(b)[i])...));
+    // An input that is the output itself (an op in place) fails the compiler's overlap check and
+    // would take its scalar loop: the same elements or disjoint ones are safe in SIMD lanes.
+    auto apart = [&](const auto* q) {
+      const auto lo = reinterpret_cast<uintptr_t>(q), hi = reinterpret_cast<uintptr_t>(q + n),
+                 olo = reinterpret_cast<uintptr_t>(ob), ohi = reinterpret_cast<uintptr_t>(ob + n);
+      return lo == olo || hi <= olo || ohi <= lo;
+    };
+    if ((apart(std::get<I>(b)) && ...)) {
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) ob[i] = store<Out>(f(load(std::get<I>(b)[i])...));
+    } else {
+      for (int64_t i = 0; i < n; ++i) ob[i] = store<Out>(f(load(std::get<I>(b)[i])...));
+    }
   } else {
     for (int64_t i = 0; i < n; ++i) ob[i * s[0]] = store<Out>(f(load(std::get<I>(b)[i * s[I + 1]])...));
   }

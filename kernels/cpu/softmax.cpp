@@ -18,7 +18,7 @@ namespace {
 template <class A, class V>
 void softmax_row(V v, A* y, int64_t n, A mx) {
   const double sum = blocked_sum<A>(n, [=](int64_t k) {  // by value: a captured reference to y
-    const A e = exp_v(v(k) - mx);                         // would keep the loop scalar (alias sets)
+    const A e = exp_v(v(k) - mx);                        // would keep the loop scalar (alias sets)
     y[k] = e;
     return e;
   });

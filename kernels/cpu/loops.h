@@ -162,7 +162,8 @@ void map_run(Out* o, const std::tuple<const In*...>& in, const std::array<int64_
   if (s[0] == 1 && ((s[I + 1] == 1) && ...)) {
     // An input that is the output itself (an op in place) fails the compiler's overlap check and
     // would take its scalar loop: the same elements or disjoint ones are safe in SIMD lanes.
-    auto apart = [&](const auto* q) {
+    // (With no inputs, as for a fill, the check folds to true and `apart` goes unused.)
+    [[maybe_unused]] auto apart = [&](const auto* q) {
       const auto lo = reinterpret_cast<uintptr_t>(q), hi = reinterpret_cast<uintptr_t>(q + n),
                  olo = reinterpret_cast<uintptr_t>(ob), ohi = reinterpret_cast<uintptr_t>(ob + n);
       return lo == olo || hi <= olo || ohi <= lo;

@@ -4,7 +4,8 @@
 //   bench_train_step mlp [steps=20] [batch=256] [in=784] [hidden=1024] [layers=2] [classes=10]
 //   bench_train_step gpt [steps=10] [n_layer=4] [n_head=4] [n_embd=128] [vocab=2048] [batch=8] [seq=128]
 //   bench_train_step gpt-fused ...   the same GPT with fused attention (scaled_dot_product_attention)
-// MG_CPU_MATMUL=<variant> selects the CPU matmul kernel variant (auto, openblas, eigen).
+// MG_CPU_MATMUL=<variant> selects the CPU matmul kernel variant (auto, openblas, eigen);
+// MG_FUSED_ELEMENTWISE=0 runs the GPT block's element-wise chains as single ops (before/after).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -64,6 +65,8 @@ Workload make_mlp(const std::vector<int64_t>& a) {
 Workload make_gpt(const std::vector<int64_t>& a, bool fused) {
   nn::GPTConfig c;
   c.fused_attention = fused;
+  const char* fuse = std::getenv("MG_FUSED_ELEMENTWISE");
+  c.fused_elementwise = !fuse || std::strcmp(fuse, "0") != 0;
   c.n_layer = a[0], c.n_head = a[1], c.n_embd = a[2], c.vocab_size = a[3], c.block_size = a[5];
   const int64_t batch = a[4], seq = a[5];
   auto gpt = std::make_shared<nn::GPT>(c);
@@ -77,6 +80,7 @@ Workload make_gpt(const std::vector<int64_t>& a, bool fused) {
   std::snprintf(cfg, sizeof cfg, "n_layer %lld, n_head %lld, n_embd %lld, vocab %lld, batch %lld x %lld%s",
                 (long long)c.n_layer, (long long)c.n_head, (long long)c.n_embd, (long long)c.vocab_size,
                 (long long)batch, (long long)seq, fused ? ", fused attention" : "");
+  if (!c.fused_elementwise) std::strncat(cfg, ", unfused element-wise", sizeof cfg - std::strlen(cfg) - 1);
   return {"gpt", cfg, gpt, [gpt, idx, targets] { return gpt->loss(idx, targets); }};
 }
 

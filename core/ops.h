@@ -196,6 +196,24 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
 // Zeroes elements with probability p and scales the rest by 1/(1-p). The mask is not stored:
 // backward regenerates it from the counter-based generator's seed and offset.
 Tensor dropout(const Tensor& x, double p, bool training = true, Generator* generator = nullptr);
+
+// ---- fused element-wise chains of a transformer block (one pass each; the composed ops' values)
+// softmax(scale * x + mask) over the last dim of x [..., Tq, Tk], with attn_mask and is_causal as
+// scaled_dot_product_attention takes them: a bool mask (true: the query sees the key) or one of x's
+// dtype (added), broadcast to x's shape; is_causal hides key j > query i. A row that sees no key is
+// NaN, as the composed softmax gives. Saves only the output (the composed ops also keep scale * x
+// and the masked scores alive while they run); an additive mask that requires grad gets one.
+Tensor scaled_masked_softmax(const Tensor& x, double scale, const Tensor& attn_mask = {}, bool is_causal = false);
+// (x + residual, layer_norm(x + residual)): the residual stream's sum and its normalization in one
+// pass. x and residual have one shape and dtype; the rest as layer_norm. Saves the sum, mean and rstd.
+std::tuple<Tensor, Tensor> add_layer_norm(const Tensor& x, const Tensor& residual, const Shape& normalized_shape,
+                                          const Tensor& weight = Tensor(), const Tensor& bias = Tensor(),
+                                          double eps = 1e-5);
+// residual + dropout(x + bias, p, training): the end of a linear layer in a residual block, in one
+// pass. bias [x.size(-1)]; residual of x's shape. Draws from the generator exactly as
+// dropout(x + bias) would (the same mask for the same generator state) and saves nothing.
+Tensor bias_dropout_add(const Tensor& x, const Tensor& bias, const Tensor& residual, double p, bool training = true,
+                        Generator* generator = nullptr);
 enum class Reduction { None, Mean, Sum };
 // softmax(scale * q k^T + mask) @ v over the last two dims, fused: no [Tq, Tk] matrix is stored.
 // libtorch's argument order and defaults. q [..., Tq, D], k [..., Tk, D], v [..., Tk, D]; their

@@ -29,6 +29,7 @@ const std::map<std::string, std::set<std::string>>& write_table() {
       {"bias_gelu_backward", {"grad_in"}},
       {"where", {"out"}},
       {"dropout", {"out"}},
+      {"bias_dropout_add", {"out"}},
       {"reduce", {"out"}},
       {"scan", {"out"}},
       {"cumprod_backward", {"grad_in"}},
@@ -36,9 +37,11 @@ const std::map<std::string, std::set<std::string>>& write_table() {
       {"arg_reduce", {"values", "indices"}},
       {"softmax", {"out"}},
       {"softmax_backward", {"grad_in"}},
+      {"scaled_masked_softmax", {"out"}},
       {"cross_entropy", {"loss"}},
       {"cross_entropy_backward", {"grad_logits"}},
       {"layer_norm", {"out", "mean", "rstd"}},
+      {"add_layer_norm", {"sum", "out", "mean", "rstd"}},
       {"layer_norm_backward", {"grad_x", "grad_weight", "grad_bias"}},
       // In eval, batch_norm reads mean and var (the running statistics) rather than writing them:
       // taking them as written there only costs recompute (out then keeps no recipe), never a value.

@@ -31,6 +31,11 @@ MG_KERNEL(bias_gelu_backward, void, const Tensor& grad, const Tensor& x, const T
 MG_KERNEL(where, void, const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out)
 // out = x * keep / (1 - p), keep drawn from the counter-based generator.
 MG_KERNEL(dropout, void, const Tensor& x, const Tensor& out, double p, uint64_t seed, uint64_t offset)
+// out = residual + dropout(x + bias) on contiguous x, residual, out [rows, n] and bias [n], rounding
+// to the storage type where the composed ops store: p = 0 keeps all, p = 1 multiplies by 0, else the
+// dropout kernel's draws (element i: counter offset + i).
+MG_KERNEL(bias_dropout_add, void, const Tensor& x, const Tensor& bias, const Tensor& residual, const Tensor& out,
+          double p, uint64_t seed, uint64_t offset)
 
 // ---- reductions and scans (cpu/reduce.cpp, cuda/reduce.cu)
 // Reduces the contiguous x of shape [outer, r, inner] over r into out [outer, inner]. LogSumExp
@@ -51,6 +56,11 @@ MG_KERNEL(arg_reduce, void, ReduceOp op, const Tensor& x, const Tensor& values, 
 MG_KERNEL(softmax, void, const Tensor& x, const Tensor& out, int64_t outer, int64_t r, int64_t inner, bool log)
 MG_KERNEL(softmax_backward, void, const Tensor& grad, const Tensor& out, const Tensor& grad_in, int64_t outer,
           int64_t r, int64_t inner, bool log)
+// out = softmax(scale * x + mask) over the rows of the contiguous x/out [BH, Tq, Tk] (scale * x
+// rounded to the storage type, then masked as the composed ops do): `mask` is the data of a bool or
+// additive mask described by m (m.kind None: undefined), causal hides key j > query i.
+MG_KERNEL(scaled_masked_softmax, void, const Tensor& x, const Tensor& mask, const Tensor& out, double scale,
+          bool causal, const AttentionMask& m)
 
 // ---- losses (cpu/loss.cpp, cuda/loss.cu)
 // logits contiguous [N, C], target int64 [N], weight contiguous [C] of the logits' dtype or
@@ -67,6 +77,9 @@ MG_KERNEL(cross_entropy_backward, void, const Tensor& grad_loss, const Tensor& l
 // weight/bias may be undefined.
 MG_KERNEL(layer_norm, void, const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
           const Tensor& mean, const Tensor& rstd, double eps)
+// sum = x + residual (rounded to the storage type), then layer_norm of sum; all contiguous [rows, n].
+MG_KERNEL(add_layer_norm, void, const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
+          const Tensor& sum, const Tensor& out, const Tensor& mean, const Tensor& rstd, double eps)
 MG_KERNEL(layer_norm_backward, void, const Tensor& grad, const Tensor& x, const Tensor& mean, const Tensor& rstd,
           const Tensor& weight, const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias)
 

@@ -45,10 +45,15 @@ Tensor CausalSelfAttention::attention_core(const Tensor& q, const Tensor& k, con
   if (fused)
     return scaled_dot_product_attention(q, k, v, {}, attn_dropout->is_training() ? attn_dropout->p : 0.0, true);
   const int64_t T = q.size(2);
-  Tensor att = matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(q.size(3))));
-  att = masked_fill(att, mask.slice(0, 0, T).slice(1, 0, T), -INFINITY);
-  att = attn_dropout->forward(softmax(att, -1));
-  return matmul(att, v);
+  const double scale = 1.0 / std::sqrt(double(q.size(3)));
+  Tensor att = matmul(q, k.transpose(-2, -1));
+  if (fused_softmax) {  // the buffer's mask is the causal one
+    att = scaled_masked_softmax(att, scale, {}, true);
+  } else {
+    att = masked_fill(att * scale, mask.slice(0, 0, T).slice(1, 0, T), -INFINITY);
+    att = softmax(att, -1);
+  }
+  return matmul(attn_dropout->forward(att), v);
 }
 
 Block::Block(const GPTConfig& c) : UnaryModule("Block") {
@@ -58,11 +63,18 @@ Block::Block(const GPTConfig& c) : UnaryModule("Block") {
   mlp = register_module<MLP>("mlp", c.n_embd, 4 * c.n_embd, c.dropout, GeluApprox::Tanh, c.options);
   attn->selective_recompute = c.selective_recompute;
   attn->fused = c.fused_attention;
+  attn->fused_softmax = c.fused_elementwise;
+  fused_elementwise = c.fused_elementwise;
 }
 
 Tensor Block::forward(const Tensor& x) {
-  Tensor y = x + attn->forward(ln_1->forward(x));
-  return y + mlp->forward(ln_2->forward(y));
+  if (!fused_elementwise) {
+    Tensor y = x + attn->forward(ln_1->forward(x));
+    return y + mlp->forward(ln_2->forward(y));
+  }
+  auto [y, h] =
+      add_layer_norm(x, attn->forward(ln_1->forward(x)), ln_2->normalized_shape, ln_2->weight, ln_2->bias, ln_2->eps);
+  return mlp->forward_residual(h, y);
 }
 
 GPT::GPT(const GPTConfig& c) : UnaryModule("GPT"), config(c) {

@@ -28,6 +28,11 @@ struct GPTConfig {
   // The attention core as one fused op (scaled_dot_product_attention): it saves q, k, v, the
   // output and a log-sum-exp per row instead of the [T, T] scores and probabilities.
   bool fused_attention = false;
+  // The block's element-wise chains as fused ops, as torch.compile fuses them: scale + causal mask
+  // + softmax (scaled_masked_softmax), the attention residual's add + ln_2 (add_layer_norm) and
+  // the MLP's c_proj bias + dropout + residual add (bias_dropout_add). The same values, dropout
+  // masks and saved bytes; fewer passes and no short-lived [T, T] scores. false: the single ops.
+  bool fused_elementwise = true;
   static GPTConfig gpt2() { return {}; }  // 124,439,808 parameters
 };
 
@@ -43,6 +48,7 @@ class CausalSelfAttention : public UnaryModule {
   Tensor mask;                       // bool [block_size, block_size], true above the diagonal (the future)
   bool selective_recompute = false;  // run the attention core as a checkpoint segment
   bool fused = false;                // the core as scaled_dot_product_attention
+  bool fused_softmax = true;         // scale, mask and softmax as one op (scaled_masked_softmax)
   // softmax(mask(q k^T / sqrt(hs))) -> dropout -> @ v, on heads [B, nh, T, hs].
   Tensor attention_core(const Tensor& q, const Tensor& k, const Tensor& v);
 };
@@ -51,6 +57,7 @@ class Block : public UnaryModule {
  public:
   explicit Block(const GPTConfig& c);
   Tensor forward(const Tensor& x) override;  // x + attn(ln_1(x)), then + mlp(ln_2(x))
+  bool fused_elementwise = true;             // GPTConfig::fused_elementwise
   std::shared_ptr<LayerNorm> ln_1, ln_2;
   std::shared_ptr<CausalSelfAttention> attn;
   std::shared_ptr<MLP> mlp;

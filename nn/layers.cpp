@@ -139,11 +139,17 @@ MLP::MLP(int64_t n_embd, int64_t hidden, double dropout, GeluApprox approx, cons
   drop = register_module<Dropout>("dropout", dropout);
 }
 
-Tensor MLP::forward(const Tensor& x) {
+Tensor MLP::hidden(const Tensor& x) {
   // c_fc's bias add runs inside the GELU (bias_gelu): one pass over the wide hidden tensor, not two.
-  Tensor h = c_fc->bias.defined() ? bias_gelu(linear(x, c_fc->weight), c_fc->bias, act->approx)
-                                  : act->forward(c_fc->forward(x));
-  return drop->forward(c_proj->forward(h));
+  return c_fc->bias.defined() ? bias_gelu(linear(x, c_fc->weight), c_fc->bias, act->approx)
+                              : act->forward(c_fc->forward(x));
+}
+
+Tensor MLP::forward(const Tensor& x) { return drop->forward(c_proj->forward(hidden(x))); }
+
+Tensor MLP::forward_residual(const Tensor& x, const Tensor& residual) {
+  if (!c_proj->bias.defined()) return residual + forward(x);
+  return bias_dropout_add(linear(hidden(x), c_proj->weight), c_proj->bias, residual, drop->p, drop->is_training());
 }
 
 }  // namespace mg::nn

@@ -214,9 +214,15 @@ class MLP : public UnaryModule {
   MLP(int64_t n_embd, int64_t hidden, double dropout = 0.0, GeluApprox approx = GeluApprox::Tanh,
       const TensorOptions& options = {});
   Tensor forward(const Tensor& x) override;
+  // residual + forward(x), with c_proj's bias add, the dropout and the residual add in one pass
+  // (bias_dropout_add): the same values and dropout mask as the composed ops.
+  Tensor forward_residual(const Tensor& x, const Tensor& residual);
   std::shared_ptr<Linear> c_fc, c_proj;
   std::shared_ptr<GELU> act;
   std::shared_ptr<Dropout> drop;
+
+ private:
+  Tensor hidden(const Tensor& x);  // gelu(c_fc(x))
 };
 
 }  // namespace mg::nn

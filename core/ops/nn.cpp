@@ -10,60 +10,136 @@ namespace mg {
 using namespace detail;
 using kernels::Conv2dGeometry;
 
+namespace {
+
+// layer_norm's checks; the weight and bias made contiguous (undefined when not given) and the
+// [rows, n] the kernels see.
+struct LayerNormArgs {
+  Tensor w, b;
+  int64_t rows, n;
+};
+LayerNormArgs layer_norm_args(const char* op, const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                              const Tensor& bias) {
+  check_floating(op, x);
+  size_t k = normalized_shape.size();
+  MG_CHECK(k >= 1 && size_t(x.dim()) >= k && Shape(x.shape().end() - int64_t(k), x.shape().end()) == normalized_shape,
+           ShapeError, op, ": expected an input ending in ", shape_str(normalized_shape), ", got ",
+           shape_str(x.shape()));
+  for (const Tensor* p : {&weight, &bias})
+    if (p->defined()) {
+      MG_CHECK(p->shape() == normalized_shape, ShapeError, op, ": expected weight and bias of shape ",
+               shape_str(normalized_shape), ", got ", shape_str(p->shape()));
+      MG_CHECK(p->dtype() == x.dtype(), DTypeError, op, ": expected weight and bias of dtype ", x.dtype(), ", got ",
+               p->dtype());
+      check_same_device(op, x, *p);
+    }
+  LayerNormArgs a;
+  a.n = numel_of(normalized_shape);
+  a.rows = x.numel() / std::max<int64_t>(a.n, 1);
+  NoGradGuard ng;
+  if (weight.defined()) a.w = weight.contiguous();
+  if (bias.defined()) a.b = bias.contiguous();
+  return a;
+}
+
+// Mean and rstd [rows]: float32, float64 for float64 inputs.
+std::pair<Tensor, Tensor> layer_norm_stats(const Tensor& x, int64_t rows) {
+  const DType stat = x.dtype() == kFloat64 ? kFloat64 : kFloat32;
+  return {new_output({rows}, stat, x.device()), new_output({rows}, stat, x.device())};
+}
+
+// Records the backward of layer_norm (first = 0: inputs x, weight, bias; output y) or add_layer_norm
+// (first = 1: inputs x, residual, weight, bias; outputs sum, y). `sx` is the normalized input (x, or
+// the sum); the input gradient goes to every input before weight, with the sum's own gradient added.
+void record_layer_norm(Op op, const TensorList& inputs, const TensorList& outputs, SavedTensor sx, const Tensor& mean,
+                       const Tensor& rstd, SavedTensor sw, const Shape& ns, double eps, size_t first) {
+  SavedTensor sm(mean), sr(rstd);
+  const int64_t n = numel_of(ns);
+  autograd::record(op, inputs, outputs, [=](const TensorList& g, const Node& node) {
+    const Tensor xs = sx.get(), w = sw.defined() ? sw.get() : Tensor(), &gy = g[first];
+    const int64_t rows = xs.numel() / std::max<int64_t>(n, 1);
+    bool need_x = false;
+    for (size_t i = 0; i <= first; ++i) need_x = need_x || node.needs_input_grad(i);
+    const bool need_w = node.needs_input_grad(first + 1), need_b = node.needs_input_grad(first + 2);
+    Tensor gx, gw, gb;
+    if (!gy.defined()) {  // only the sum was used
+      gx = g[0];
+    } else if (autograd::creating_graph()) {  // recompute from differentiable ops, and differentiate those
+      auto composed = [&](const TensorList& in) {
+        Tensor x2 = in[0].reshape({rows, n}), centered = x2 - x2.mean({1}, true);
+        Tensor y = (centered * rsqrt((centered * centered).mean({1}, true) + eps)).view(xs.shape());
+        return TensorList{in[1].defined() ? y * in[1] : y};
+      };
+      TensorList r = autograd::differentiate(composed, {xs, w}, {gy});
+      gx = r[0], gw = r[1];
+      if (need_b) gb = gy.reshape({rows, n}).sum({0}).view(ns);
+      if (first == 1 && g[0].defined()) gx = gx + g[0];
+    } else {
+      gx = need_x ? new_like(xs) : Tensor();
+      gw = need_w ? new_output(ns, xs.dtype(), xs.device()) : Tensor();
+      gb = need_b ? new_output(ns, xs.dtype(), xs.device()) : Tensor();
+      kernels::run(xs.device(), &Backend::layer_norm_backward, gy.contiguous().view({rows, n}), xs.view({rows, n}),
+                   sm.get(), sr.get(), w, gx, gw, gb);
+      if (first == 1 && need_x && g[0].defined())  // the sum's own gradient, added in place
+        kernels::run(xs.device(), &Backend::binary, kernels::BinaryOp::Add, gx, prepare(g[0], gx.dtype(), gx.shape()),
+                     gx, 1.0);
+    }
+    TensorList grads(first + 3);
+    for (size_t i = 0; i <= first; ++i) grads[i] = node.needs_input_grad(i) ? gx : Tensor();
+    grads[first + 1] = need_w ? gw : Tensor();
+    grads[first + 2] = need_b ? gb : Tensor();
+    return grads;
+  });
+}
+
+}  // namespace
+
 Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tensor& weight_in, const Tensor& bias_in,
                   double eps) {
   Tensor x = amp::cast_for_float_op(x_in), weight = amp::cast_for_float_op(weight_in),
          bias = amp::cast_for_float_op(bias_in);
   OpScope scope(Op::layer_norm);
-  check_floating("layer_norm", x);
-  size_t k = normalized_shape.size();
-  MG_CHECK(k >= 1 && size_t(x.dim()) >= k && Shape(x.shape().end() - int64_t(k), x.shape().end()) == normalized_shape,
-           ShapeError, "layer_norm: expected an input ending in ", shape_str(normalized_shape), ", got ",
-           shape_str(x.shape()));
-  for (const Tensor* p : {&weight, &bias})
-    if (p->defined()) {
-      MG_CHECK(p->shape() == normalized_shape, ShapeError, "layer_norm: expected weight and bias of shape ",
-               shape_str(normalized_shape), ", got ", shape_str(p->shape()));
-      MG_CHECK(p->dtype() == x.dtype(), DTypeError, "layer_norm: expected weight and bias of dtype ", x.dtype(),
-               ", got ", p->dtype());
-      check_same_device("layer_norm", x, *p);
-    }
-  int64_t n = numel_of(normalized_shape), rows = x.numel() / std::max<int64_t>(n, 1);
-  Tensor xc, wc, bc;
+  LayerNormArgs a = layer_norm_args("layer_norm", x, normalized_shape, weight, bias);
+  Tensor xc;
   {
     NoGradGuard ng;
     xc = x.contiguous();
-    if (weight.defined()) wc = weight.contiguous();
-    if (bias.defined()) bc = bias.contiguous();
   }
   Tensor out = new_like(xc);
-  const DType stat = x.dtype() == kFloat64 ? kFloat64 : kFloat32;  // of mean and rstd
-  Tensor mean = new_output({rows}, stat, x.device()), rstd = new_output({rows}, stat, x.device());
-  kernels::run(x.device(), &Backend::layer_norm, xc.view({rows, n}), wc, bc, out, mean, rstd, eps);
-  if (autograd::any_requires_grad({x, weight, bias})) {
-    SavedTensor sx(xc, x), sm(mean), sr(rstd), sw(wc, weight);
-    Shape ns = normalized_shape;
-    autograd::record(Op::layer_norm, {x, weight, bias}, {out}, [=](const TensorList& g, const Node& node) {
-      Tensor xs = sx.get(), w = sw.defined() ? sw.get() : Tensor();
-      if (autograd::creating_graph()) {  // recompute from differentiable ops, and differentiate those
-        auto composed = [&](const TensorList& in) {
-          Tensor x2 = in[0].reshape({rows, n}), centered = x2 - x2.mean({1}, true);
-          Tensor y = (centered * rsqrt((centered * centered).mean({1}, true) + eps)).view(xs.shape());
-          return TensorList{in[1].defined() ? y * in[1] : y};
-        };
-        TensorList r = autograd::differentiate(composed, {xs, w}, {g[0]});
-        Tensor gb = node.needs_input_grad(2) ? g[0].reshape({rows, n}).sum({0}).view(ns) : Tensor();
-        return TensorList{node.needs_input_grad(0) ? r[0] : Tensor(), node.needs_input_grad(1) ? r[1] : Tensor(), gb};
-      }
-      Tensor gx = node.needs_input_grad(0) ? new_like(xs) : Tensor();
-      Tensor gw = node.needs_input_grad(1) ? new_output(ns, xs.dtype(), xs.device()) : Tensor();
-      Tensor gb = node.needs_input_grad(2) ? new_output(ns, xs.dtype(), xs.device()) : Tensor();
-      kernels::run(xs.device(), &Backend::layer_norm_backward, g[0].contiguous().view({rows, n}), xs.view({rows, n}),
-                   sm.get(), sr.get(), w, gx, gw, gb);
-      return TensorList{gx, gw, gb};
-    });
-  }
+  auto [mean, rstd] = layer_norm_stats(x, a.rows);
+  kernels::run(x.device(), &Backend::layer_norm, xc.view({a.rows, a.n}), a.w, a.b, out, mean, rstd, eps);
+  if (autograd::any_requires_grad({x, weight, bias}))
+    record_layer_norm(Op::layer_norm, {x, weight, bias}, {out}, SavedTensor(xc, x), mean, rstd,
+                      SavedTensor(a.w, weight), normalized_shape, eps, 0);
   return out;
+}
+
+std::tuple<Tensor, Tensor> add_layer_norm(const Tensor& x_in, const Tensor& residual_in, const Shape& normalized_shape,
+                                          const Tensor& weight_in, const Tensor& bias_in, double eps) {
+  Tensor x = amp::cast_for_float_op(x_in), residual = amp::cast_for_float_op(residual_in),
+         weight = amp::cast_for_float_op(weight_in), bias = amp::cast_for_float_op(bias_in);
+  OpScope scope(Op::add_layer_norm);
+  check_same_device("add_layer_norm", x, residual);
+  MG_CHECK(residual.shape() == x.shape(), ShapeError, "add_layer_norm: expected a residual of the input's shape ",
+           shape_str(x.shape()), ", got ", shape_str(residual.shape()));
+  MG_CHECK(residual.dtype() == x.dtype(), DTypeError, "add_layer_norm: expected a residual of the input's dtype ",
+           x.dtype(), ", got ", residual.dtype());
+  LayerNormArgs a = layer_norm_args("add_layer_norm", x, normalized_shape, weight, bias);
+  Tensor xc, rc;
+  {
+    NoGradGuard ng;
+    xc = x.contiguous();
+    rc = residual.contiguous();
+  }
+  Tensor sum = new_like(xc), out = new_like(xc);
+  auto [mean, rstd] = layer_norm_stats(x, a.rows);
+  const Shape rows_n{a.rows, a.n};
+  kernels::run(x.device(), &Backend::add_layer_norm, xc.view(rows_n), rc.view(rows_n), a.w, a.b, sum.view(rows_n), out,
+               mean, rstd, eps);
+  if (autograd::any_requires_grad({x, residual, weight, bias}))
+    record_layer_norm(Op::add_layer_norm, {x, residual, weight, bias}, {sum, out}, SavedTensor(sum), mean, rstd,
+                      SavedTensor(a.w, weight), normalized_shape, eps, 1);
+  return {sum, out};
 }
 
 Tensor group_norm(const Tensor& input_in, int64_t num_groups, const Tensor& weight_in, const Tensor& bias_in,
@@ -179,6 +255,48 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* generator) {
   check_floating("dropout", x);
   auto [seed, offset] = generator_or_default(generator).draw(uint64_t(x.numel()));
   return dropout_with(x, p, seed, offset);
+}
+
+Tensor bias_dropout_add(const Tensor& x_in, const Tensor& bias_in, const Tensor& residual_in, double p, bool training,
+                        Generator* generator) {
+  MG_CHECK(p >= 0 && p <= 1, ValueError, "bias_dropout_add: expected a probability in [0, 1], got ", p);
+  Tensor x = amp::cast_for_float_op(x_in), bias = amp::cast_for_float_op(bias_in),
+         residual = amp::cast_for_float_op(residual_in);
+  OpScope scope(Op::bias_dropout_add);
+  check_floating("bias_dropout_add", x);
+  for (const Tensor* t : {&bias, &residual}) {
+    check_same_device("bias_dropout_add", x, *t);
+    MG_CHECK(t->dtype() == x.dtype(), DTypeError, "bias_dropout_add: expected bias and residual of the input's dtype ",
+             x.dtype(), ", got ", t->dtype());
+  }
+  MG_CHECK(x.dim() >= 1 && bias.shape() == Shape{x.size(-1)}, ShapeError,
+           "bias_dropout_add: expected a bias of shape [", x.dim() ? x.size(-1) : 0, "] for input ",
+           shape_str(x.shape()), ", got ", shape_str(bias.shape()));
+  MG_CHECK(residual.shape() == x.shape(), ShapeError, "bias_dropout_add: expected a residual of the input's shape ",
+           shape_str(x.shape()), ", got ", shape_str(residual.shape()));
+  if (!training) p = 0;
+  uint64_t seed = 0, offset = 0;
+  if (p > 0 && p < 1) {  // the draw dropout(x + bias) makes
+    auto d = generator_or_default(generator).draw(uint64_t(x.numel()));
+    seed = d.seed, offset = d.offset;
+  }
+  Tensor xc, bc, rc;
+  {
+    NoGradGuard ng;
+    xc = x.contiguous(), bc = bias.contiguous(), rc = residual.contiguous();
+  }
+  Tensor out = new_like(xc);
+  kernels::run(x.device(), &Backend::bias_dropout_add, xc, bc, rc, out, p, seed, offset);
+  const Shape bias_shape = bias.shape();
+  const DType bias_dtype = bias.dtype();
+  autograd::record(Op::bias_dropout_add, {x, bias, residual}, {out}, [=](const TensorList& g, const Node& node) {
+    // dropout's backward (its mask from the same counters), then the bias add's and the residual's
+    Tensor gx = p == 0 ? g[0] : p == 1 ? g[0] * 0.0 : dropout_with(g[0], p, seed, offset);
+    return TensorList{node.needs_input_grad(0) ? gx : Tensor(),
+                      node.needs_input_grad(1) ? grad_for(gx, bias_shape, bias_dtype) : Tensor(),
+                      node.needs_input_grad(2) ? g[0] : Tensor()};
+  });
+  return out;
 }
 
 namespace {

@@ -218,3 +218,36 @@ void dropout(const Tensor& x, const Tensor& out, double p, uint64_t seed, uint64
 }
 
 }  // namespace mg::cpu
+
+namespace mg::cpu {
+
+void bias_dropout_add(const Tensor& x, const Tensor& bias, const Tensor& residual, const Tensor& out, double p,
+                      uint64_t seed, uint64_t offset) {
+  dispatch_floating(x.dtype(), "bias_dropout_add", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = opmath_t<T>;
+    const T *xp = ptr<T>(x), *bp = ptr<T>(bias), *rp = ptr<T>(residual);
+    T* op = ptr<T>(out);
+    const int64_t n = std::max<int64_t>(bias.numel(), 1), rows = x.numel() / n;
+    const A scale = A(1.0 / (1.0 - p));
+    const float pf = float(p);
+    auto run = [&](auto drop) {  // drop(v, i): dropout's value for element i, one loop per case
+      parallel_for(rows, x.numel() >= kParallelGrain && rows > 1, [&](int64_t r) {
+#pragma omp simd
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t i = r * n + j;
+          const A v = load(store<T>(A(load(xp[i])) + A(load(bp[j]))));
+          op[i] = store<T>(A(load(rp[i])) + A(load(store<T>(drop(v, i)))));
+        }
+      });
+    };
+    if (p <= 0)
+      run([](A v, int64_t) { return v; });
+    else if (p >= 1)
+      run([](A v, int64_t) { return v * A(0); });
+    else
+      run([&](A v, int64_t i) { return kernels::random_uniform(seed, offset, uint64_t(i)) >= pf ? v * scale : A(0); });
+  });
+}
+
+}  // namespace mg::cpu

@@ -77,6 +77,31 @@ void parallel_for(int64_t n, bool parallel, F&& f) {
   for (int64_t i = 0; i < n; ++i) f(i);
 }
 
+// Row max, vectorized (omp simd reductions are exempt from the NaN/signed-zero rules).
+template <class T, class A = opmath_t<T>>
+A row_max(const T* row, int64_t n) {
+  A mx = -std::numeric_limits<A>::infinity();
+#pragma omp simd reduction(max : mx)
+  for (int64_t c = 0; c < n; ++c) mx = std::max(mx, A(load(row[c])));
+  return mx;
+}
+
+// The sum of f(c) over c < n: in SIMD lanes of A within blocks of kBlock, the blocks added in
+// double, so the rounding error grows with kBlock / lanes + n / kBlock rather than n.
+template <class A, class F>
+double blocked_sum(int64_t n, F f) {
+  constexpr int64_t kBlock = 256;
+  double total = 0;
+  for (int64_t lo = 0; lo < n; lo += kBlock) {
+    const int64_t hi = std::min(n, lo + kBlock);
+    A s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t c = lo; c < hi; ++c) s += f(c);
+    total += double(s);
+  }
+  return total;
+}
+
 // Iterates over N tensors of one shape with their own element strides. `row(p, n, s)` gets
 // the element offsets p[k] of a run's first element, its length n and the inner strides s.
 // Long rows are cut into pieces so that one big row also spreads over the threads.
@@ -136,7 +161,20 @@ void map_run(Out* o, const std::tuple<const In*...>& in, const std::array<int64_
   Out* ob = o + p[0];
   std::tuple<const In*...> b{(std::get<I>(in) + p[I + 1])...};
   if (s[0] == 1 && ((s[I + 1] == 1) && ...)) {
-    for (int64_t i = 0; i < n; ++i) ob[i] = store<Out>(f(load(std::get<I>(b)[i])...));
+    // An input that is the output itself (an op in place) fails the compiler's overlap check and
+    // would take its scalar loop: the same elements or disjoint ones are safe in SIMD lanes.
+    // (With no inputs, as for a fill, the check folds to true and `apart` goes unused.)
+    [[maybe_unused]] auto apart = [&](const auto* q) {
+      const auto lo = reinterpret_cast<uintptr_t>(q), hi = reinterpret_cast<uintptr_t>(q + n),
+                 olo = reinterpret_cast<uintptr_t>(ob), ohi = reinterpret_cast<uintptr_t>(ob + n);
+      return lo == olo || hi <= olo || ohi <= lo;
+    };
+    if ((apart(std::get<I>(b)) && ...)) {
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) ob[i] = store<Out>(f(load(std::get<I>(b)[i])...));
+    } else {
+      for (int64_t i = 0; i < n; ++i) ob[i] = store<Out>(f(load(std::get<I>(b)[i])...));
+    }
   } else {
     for (int64_t i = 0; i < n; ++i) ob[i * s[0]] = store<Out>(f(load(std::get<I>(b)[i * s[I + 1]])...));
   }

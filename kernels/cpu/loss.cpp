@@ -17,31 +17,6 @@ void check_targets(const Tensor& target, int64_t classes, int64_t ignore_index) 
              t[n], " at position ", n);
 }
 
-// Row max, vectorized (omp simd reductions are exempt from the NaN/signed-zero rules).
-template <class T, class A = opmath_t<T>>
-A row_max(const T* row, int64_t n) {
-  A mx = -std::numeric_limits<A>::infinity();
-#pragma omp simd reduction(max : mx)
-  for (int64_t c = 0; c < n; ++c) mx = std::max(mx, A(load(row[c])));
-  return mx;
-}
-
-// The sum of f(c) over c < n: in SIMD lanes of A within blocks of kBlock, the blocks added in
-// double, so the rounding error grows with kBlock / lanes + n / kBlock rather than n.
-template <class A, class F>
-double blocked_sum(int64_t n, F f) {
-  constexpr int64_t kBlock = 256;
-  double total = 0;
-  for (int64_t lo = 0; lo < n; lo += kBlock) {
-    const int64_t hi = std::min(n, lo + kBlock);
-    A s = 0;
-#pragma omp simd reduction(+ : s)
-    for (int64_t c = lo; c < hi; ++c) s += f(c);
-    total += double(s);
-  }
-  return total;
-}
-
 }  // namespace
 
 // A row's class weights: w[c] from `weight`, or 1 without one; and their sum.

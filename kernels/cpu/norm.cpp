@@ -8,83 +8,145 @@
 
 namespace mg::cpu {
 
+namespace {
+
+// Calls f(std::bool_constant<W>, std::bool_constant<B>) for whether weight and bias exist: one
+// loop each, so no loop branches on them.
+template <class F>
+void with_affine(bool w, bool b, F f) {
+  using Y = std::true_type;
+  using N = std::false_type;
+  if (w)
+    b ? f(Y{}, Y{}) : f(Y{}, N{});
+  else
+    b ? f(N{}, Y{}) : f(N{}, N{});
+}
+
+// Normalizes the row x[0, n) into y in SIMD lanes: the mean, then the variance as the mean squared
+// deviation from it (two passes, each a blocked sum: float lanes within blocks, blocks in double).
+template <class T, class A, class W, class B>
+void layer_norm_row(const T* x, const T* w, const T* b, T* y, int64_t n, double eps, A& mean, A& rstd, W, B) {
+  const A mu = A(blocked_sum<A>(n, [&](int64_t j) { return A(load(x[j])); }) / double(n));
+  const double var = blocked_sum<A>(n,
+                                    [&](int64_t j) {
+                                      const A d = A(load(x[j])) - mu;
+                                      return d * d;
+                                    }) /
+                     double(n);
+  const A rs = A(1.0 / std::sqrt(var + eps));
+  mean = mu, rstd = rs;
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) {
+    A v = (A(load(x[j])) - mu) * rs;
+    if constexpr (W::value) v *= A(load(w[j]));
+    if constexpr (B::value) v += A(load(b[j]));
+    y[j] = store<T>(v);
+  }
+}
+
+// Layer norm of the rows of [rows, n]; `prepare(i, row)` returns the row to normalize (x's, or
+// the sum it writes first).
+template <class T, class Prepare>
+void layer_norm_rows(int64_t rows, int64_t n, const Tensor& weight, const Tensor& bias, const Tensor& out,
+                     const Tensor& mean, const Tensor& rstd, double eps, Prepare prepare) {
+  using A = opmath_t<T>;
+  const T* wp = weight.defined() ? ptr<T>(weight) : nullptr;
+  const T* bp = bias.defined() ? ptr<T>(bias) : nullptr;
+  T* yp = ptr<T>(out);
+  A *mp = ptr<A>(mean), *rp = ptr<A>(rstd);
+  with_affine(wp, bp, [&](auto has_w, auto has_b) {
+    parallel_for(rows, rows * n >= kParallelGrain && rows > 1, [&](int64_t i) {
+      layer_norm_row(prepare(i), wp, bp, yp + i * n, n, eps, mp[i], rp[i], has_w, has_b);
+    });
+  });
+}
+
+int64_t row_length(const Tensor& x) { return x.dim() ? x.size(x.dim() - 1) : 1; }
+
+}  // namespace
+
 void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out, const Tensor& mean,
                 const Tensor& rstd, double eps) {
-  const int64_t n = x.size(-1 + x.dim()), rows = x.numel() / std::max<int64_t>(n, 1);
+  const int64_t n = row_length(x), rows = x.numel() / std::max<int64_t>(n, 1);
   dispatch_floating(x.dtype(), "layer_norm", [&](auto xt) {
     using T = typename decltype(xt)::type;
-    using A = opmath_t<T>;
     const T* xp = ptr<T>(x);
-    const T* wp = weight.defined() ? ptr<T>(weight) : nullptr;
-    const T* bp = bias.defined() ? ptr<T>(bias) : nullptr;
-    T* yp = ptr<T>(out);
-    A *mp = ptr<A>(mean), *rp = ptr<A>(rstd);
-#pragma omp parallel for if (rows * n >= kParallelGrain)
-    for (int64_t i = 0; i < rows; ++i) {
-      const T* row = xp + i * n;
-      double s = 0, ss = 0;
-      for (int64_t j = 0; j < n; ++j) s += double(load(row[j]));
-      double mu = s / double(n);
-      for (int64_t j = 0; j < n; ++j) {
-        double d = double(load(row[j])) - mu;
-        ss += d * d;
-      }
-      double rs = 1.0 / std::sqrt(ss / double(n) + eps);
-      mp[i] = A(mu);
-      rp[i] = A(rs);
-      for (int64_t j = 0; j < n; ++j) {
-        A v = A((double(load(row[j])) - mu) * rs);
-        if (wp) v *= load(wp[j]);
-        if (bp) v += load(bp[j]);
-        yp[i * n + j] = store<T>(v);
-      }
-    }
+    layer_norm_rows<T>(rows, n, weight, bias, out, mean, rstd, eps, [&](int64_t i) { return xp + i * n; });
+  });
+}
+
+void add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
+                    const Tensor& sum, const Tensor& out, const Tensor& mean, const Tensor& rstd, double eps) {
+  const int64_t n = row_length(x), rows = x.numel() / std::max<int64_t>(n, 1);
+  dispatch_floating(x.dtype(), "add_layer_norm", [&](auto xt) {
+    using T = typename decltype(xt)::type;
+    using A = opmath_t<T>;
+    const T *xp = ptr<T>(x), *rp = ptr<T>(residual);
+    T* sp = ptr<T>(sum);
+    layer_norm_rows<T>(rows, n, weight, bias, out, mean, rstd, eps, [&](int64_t i) {
+      T* s = sp + i * n;  // the row's sum, normalized while it is in cache
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) s[j] = store<T>(A(load(xp[i * n + j])) + A(load(rp[i * n + j])));
+      return static_cast<const T*>(s);
+    });
   });
 }
 
 void layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                          const Tensor& weight, const Tensor& grad_x, const Tensor& grad_weight,
                          const Tensor& grad_bias) {
-  const int64_t n = x.size(x.dim() - 1), rows = x.numel() / std::max<int64_t>(n, 1);
+  const int64_t n = row_length(x), rows = x.numel() / std::max<int64_t>(n, 1);
   dispatch_floating(x.dtype(), "layer_norm_backward", [&](auto xt) {
     using T = typename decltype(xt)::type;
+    using A = opmath_t<T>;
     const T *xp = ptr<T>(x), *gp = ptr<T>(grad);
     const T* wp = weight.defined() ? ptr<T>(weight) : nullptr;
-    const opmath_t<T>*mp = ptr<opmath_t<T>>(mean), *rp = ptr<opmath_t<T>>(rstd);
+    const A *mp = ptr<A>(mean), *rp = ptr<A>(rstd);
+    const bool parallel = rows * n >= kParallelGrain;
     if (grad_x.defined()) {
       T* gxp = ptr<T>(grad_x);
-#pragma omp parallel for if (rows * n >= kParallelGrain)
-      for (int64_t i = 0; i < rows; ++i) {
-        const T *row = xp + i * n, *grow = gp + i * n;
-        double mu = mp[i], rs = rp[i], sum_g = 0, sum_gx = 0;
-        for (int64_t j = 0; j < n; ++j) {
-          double g = double(load(grow[j])) * (wp ? double(load(wp[j])) : 1.0);
-          sum_g += g;
-          sum_gx += g * (double(load(row[j])) - mu) * rs;
-        }
-        sum_g /= double(n);
-        sum_gx /= double(n);
-        for (int64_t j = 0; j < n; ++j) {
-          double g = double(load(grow[j])) * (wp ? double(load(wp[j])) : 1.0);
-          double xh = (double(load(row[j])) - mu) * rs;
-          gxp[i * n + j] = store<T>(rs * (g - sum_g - xh * sum_gx));
-        }
-      }
+      with_affine(wp, false, [&](auto has_w, auto) {
+        parallel_for(rows, parallel && rows > 1, [&](int64_t i) {
+          const T *row = xp + i * n, *grow = gp + i * n;
+          const A mu = mp[i], rs = rp[i];
+          auto gw = [&](int64_t j) {  // grad * weight
+            if constexpr (decltype(has_w)::value)
+              return A(load(grow[j])) * A(load(wp[j]));
+            else
+              return A(load(grow[j]));
+          };
+          const A mean_g = A(blocked_sum<A>(n, gw) / double(n));
+          const A mean_gx =
+              A(blocked_sum<A>(n, [&](int64_t j) { return gw(j) * ((A(load(row[j])) - mu) * rs); }) / double(n));
+#pragma omp simd
+          for (int64_t j = 0; j < n; ++j)
+            gxp[i * n + j] = store<T>(rs * (gw(j) - mean_g - (A(load(row[j])) - mu) * rs * mean_gx));
+        });
+      });
     }
     T* gwp = grad_weight.defined() ? ptr<T>(grad_weight) : nullptr;
     T* gbp = grad_bias.defined() ? ptr<T>(grad_bias) : nullptr;
     if (!gwp && !gbp) return;
-#pragma omp parallel for if (rows * n >= kParallelGrain)
-    for (int64_t j = 0; j < n; ++j) {
-      double sw = 0, sb = 0;
+    // Column sums over the rows, a block of columns per task: double accumulators in SIMD lanes.
+    constexpr int64_t kCols = 64;
+    parallel_for((n + kCols - 1) / kCols, parallel, [&](int64_t c) {
+      const int64_t j0 = c * kCols, m = std::min(kCols, n - j0);
+      double sw[kCols] = {}, sb[kCols] = {};
       for (int64_t i = 0; i < rows; ++i) {
-        double g = double(load(gp[i * n + j]));
-        sw += g * (double(load(xp[i * n + j])) - double(mp[i])) * double(rp[i]);
-        sb += g;
+        const T *g = gp + i * n + j0, *row = xp + i * n + j0;
+        const A mu = mp[i], rs = rp[i];
+#pragma omp simd
+        for (int64_t j = 0; j < m; ++j) {
+          const A gv = A(load(g[j]));
+          sw[j] += double(gv * ((A(load(row[j])) - mu) * rs));
+          sb[j] += double(gv);
+        }
       }
-      if (gwp) gwp[j] = store<T>(sw);
-      if (gbp) gbp[j] = store<T>(sb);
-    }
+      for (int64_t j = 0; j < m; ++j) {
+        if (gwp) gwp[j0 + j] = store<T>(sw[j]);
+        if (gbp) gbp[j0 + j] = store<T>(sb[j]);
+      }
+    });
   });
 }
 

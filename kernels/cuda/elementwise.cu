@@ -225,6 +225,18 @@ __global__ void dropout_kernel(const T* x, T* out, int64_t n, float p, A scale, 
   }
 }
 
+// out = residual + dropout(x + bias) with the dropout kernel's draws and the composed ops' roundings;
+// mode 0 keeps all (p = 0), 1 multiplies by 0 (p = 1), 2 draws.
+template <class T, class A>
+__global__ void bias_dropout_add_kernel(const T* x, const T* bias, const T* residual, T* out, int64_t n, int64_t cols,
+                                        int mode, float p, A scale, uint64_t seed, uint64_t offset) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    A v = dload(dstore<T>(dload(x[i]) + dload(bias[i % cols])));
+    v = mode == 0 ? v : mode == 1 ? v * A(0) : (random_uniform(seed, offset, uint64_t(i)) >= p ? v * scale : A(0));
+    out[i] = dstore<T>(dload(residual[i]) + dload(dstore<T>(v)));
+  }
+}
+
 }  // namespace
 
 void copy(const Tensor& src, const Tensor& dst) {
@@ -325,6 +337,22 @@ void dropout(const Tensor& x, const Tensor& out, double p, uint64_t seed, uint64
                                                          seed, offset);
   });
   check_launch("dropout");
+}
+
+void bias_dropout_add(const Tensor& x, const Tensor& bias, const Tensor& residual, const Tensor& out, double p,
+                      uint64_t seed, uint64_t offset) {
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  cudaStream_t s = stream_for(out);
+  const int mode = p <= 0 ? 0 : p >= 1 ? 1 : 2;
+  dispatch_floating(x.dtype(), "bias_dropout_add", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = opmath_t<T>;
+    bias_dropout_add_kernel<<<grid_for(n), 256, 0, s>>>(dptr<T>(x), dptr<T>(bias), dptr<T>(residual), dptr<T>(out), n,
+                                                        std::max<int64_t>(bias.numel(), 1), mode, float(p),
+                                                        A(1.0 / (1.0 - p)), seed, offset);
+  });
+  check_launch("bias_dropout_add");
 }
 
 }  // namespace mg::cuda

@@ -69,6 +69,32 @@ __global__ void softmax_backward_kernel(const T* g, const T* y, T* gi, int64_t o
   }
 }
 
+// softmax(scale * x + mask) of row (bh, i) of [BH, Tq, Tk], a block per row: the masked score is
+// recomputed in the second pass rather than stored.
+template <class T>
+__global__ void scaled_masked_softmax_kernel(const T* x, const void* mask, T* y, int64_t BH, int64_t Tq, int64_t Tk,
+                                             double scale, bool causal, AttentionMask m) {
+  using A = opmath_t<T>;
+  using Kind = AttentionMask::Kind;
+  __shared__ MaxSum<A> shared[32];
+  for (int64_t row = blockIdx.x; row < BH * Tq; row += gridDim.x) {
+    const int64_t bh = row / Tq, i = row % Tq;
+    const T* p = x + row * Tk;
+    auto score = [&](int64_t k) {
+      A s = dload(dstore<T>(dload(p[k]) * A(scale)));
+      if (causal && k > i) s = A(-INFINITY);
+      if (m.kind == Kind::Bool) s = static_cast<const bool*>(mask)[m.offset(bh, i, k)] ? s : A(-INFINITY);
+      if (m.kind == Kind::Additive) s = dload(dstore<T>(s + dload(static_cast<const T*>(mask)[m.offset(bh, i, k)])));
+      return s;
+    };
+    MaxSum<A> ms{-INFINITY, A(0)};
+    for (int64_t k = threadIdx.x; k < Tk; k += blockDim.x) push(ms, score(k));
+    ms = block_reduce(ms, MergeMaxSum{}, shared);
+    const A inv = A(1) / ms.s;
+    for (int64_t k = threadIdx.x; k < Tk; k += blockDim.x) y[row * Tk + k] = dstore<T>(exp(score(k) - ms.m) * inv);
+  }
+}
+
 }  // namespace
 
 void softmax(const Tensor& x, const Tensor& out, int64_t outer, int64_t r, int64_t inner, bool log) {
@@ -93,6 +119,19 @@ void softmax_backward(const Tensor& grad, const Tensor& out, const Tensor& grad_
                                                         log);
   });
   check_launch("softmax_backward");
+}
+
+void scaled_masked_softmax(const Tensor& x, const Tensor& mask, const Tensor& out, double scale, bool causal,
+                           const AttentionMask& m) {
+  if (out.numel() == 0) return;
+  cudaStream_t s = stream_for(out);
+  const int64_t BH = x.size(0), Tq = x.size(1), Tk = x.size(2);
+  dispatch_floating(x.dtype(), "scaled_masked_softmax", [&](auto xt) {
+    using T = typename decltype(xt)::type;
+    scaled_masked_softmax_kernel<<<grid_for(BH * Tq, 1), kThreads, 0, s>>>(
+        dptr<T>(x), mask.defined() ? mask.raw_data() : nullptr, dptr<T>(out), BH, Tq, Tk, scale, causal, m);
+  });
+  check_launch("scaled_masked_softmax");
 }
 
 }  // namespace mg::cuda

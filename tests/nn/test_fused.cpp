@@ -9,6 +9,8 @@
 
 #include <memgrad/memgrad.h>
 
+#include "gpt_step.h"
+
 using namespace mg;
 
 namespace {
@@ -52,6 +54,24 @@ double max_diff(const Tensor& a, const Tensor& b) {
 }
 
 }  // namespace
+
+std::tuple<double, std::vector<std::pair<std::string, Tensor>>, int64_t, int64_t> gpt_step(
+    const std::function<void(nn::GPTConfig&)>& configure) {
+  manual_seed(3);
+  nn::GPTConfig c;
+  c.vocab_size = 64, c.block_size = 32, c.n_layer = 2, c.n_head = 2, c.n_embd = 16;
+  configure(c);
+  nn::GPT gpt(c);
+  Tensor idx = randint(0, 64, {3, 32}), target = randint(0, 64, {3, 32});
+  reset_peak(kCPU);
+  const int64_t base = memory_stats().allocated;
+  Tensor loss = gpt.loss(idx, target);
+  const int64_t saved = memory_stats().category(Category::Activation);
+  loss.backward();
+  return {loss.item<double>(), gpt.named_parameters(), saved, memory_stats().peak_allocated - base};
+}
+
+namespace {}  // namespace
 
 TEST_CASE("attention: fused equals composed, forward and backward, causal or not, dropout or not") {
   struct Case {
@@ -319,23 +339,10 @@ TEST_CASE("attention: no queries or no keys") {
 
 TEST_CASE("attention: GPT with fused attention matches GPT without, and saves less") {
   auto step = [](bool fused, double dropout) {
-    manual_seed(3);
-    nn::GPTConfig c;
-    c.vocab_size = 64;
-    c.block_size = 32;
-    c.n_layer = 2;
-    c.n_head = 2;
-    c.n_embd = 16;
-    c.dropout = dropout;
-    c.fused_attention = fused;
-    nn::GPT gpt(c);
-    Tensor idx = randint(0, 64, {3, 32}), target = randint(0, 64, {3, 32});
-    reset_peak(kCPU);
-    const int64_t base = memory_stats().allocated;
-    Tensor loss = gpt.loss(idx, target);
-    const int64_t saved = memory_stats().category(Category::Activation);
-    loss.backward();
-    return std::tuple{loss.item<double>(), gpt.named_parameters(), saved, memory_stats().peak_allocated - base};
+    return gpt_step([&](nn::GPTConfig& c) {
+      c.dropout = dropout;
+      c.fused_attention = fused;
+    });
   };
   for (double dropout : {0.0, 0.2}) {
     CAPTURE(dropout);

@@ -463,3 +463,38 @@ MG_OP_CASES(dropout) {
   for (int64_t n : {1, 7, 4096 + 3})
     add_case("dropout_n" + std::to_string(n), {U({n}, -1.7, 1.7)}, {{"p", 0.37}, {"training", true}}).big();
 }
+
+// ---- bias_dropout_add: residual + dropout(x + bias), the end of a residual branch in one op
+MG_OP_CASES(bias_dropout_add) {
+  call([](const Tensors& x, const Args& a) {
+    return mg::bias_dropout_add(x[0], x[1], x[2], float_arg(a, "p"), bool_arg(a, "training"));
+  });
+  const std::string why = "its mask comes from memgrad's counter-based generator, not PyTorch's";
+  auto drop = [](double p, bool training = true) { return Args{{"p", p}, {"training", training}}; };
+  // Each element is the residual plus 0 or (x + bias) / (1 - p), and both occur.
+  auto kept_or_dropped = [](double p) {
+    return [p](const Tensors& in, const Tensors& out) -> std::string {
+      const auto x = in[0].to_vector<double>(), r = in[2].to_vector<double>(), y = out[0].to_vector<double>();
+      const auto b = in[1].to_vector<double>();
+      int64_t kept = 0, dropped = 0;
+      for (size_t i = 0; i < y.size(); ++i) {
+        const double v = (x[i] + b[i % b.size()]) / (1 - p), d = y[i] - r[i], tol = 1e-2 * (1 + std::abs(v));
+        kept += std::abs(d - v) <= tol, dropped += std::abs(d) <= 1e-2 * (1 + std::abs(r[i]));
+        if (std::abs(d - v) > tol && std::abs(d) > 1e-2 * (1 + std::abs(r[i])))
+          return "element neither kept nor dropped";
+      }
+      return kept > 0 && dropped > 0 ? "" : "the mask drops nothing or everything";
+    };
+  };
+  add_case("bias_dropout_add_p0", {U({4, 6}), U({6}), U({4, 6})}, drop(0.0));
+  add_case("bias_dropout_add_eval", {U({3, 4, 6}), U({6}), U({3, 4, 6})}, drop(0.4, false));
+  add_case("bias_dropout_add_p1", {U({4, 6}), U({6}), U({4, 6})}, drop(1.0));
+  add_case("bias_dropout_add_transposed", {U({6, 4}).t(), U({6}), U({4, 6})}, drop(0.0));
+  add_case("bias_dropout_add_dropout", {U({5, 8}), U({8}), U({5, 8})}, drop(0.4))
+      .not_torch(why)
+      .check(kept_or_dropped(0.4));
+  add_case("bias_dropout_add_dropout_transposed", {U({8, 5}).t(), U({8}), U({8, 5}).t()}, drop(0.3)).not_torch(why);
+  add_case("bias_dropout_add_empty", {U({0, 6}), U({6}), U({0, 6})}, drop(0.3)).not_torch(why);
+  for (int64_t n : {1, 7, 4096 + 3})
+    add_case("bias_dropout_add_n" + std::to_string(n), {U({5, n}), U({n}), U({5, n})}, drop(0.37)).not_torch(why).big();
+}

@@ -86,3 +86,25 @@ MG_OP_CASES(batch_norm) {
       .no_backward("a constant channel: finite differences of 1/sqrt(var + eps) at var = 0 are not a reference");
   add_case("batch_norm_big", {U({16, 24, 17, 9}, -2.4, 4.4), U({24}), U({24})}, bn(true)).big();
 }
+
+// ---- add_layer_norm: (x + residual, layer_norm(x + residual)), the residual stream's add and the
+// next layer norm in one op
+MG_OP_CASES(add_layer_norm) {
+  call([](const Tensors& x, const Args& a) {
+    auto [sum, y] = add_layer_norm(x[0], x[1], ints_arg(a, "normalized_shape"), optional_input(x, 2),
+                                   optional_input(x, 3), float_arg(a, "eps"));
+    return Tensors{sum, y};
+  });
+  defaults().cuda_tolerance(4);  // layer_norm's: two reductions per row in another order
+  auto ln = [](Shape s, double eps = 1e-5) { return Args{{"normalized_shape", s}, {"eps", eps}}; };
+  add_case("add_layer_norm_affine", {U({3, 4, 6}), U({3, 4, 6}), U({6}), U({6})}, ln({6}));
+  add_case("add_layer_norm_plain_2d", {U({3, 4, 6}), U({3, 4, 6})}, ln({4, 6}));
+  add_case("add_layer_norm_weight_only", {U({5, 7}), U({5, 7}), U({7})}, ln({7}, 1e-3));
+  add_case("add_layer_norm_transposed", {U({6, 4}).t(), U({4, 6}), U({6}), U({6})}, ln({6}));
+  add_case("add_layer_norm_sum_only", {U({3, 5}), U({3, 5}), U({5}), U({5})}, ln({5})).grad_of({0});
+  add_case("add_layer_norm_normalized_only", {U({3, 5}), U({3, 5}), U({5}), U({5})}, ln({5})).grad_of({1});
+  add_case("add_layer_norm_empty", {U({0, 5}), U({0, 5}), U({5}), U({5})}, ln({5}));
+  for (int64_t n : {1, 33, 768, 1025})
+    add_case("add_layer_norm_n" + std::to_string(n), {U({3, 41, n}, -2.4, 4.4), U({3, 41, n}), U({n}), U({n})}, ln({n}))
+        .big();
+}

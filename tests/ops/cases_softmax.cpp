@@ -85,3 +85,38 @@ MG_OP_CASES(log_softmax) {
           },
           {1e-5, 1e-5});
 }
+
+// ---- scaled_masked_softmax: softmax(scale * x + mask) over the last dim, the attention scores'
+// chain as one op; masks as scaled_dot_product_attention takes them.
+namespace {
+Args scaled(double scale, bool causal = false) { return {{"scale", scale}, {"is_causal", causal}}; }
+// A random bool mask in which every query sees key 0 (a row that sees no key is NaN).
+Input keys_seen(const Shape& s) {
+  const size_t tk = size_t(s.back());
+  return Bools(s).map([tk](size_t i, double v) { return i % tk == 0 ? 1 : v; });
+}
+}  // namespace
+
+MG_OP_CASES(scaled_masked_softmax) {
+  call([](const Tensors& x, const Args& a) {
+    return mg::scaled_masked_softmax(x[0], float_arg(a, "scale"), optional_input(x, 1), bool_arg(a, "is_causal"));
+  });
+  add_case("scaled_masked_softmax_plain", {U({2, 3, 5, 7}, -3, 3)}, scaled(0.5));
+  add_case("scaled_masked_softmax_causal", {U({2, 5, 5}, -3, 3)}, scaled(0.35, true));
+  add_case("scaled_masked_softmax_causal_wide", {U({2, 4, 6}, -3, 3)}, scaled(1.0, true));
+  add_case("scaled_masked_softmax_causal_transposed", {U({2, 6, 6}, -3, 3).permute({0, 2, 1})}, scaled(0.7, true));
+  add_case("scaled_masked_softmax_bool", {U({2, 3, 5, 6}, -3, 3), keys_seen({5, 6})}, scaled(0.5));
+  add_case("scaled_masked_softmax_bool_per_batch", {U({2, 3, 5, 6}, -3, 3), keys_seen({2, 1, 5, 6})}, scaled(2.0));
+  add_case("scaled_masked_softmax_additive", {U({2, 3, 5, 6}, -3, 3), U({5, 6}, -2, 2)}, scaled(0.5));
+  add_case("scaled_masked_softmax_additive_no_grad", {U({3, 5, 6}, -3, 3), U({3, 1, 6}, -2, 2).no_grad()},
+           scaled(0.25));
+  add_case("scaled_masked_softmax_additive_minus_inf",
+           {U({2, 4, 6}, -3, 3), U({4, 6}, -2, 2).no_grad().map([](size_t i, double v) {
+              return i % 6 == 0 || i % 3 != 0 ? v : -INFINITY;
+            })},
+           scaled(0.5));
+  add_case("scaled_masked_softmax_empty", {U({2, 0, 5})}, scaled(0.5, true));
+  add_case("scaled_masked_softmax_big_causal", {U({2, 3, 67, 67}, -3, 3)}, scaled(0.125, true)).big();
+  add_case("scaled_masked_softmax_big_bool", {U({2, 33, 257}, -3, 3), keys_seen({33, 257})}, scaled(0.125)).big();
+  add_case("scaled_masked_softmax_big_additive", {U({3, 40, 300}, -3, 3), U({40, 300}, -2, 2)}, scaled(0.3)).big();
+}

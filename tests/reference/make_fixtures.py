@@ -60,6 +60,23 @@ def attention(x, a):
     return torch.softmax(s, -1) @ v
 
 
+def scaled_masked_softmax(x, a):
+    """softmax(scale x + mask) over the last dim, composed; a row that sees no key is NaN."""
+    s = x[0] * a["scale"]
+    if a["is_causal"]:
+        tq, tk = s.shape[-2], s.shape[-1]
+        s = s.masked_fill(torch.ones(tq, tk, dtype=torch.bool).triu(1), float("-inf"))
+    if len(x) > 1:
+        m = x[1]
+        s = s.masked_fill(~m, float("-inf")) if m.dtype == torch.bool else s + m
+    return torch.softmax(s, -1)
+
+
+def add_layer_norm(x, a):
+    s = x[0] + x[1]
+    return s, F.layer_norm(s, a["normalized_shape"], *x[2:], eps=a["eps"])
+
+
 def scan(f):
     return lambda x, a: f(x[0], a["dim"], dtype=DTYPES[a["dtype"]] if a.get("dtype") else None)
 
@@ -141,6 +158,9 @@ TORCH_OPS = {
     "embedding": lambda x, a: F.embedding(x[1], x[0]),
     "tril": lambda x, a: torch.tril(x[0], a["diagonal"]),
     "triu": lambda x, a: torch.triu(x[0], a["diagonal"]),
+    "scaled_masked_softmax": scaled_masked_softmax,
+    "add_layer_norm": add_layer_norm,
+    "bias_dropout_add": lambda x, a: x[2] + (x[0] + x[1]) * (0.0 if a["p"] == 1 and a["training"] else 1.0),
     "layer_norm": lambda x, a: F.layer_norm(x[0], a["normalized_shape"], *x[1:], eps=a["eps"]),
     "group_norm": lambda x, a: F.group_norm(x[0], a["num_groups"], *x[1:], eps=a["eps"]),
     "cross_entropy": lambda x, a: F.cross_entropy(x[0], x[1], weight=x[2] if len(x) > 2 else None,

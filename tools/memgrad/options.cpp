@@ -147,6 +147,11 @@ void add_model_flags(CLI::App& app, ModelFlags& m) {
                  "probabilities) or fused (one op that keeps a log-sum-exp per row)")
       ->check(CLI::IsMember({"composed", "fused"}))
       ->capture_default_str();
+  app.add_option("--fuse", m.fuse,
+                 "GPT block's element-wise chains as fused ops (scale + mask + softmax, residual add + layer "
+                 "norm, bias + dropout + residual add): on, or off for the single ops")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
 }
 
 void add_step_flags(CLI::App& app, StepFlags& s) {
@@ -209,6 +214,7 @@ mg::plan::ModelSpec model_spec(const ModelFlags& m, int64_t seq) {
                      " positions");
   c.dropout = m.dropout;
   c.fused_attention = m.attention == "fused";
+  c.fused_elementwise = m.fuse == "on";
   if (c.n_embd % c.n_head != 0)
     throw UsageError("--n-embd " + std::to_string(c.n_embd) + " must be a multiple of --n-head " +
                      std::to_string(c.n_head));
@@ -222,7 +228,8 @@ std::string model_str(const mg::plan::ModelSpec& spec) {
   const auto& c = spec.gpt;
   return "GPT n_layer " + std::to_string(c.n_layer) + ", n_head " + std::to_string(c.n_head) + ", n_embd " +
          std::to_string(c.n_embd) + ", vocab " + std::to_string(c.vocab_size) + ", block " +
-         std::to_string(c.block_size) + (c.fused_attention ? ", fused attention" : "");
+         std::to_string(c.block_size) + (c.fused_attention ? ", fused attention" : "") +
+         (c.fused_elementwise ? "" : ", unfused element-wise ops");
 }
 
 mg::plan::StepOptions step_options(const StepFlags& s) {

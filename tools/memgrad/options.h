@@ -44,6 +44,7 @@ struct ModelFlags {
   int64_t layers = 8, width = 256;                         // mlp
   double dropout = 0.0;
   std::string attention = "composed";  // composed | fused (scaled_dot_product_attention)
+  std::string fuse = "on";             // on | off: GPTConfig::fused_elementwise
 };
 
 struct StepFlags {

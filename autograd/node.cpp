@@ -10,22 +10,26 @@ namespace mg {
 
 namespace autograd {
 
-namespace {
-std::atomic<uint64_t> g_sequence{0};
-thread_local std::vector<std::pair<SavedTensorHooks::Pack, SavedTensorHooks::Unpack>> t_saved_hooks;
-
+namespace detail {
 // Where a saved value came from, for backward passes that create a graph.
 struct Origin {
   std::weak_ptr<TensorImpl> original;  // the tensor saved, to recognise an op's outputs in record()
-  Shape shape;                         // its shape and dtype (a saved copy may be expanded or converted)
+  std::optional<Shape> shape;          // its shape where the value saved has another (an expanded copy); and its dtype
   DType dtype = kFloat32;
   Edge edge;                     // an input's gradient edge when it was saved
   std::weak_ptr<Node> producer;  // an output's node (weak: the node holds this), and its slot
   uint32_t output_nr = 0;
   std::weak_ptr<Storage> storage;  // the saved value's bytes (not under hooks), for Node::saved_storages
 };
-// The origins saved on this thread since the last record(), which marks those of its outputs.
-thread_local std::vector<std::weak_ptr<Origin>> t_recent_saves;
+}  // namespace detail
+
+namespace {
+using detail::Origin;
+std::atomic<uint64_t> g_sequence{0};
+thread_local std::vector<std::pair<SavedTensorHooks::Pack, SavedTensorHooks::Unpack>> t_saved_hooks;
+// The origins saved on this thread since the last record(), which marks those of its outputs;
+// and a spare list, so that taking them allocates nothing.
+thread_local detail::Saves t_recent_saves, t_spare_saves;
 }  // namespace
 
 Node::Node(Op op, std::string label) : op_(op), label_(std::move(label)), sequence_nr_(g_sequence++) {}
@@ -39,7 +43,7 @@ struct SavedTensor::State {
   uint64_t version = 0;
   std::shared_ptr<Storage> storage;  // for the version check and the Activation label (unpacked only)
   std::weak_ptr<Storage> watched;    // the version check under hooks, without keeping the bytes alive
-  Shape shape;
+  Shape shape;                       // for error messages under hooks (else the tensor's)
   DType dtype;
   Origin origin;
 
@@ -54,16 +58,16 @@ SavedTensor::SavedTensor(const Tensor& t, const Tensor& source) {
   if (!t.defined()) return;
   state_ = std::make_shared<State>();
   state_->version = t.version();
-  state_->shape = t.shape();
   state_->dtype = t.dtype();
   state_->origin.original = source.impl_ptr();
-  state_->origin.shape = source.shape();
+  if (!source.is_same(t) && source.shape() != t.shape()) state_->origin.shape = source.shape();
   state_->origin.dtype = source.dtype();
   state_->origin.edge = gradient_edge(source);
   t_recent_saves.push_back(std::shared_ptr<Origin>(state_, &state_->origin));
   if (!t_saved_hooks.empty()) {  // the hooks own the value: keep no reference to its storage
     auto [pack, unpack] = t_saved_hooks.back();
     state_->unpack = unpack;
+    state_->shape = t.shape();
     state_->watched = t.storage();
     state_->packed = pack(t.detach());
   } else {
@@ -79,14 +83,14 @@ Tensor SavedTensor::get() const {
   // Under hooks the original may be gone (then nobody can modify it any more).
   std::shared_ptr<Storage> s = state_->unpack ? state_->watched.lock() : state_->storage;
   MG_CHECK(!s || s->version() == state_->version, AutogradError, "backward: a tensor of shape ",
-           shape_str(state_->shape), " (", state_->dtype,
+           shape_str(state_->unpack ? state_->shape : state_->tensor.shape()), " (", state_->dtype,
            ") that was saved for backward has been modified by an in-place operation: expected version ",
            state_->version, ", got version ", s->version(), ". Use an out-of-place op, or clone() before modifying it");
   Tensor t = state_->unpack ? state_->unpack(state_->packed) : state_->tensor;
   if (!GradMode::is_enabled()) return t;
   const Origin& o = state_->origin;
   if (auto producer = o.producer.lock()) return with_history(t, {producer, o.output_nr});
-  return o.edge.valid() ? with_history(t, o.edge, o.shape, o.dtype) : t;
+  return o.edge.valid() ? with_history(t, o.edge, o.shape ? *o.shape : t.shape(), o.dtype) : t;
 }
 
 SavedTensorHooks::SavedTensorHooks(Pack pack, Unpack unpack) {
@@ -96,10 +100,14 @@ SavedTensorHooks::~SavedTensorHooks() { t_saved_hooks.pop_back(); }
 
 // ---- nodes
 
-TensorList FunctionNode::apply(TensorList&& grad_outputs) {
-  MG_CHECK(fn_, AutogradError, "backward: trying to backward through ", name(),
+void Node::check_not_released(bool saved) const {
+  MG_CHECK(saved, AutogradError, "backward: trying to backward through ", name(),
            " a second time, but its saved tensors were already freed. Pass retain_graph = true to "
            "the first backward() to backward through the graph again");
+}
+
+TensorList FunctionNode::apply(TensorList&& grad_outputs) {
+  check_not_released(fn_ != nullptr);
   return fn_(grad_outputs, *this);
 }
 
@@ -132,7 +140,7 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
       }
       owned.storage()->set_category(Category::Gradient);
       if (auto* param_block = leaf->storage->block())  // the ledger names the buffer after its parameter
-        owned.storage()->set_owner(param_block->owner.empty() ? "grad" : param_block->owner + ".grad");
+        owned.storage()->set_owner(param_block->owner_id ? param_block->owner() + ".grad" : "grad");
       self.set_grad(owned);
     }
   }
@@ -144,12 +152,18 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
 
 // ---- recording
 
-bool any_requires_grad(const TensorList& inputs) {
+namespace {
+template <class List>
+bool any_in(const List& inputs) {
   if (!GradMode::is_enabled()) return false;
-  for (auto& t : inputs)
+  for (const Tensor& t : inputs)
     if (t.defined() && t.requires_grad()) return true;
   return false;
 }
+}  // namespace
+
+bool any_requires_grad(const TensorList& inputs) { return any_in(inputs); }
+bool any_requires_grad(std::initializer_list<std::reference_wrapper<const Tensor>> inputs) { return any_in(inputs); }
 
 Edge gradient_edge(const Tensor& t) {
   if (!t.defined() || !t.requires_grad()) return {};
@@ -163,30 +177,47 @@ Edge gradient_edge(const Tensor& t) {
   return {acc, 0};
 }
 
+namespace detail {
+Saves take_saves() {
+  Saves r = std::move(t_recent_saves);
+  t_recent_saves = std::move(t_spare_saves);
+  t_recent_saves.clear();
+  return r;
+}
+
+void recycle_saves(Saves&& saves) {
+  saves.clear();
+  if (saves.capacity() > t_spare_saves.capacity()) t_spare_saves = std::move(saves);
+}
+
+void link_input(Node& node, const Tensor& input) { node.next_edges().push_back(gradient_edge(input)); }
+
+void link_saves(Node& node, const Saves& saves) {
+  for (auto& w : saves)
+    if (auto origin = w.lock(); origin && !origin->storage.expired()) node.saved_storages().push_back(origin->storage);
+}
+
+void link_output(const std::shared_ptr<Node>& node, const Tensor& output, uint32_t output_nr, const Saves& saves) {
+  auto* o = output.impl();
+  node->outputs().push_back({o->shape, o->dtype, o->storage->device()});
+  if (!is_floating(o->dtype)) return;  // integer outputs (indices) carry no gradient
+  o->requires_grad = true;
+  o->grad_fn = node;
+  o->output_nr = output_nr;
+  for (auto& w : saves)  // a saved output gets its history from this node
+    if (auto origin = w.lock(); origin && origin->original.lock().get() == o) {
+      origin->edge = {};
+      origin->producer = node;
+      origin->output_nr = output_nr;
+    }
+}
+}  // namespace detail
+
 std::shared_ptr<Node> record(Op op, const TensorList& inputs, const TensorList& outputs, BackwardFn fn,
                              std::string label) {
-  std::vector<std::weak_ptr<Origin>> saves;
-  saves.swap(t_recent_saves);
-  if (!any_requires_grad(inputs)) return nullptr;
-  auto node = std::make_shared<FunctionNode>(op, std::move(label), std::move(fn));
-  for (auto& t : inputs) node->next_edges().push_back(gradient_edge(t));
-  for (auto& w : saves)
-    if (auto origin = w.lock(); origin && !origin->storage.expired()) node->saved_storages().push_back(origin->storage);
-  for (uint32_t i = 0; i < outputs.size(); ++i) {
-    auto* o = outputs[i].impl();
-    node->outputs().push_back({o->shape, o->dtype, o->storage->device()});
-    if (!is_floating(o->dtype)) continue;  // integer outputs (indices) carry no gradient
-    o->requires_grad = true;
-    o->grad_fn = node;
-    o->output_nr = i;
-    for (auto& w : saves)  // a saved output gets its history from this node
-      if (auto origin = w.lock(); origin && origin->original.lock().get() == o) {
-        origin->edge = {};
-        origin->producer = node;
-        origin->output_nr = i;
-      }
-  }
-  return node;
+  return detail::record_with(inputs, outputs, [&] {
+    return std::shared_ptr<Node>(std::make_shared<FunctionNode>(op, std::move(label), std::move(fn)));
+  });
 }
 
 Tensor with_history(const Tensor& t, Edge edge) { return with_history(t, std::move(edge), t.shape(), t.dtype()); }

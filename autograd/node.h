@@ -59,6 +59,10 @@ class Node : public std::enable_shared_from_this<Node> {
   // which a memory budget (core/budget.h) fetches back ahead of it.
   std::vector<std::weak_ptr<Storage>>& saved_storages() { return saved_storages_; }
 
+ protected:
+  // Raises AutogradError when apply() runs after release_saved() (a second backward).
+  void check_not_released(bool saved) const;
+
  private:
   Op op_;
   std::string label_;
@@ -120,6 +124,22 @@ class FunctionNode : public Node {
   BackwardFn fn_;
 };
 
+// A FunctionNode whose backward closure, of type F, lives inside the node: what record() makes
+// from a lambda, without std::function's separate allocation of the captures.
+template <class F>
+class ClosureNode : public Node {
+ public:
+  ClosureNode(Op op, F fn) : Node(op), fn_(std::move(fn)) {}
+  TensorList apply(TensorList&& grad_outputs) override {
+    check_not_released(fn_.has_value());
+    return (*fn_)(grad_outputs, *this);
+  }
+  void release_saved() override { fn_.reset(); }
+
+ private:
+  std::optional<F> fn_;
+};
+
 // Accumulates incoming gradients into a leaf's .grad.
 class AccumulateGrad : public Node {
  public:
@@ -130,8 +150,10 @@ class AccumulateGrad : public Node {
   std::weak_ptr<TensorImpl> leaf_;
 };
 
-// True when grad mode is on and any input requires grad.
+// True when grad mode is on and any input requires grad. The second form takes the inputs as
+// written at a call (`any_requires_grad({x, w})`) without building a TensorList.
 bool any_requires_grad(const TensorList& inputs);
+bool any_requires_grad(std::initializer_list<std::reference_wrapper<const Tensor>> inputs);
 // The edge through which gradient flows into `t` (its grad_fn, or its leaf accumulator).
 Edge gradient_edge(const Tensor& t);
 // Records `fn` as the backward of an op mapping `inputs` to `outputs` when any input requires
@@ -139,6 +161,59 @@ Edge gradient_edge(const Tensor& t);
 // `label` names a user's function (op Op::custom).
 std::shared_ptr<Node> record(Op op, const TensorList& inputs, const TensorList& outputs, BackwardFn fn,
                              std::string label = {});
+
+namespace detail {
+using TensorRefs = std::initializer_list<std::reference_wrapper<const Tensor>>;
+// The parts of record() that do not depend on the closure's type. An op's saves (the origins of
+// the tensors saved since the previous record on this thread) are taken first, as reading the
+// inputs' histories may record nodes of its own (a view's history brought up to date).
+struct Origin;
+using Saves = std::vector<std::weak_ptr<Origin>>;
+Saves take_saves();
+void link_input(Node& node, const Tensor& input);
+void link_saves(Node& node, const Saves& saves);  // the storages the op's saves hold (Node::saved_storages)
+void link_output(const std::shared_ptr<Node>& node, const Tensor& output, uint32_t output_nr, const Saves& saves);
+void recycle_saves(Saves&& saves);  // keeps the list's memory for later ops
+// Records the node make_node() gives (made only when a node is needed).
+template <class Inputs, class Outputs, class MakeNode>
+std::shared_ptr<Node> record_with(const Inputs& inputs, const Outputs& outputs, MakeNode&& make_node) {
+  Saves saves = take_saves();
+  std::shared_ptr<Node> node;
+  if (any_requires_grad(inputs)) {
+    node = make_node();
+    node->next_edges().reserve(inputs.size());
+    for (const Tensor& t : inputs) link_input(*node, t);
+    link_saves(*node, saves);
+    node->outputs().reserve(outputs.size());
+    uint32_t i = 0;
+    for (const Tensor& t : outputs) link_output(node, t, i++, saves);
+  }
+  recycle_saves(std::move(saves));
+  return node;
+}
+template <class Inputs, class Outputs, class F>
+std::shared_ptr<Node> record_closure(Op op, const Inputs& inputs, const Outputs& outputs, F&& fn) {
+  return record_with(inputs, outputs, [&] {
+    return std::shared_ptr<Node>(std::make_shared<ClosureNode<std::decay_t<F>>>(op, std::forward<F>(fn)));
+  });
+}
+}  // namespace detail
+
+// The same for a closure (a lambda) kept inside the node, and for inputs and outputs written as
+// braced lists (`record(Op::mul, {a, b}, {out}, [=](...) {...})`), which are not copied: the form
+// the ops use, as it allocates less.
+template <class F, class = std::enable_if_t<!std::is_same_v<std::decay_t<F>, BackwardFn>>>
+std::shared_ptr<Node> record(Op op, detail::TensorRefs inputs, detail::TensorRefs outputs, F&& fn) {
+  return detail::record_closure(op, inputs, outputs, std::forward<F>(fn));
+}
+template <class F, class = std::enable_if_t<!std::is_same_v<std::decay_t<F>, BackwardFn>>>
+std::shared_ptr<Node> record(Op op, const TensorList& inputs, detail::TensorRefs outputs, F&& fn) {
+  return detail::record_closure(op, inputs, outputs, std::forward<F>(fn));
+}
+template <class F, class = std::enable_if_t<!std::is_same_v<std::decay_t<F>, BackwardFn>>>
+std::shared_ptr<Node> record(Op op, const TensorList& inputs, const TensorList& outputs, F&& fn) {
+  return detail::record_closure(op, inputs, outputs, std::forward<F>(fn));
+}
 // `t`'s value (sharing its storage) with a history of its own: a node that passes its gradient on
 // to `edge`, summed to `shape` and converted to `dtype` (where `t` is a broadcast or converted copy
 // of the tensor `edge` belongs to).

@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <unordered_map>
 #include <vector>
 
 #include <memgrad/core/budget.h>
@@ -76,9 +77,38 @@ using memory::Segment;
 
 std::atomic<int64_t> g_fail_countdown{0};  // fail_allocation_after
 
-thread_local std::optional<Category> t_category;
-thread_local std::string t_owner;
-thread_local Op t_op = Op::none;
+// What this thread's scopes say about its allocations, read and set on every op. The initial-exec
+// TLS model makes an access one instruction rather than a __tls_get_addr call (the default in a
+// shared library); it takes a few bytes of the static TLS block, which glibc keeps spare for that.
+struct ThreadScopes {
+  std::optional<Category> category;
+  memory::OwnerId owner_id = 0;  // t_owner interned
+  Op op = Op::none;
+};
+__attribute__((tls_model("initial-exec"))) thread_local ThreadScopes t_scopes;
+thread_local std::string t_owner;  // the owner label, joined with '.'
+
+// ---- owner labels, interned (allocator.h)
+
+struct OwnerTable {
+  std::mutex mu;
+  std::unordered_map<std::string, memory::OwnerId> ids{{std::string(), 0}};
+  std::vector<std::unique_ptr<const std::string>> labels;  // by id; a label's address never changes
+  OwnerTable() { labels.push_back(std::make_unique<const std::string>()); }
+};
+OwnerTable& owner_table() {
+  static OwnerTable* t = new OwnerTable;  // never destroyed: blocks may be freed during static destruction
+  return *t;
+}
+
+// The label of an op's outputs outside every owner scope: the op's name, interned on first use.
+memory::OwnerId op_owner(Op op) {
+  static std::array<std::atomic<memory::OwnerId>, size_t(Op::none) + 1> ids{};
+  auto& slot = ids[size_t(op)];
+  memory::OwnerId id = slot.load(std::memory_order_relaxed);
+  if (id == 0) slot.store(id = memory::intern_owner(op_name(op)), std::memory_order_relaxed);
+  return id;
+}
 
 uintptr_t stream_key(const Chunk* c) { return reinterpret_cast<uintptr_t>(c->segment->stream.handle()); }
 
@@ -100,8 +130,15 @@ using FreeSet = std::set<Chunk*, BySize>;
 struct DeviceState {
   std::mutex mu;
   Device device;
-  MemoryStats stats;
-  std::map<std::string, int64_t> by_owner;
+  MemoryStats stats;                      // its at_peak_by_owner stays empty: memory_stats() fills it from the ids
+  std::vector<int64_t> by_owner;          // live bytes per OwnerId
+  std::vector<int64_t> at_peak_by_owner;  // by_owner at the peak of allocated; see settle_peak
+  bool peak_owners_pending = false;       // by_owner is still as at the peak: copy it before it changes
+  // Recycled Block and Chunk objects (up to kSpares each): most allocations then call no malloc.
+  static constexpr size_t kSpares = 4096;
+  std::vector<Block*> spare_blocks;
+  std::vector<Chunk*> spare_chunks;
+  std::vector<FreeSet::node_type> spare_nodes;   // the free sets' tree nodes, extracted for reuse
   FreeSet pools[2];                              // [0] small, [1] large
   std::map<uintptr_t, Segment*> segments;        // by base address
   std::vector<std::pair<void*, Chunk*>> events;  // recorded at release on other streams (cuda only)
@@ -109,6 +146,41 @@ struct DeviceState {
   uint64_t next_serial = 0;
   bool detached = false;  // an IsolatedAllocator's state whose guard ended with blocks still live
   FreeSet& pool(bool small) { return pools[small ? 0 : 1]; }
+  ~DeviceState() {
+    for (Block* b : spare_blocks) delete b;
+    for (Chunk* c : spare_chunks) delete c;
+  }
+  Chunk* new_chunk(uintptr_t addr, size_t size, Segment* seg, Chunk* prev = nullptr, Chunk* next = nullptr) {
+    if (spare_chunks.empty()) return new Chunk{addr, size, seg, prev, next};
+    Chunk* c = spare_chunks.back();
+    spare_chunks.pop_back();
+    c->addr = addr, c->size = size, c->segment = seg, c->prev = prev, c->next = next;
+    return c;
+  }
+  void pool_insert(Chunk* c) {
+    FreeSet& p = pool(c->segment->small);
+    if (spare_nodes.empty()) return void(p.insert(c));
+    FreeSet::node_type node = std::move(spare_nodes.back());
+    spare_nodes.pop_back();
+    node.value() = c;
+    p.insert(std::move(node));
+  }
+  void pool_erase(FreeSet& p, FreeSet::iterator it) {
+    if (spare_nodes.size() < kSpares)
+      spare_nodes.push_back(p.extract(it));
+    else
+      p.erase(it);
+  }
+  void pool_erase(Chunk* c) {
+    FreeSet& p = pool(c->segment->small);
+    if (auto it = p.find(c); it != p.end()) pool_erase(p, it);
+  }
+  void drop_chunk(Chunk* c) {  // c is out of use: no block, no uses, nothing pending
+    if (spare_chunks.size() < kSpares && !detached)
+      spare_chunks.push_back(c);
+    else
+      delete c;
+  }
 };
 
 // ---- history
@@ -136,7 +208,7 @@ void record(DeviceState& s, MemoryEventKind kind, int64_t bytes, uint64_t addres
   if (b) {
     e.requested = int64_t(std::min<size_t>(b->requested, INT64_MAX));
     e.category = b->category;
-    e.owner = b->owner;
+    e.owner = b->owner();
     e.op = b->op ? b->op : "";
   }
   e.previous_category = previous;
@@ -222,7 +294,7 @@ void free_segment(DeviceState& s, Segment* seg) {
   ++s.stats.num_segment_frees;
   record(s, MemoryEventKind::SegmentFree, int64_t(seg->size), seg->base, nullptr);
   source_free(s.device, seg->ptr);
-  delete seg->head;
+  s.drop_chunk(seg->head);
   delete seg;
 }
 
@@ -233,7 +305,7 @@ int64_t release_cached(DeviceState& s) {
     Segment* seg = (it++)->second;
     Chunk* c = seg->head;
     if (!c->is_free() || c->next) continue;
-    s.pool(seg->small).erase(c);
+    s.pool_erase(c);
     freed += int64_t(seg->size);
     free_segment(s, seg);
   }
@@ -249,27 +321,46 @@ void add_category(DeviceState& s, Category c, int64_t n) {
   st.peak_by_category[i] = std::max(st.peak_by_category[i], st.by_category[i]);
 }
 
-void add_owner(DeviceState& s, const std::string& owner, int64_t n) {
-  auto it = s.by_owner.emplace(owner, 0).first;
-  if ((it->second += n) == 0) s.by_owner.erase(it);
+// The owner breakdown at the peak is copied lazily: a new peak only marks it pending, and the copy
+// is made before by_owner next changes other than by a higher peak (which supersedes it), so a
+// rising run of allocations copies nothing.
+void settle_peak(DeviceState& s) {
+  if (!s.peak_owners_pending) return;
+  s.at_peak_by_owner = s.by_owner;
+  s.peak_owners_pending = false;
+}
+
+void add_owner(DeviceState& s, memory::OwnerId owner, int64_t n) {
+  if (owner >= s.by_owner.size()) s.by_owner.resize(size_t(owner) + 1);
+  s.by_owner[owner] += n;
+}
+
+// Owner ids and their byte counts as labels, leaving out those at zero.
+std::map<std::string, int64_t> by_label(const std::vector<int64_t>& bytes) {
+  std::map<std::string, int64_t> r;
+  for (size_t id = 0; id < bytes.size(); ++id)
+    if (bytes[id]) r.emplace(memory::owner_label(memory::OwnerId(id)), bytes[id]);
+  return r;
 }
 
 void account_alloc(DeviceState& s, const Block& b, int64_t sign) {
   auto& st = s.stats;
   int64_t n = sign * int64_t(b.size);
+  const bool new_peak = st.allocated + n > st.peak_allocated;
+  if (!new_peak) settle_peak(s);
   st.allocated += n;
   st.requested += sign * int64_t(b.requested);
   add_category(s, b.category, n);
-  add_owner(s, b.owner, n);
+  add_owner(s, b.owner_id, n);
+  if (new_peak) {
+    st.peak_allocated = st.allocated;
+    st.at_peak_by_category = st.by_category;
+    s.peak_owners_pending = true;
+  }
   if (sign > 0) {
     ++st.num_allocs;
     st.total_allocated += n;
     st.peak_requested = std::max(st.peak_requested, st.requested);
-    if (st.allocated > st.peak_allocated) {
-      st.peak_allocated = st.allocated;
-      st.at_peak_by_category = st.by_category;
-      st.at_peak_by_owner = s.by_owner;
-    }
   } else {
     ++st.num_frees;
     st.total_freed -= n;
@@ -286,7 +377,7 @@ enum class OomCause { Limit, DeviceRefused, TooLarge, Injected };
   record(s, MemoryEventKind::Oom, int64_t(std::min<size_t>(b.size, INT64_MAX)), 0, &b);
   std::string m = detail::str("out of memory on ", s.device, ": tried to allocate ", format_byte_count(b.size));
   if (b.op) m += detail::str(" in ", b.op);
-  if (!b.owner.empty()) m += detail::str(" for \"", b.owner, "\"");
+  if (b.owner_id) m += detail::str(" for \"", b.owner(), "\"");
   m += " (" + std::string(category_name(b.category)) + ")";
   if (cause == OomCause::DeviceRefused)
     m += detail::str("; the device refused a segment of ", format_byte_count(segment_size));
@@ -304,7 +395,7 @@ enum class OomCause { Limit, DeviceRefused, TooLarge, Injected };
     if (st.by_category[size_t(c)])
       m += detail::str(" ", category_name(Category(c)), " ", format_bytes(st.by_category[size_t(c)]), ";");
   std::vector<std::pair<int64_t, std::string>> owners;
-  for (auto& [o, n] : s.by_owner) owners.emplace_back(n, o.empty() ? "(no owner)" : o);
+  for (auto& [o, n] : by_label(s.by_owner)) owners.emplace_back(n, o.empty() ? "(no owner)" : o);
   std::sort(owners.rbegin(), owners.rend());
   if (!owners.empty()) m += "\nTop owners:";
   for (size_t i = 0; i < std::min<size_t>(5, owners.size()); ++i)
@@ -320,20 +411,19 @@ enum class OomCause { Limit, DeviceRefused, TooLarge, Injected };
 
 // Merges free chunk `c` with its free neighbours (taking them out of the pool); returns the result.
 Chunk* merge(DeviceState& s, Chunk* c) {
-  auto& pool = s.pool(c->segment->small);
   if (Chunk* n = c->next; n && n->is_free()) {
-    pool.erase(n);
+    s.pool_erase(n);
     c->size += n->size;
     c->next = n->next;
     if (c->next) c->next->prev = c;
-    delete n;
+    s.drop_chunk(n);
   }
   if (Chunk* p = c->prev; p && p->is_free()) {
-    pool.erase(p);
+    s.pool_erase(p);
     p->size += c->size;
     p->next = c->next;
     if (p->next) p->next->prev = p;
-    delete c;
+    s.drop_chunk(c);
     c = p;
   }
   return c;
@@ -347,7 +437,7 @@ void free_chunk(DeviceState& s, Chunk* c) {
   if (!s.stats.caching && !c->prev && !c->next)
     free_segment(s, c->segment);
   else
-    s.pool(c->segment->small).insert(c);
+    s.pool_insert(c);
 }
 
 // Frees the chunks of deferred frees whose events have all completed; with `wait`, waits for every
@@ -393,7 +483,7 @@ Segment* new_segment(DeviceState& s, const Block& b, bool small, const cuda::Str
         continue;
       }
       auto* seg = new Segment{p, reinterpret_cast<uintptr_t>(p), n, small, nullptr, stream, &s, s.next_serial++};
-      seg->head = new Chunk{seg->base, n, seg};
+      seg->head = s.new_chunk(seg->base, n, seg);
       s.segments.emplace(seg->base, seg);
       s.stats.reserved += int64_t(n);
       s.stats.peak_reserved = std::max(s.stats.peak_reserved, s.stats.reserved);
@@ -421,11 +511,11 @@ void split(DeviceState& s, Chunk* c, size_t size) {
   size_t rest = c->size - size;
   bool small = c->segment->small;
   if (small ? rest < kRoundBytes : rest <= kSmallRequest) return;
-  auto* r = new Chunk{c->addr + size, rest, c->segment, c, c->next};
+  Chunk* r = s.new_chunk(c->addr + size, rest, c->segment, c, c->next);
   if (c->next) c->next->prev = r;
   c->next = r;
   c->size = size;
-  s.pool(small).insert(r);
+  s.pool_insert(r);
 }
 
 // With `may_fail`, returns null where the limit alone refuses the request (a budget can then make room).
@@ -446,7 +536,7 @@ Chunk* take_chunk(DeviceState& s, const Block& b, const cuda::Stream& stream, bo
       auto it = pool.lower_bound(&probe);
       if (it != pool.end() && stream_key(*it) == stream_key(&probe)) {
         Chunk* c = *it;
-        pool.erase(it);
+        s.pool_erase(pool, it);
         ++s.stats.cache_hits;
         split(s, c, b.size);
         return c;
@@ -483,25 +573,50 @@ int64_t parse_size(const std::string& text) {
 
 }  // namespace
 
-MemoryScope::MemoryScope(Category c) : prev_category_(t_category), prev_owner_len_(t_owner.size()) { t_category = c; }
-MemoryScope::MemoryScope(const std::string& owner) : prev_category_(t_category), prev_owner_len_(t_owner.size()) {
-  if (!owner.empty()) t_owner += (t_owner.empty() ? "" : ".") + owner;
+// prev_owner_len_ is read only where the scope pushed a label (the id then changed): a scope that
+// only sets the category leaves the thread's label string alone.
+MemoryScope::MemoryScope(Category c)
+    : prev_category_(t_scopes.category), prev_owner_len_(0), prev_owner_id_(t_scopes.owner_id) {
+  t_scopes.category = c;
 }
-MemoryScope::MemoryScope(Category c, const std::string& owner) : MemoryScope(owner) { t_category = c; }
+MemoryScope::MemoryScope(const std::string& owner)
+    : prev_category_(t_scopes.category), prev_owner_len_(t_owner.size()), prev_owner_id_(t_scopes.owner_id) {
+  if (owner.empty()) return;
+  t_owner += (t_owner.empty() ? "" : ".") + owner;
+  t_scopes.owner_id = memory::intern_owner(t_owner);
+}
+MemoryScope::MemoryScope(Category c, const std::string& owner) : MemoryScope(owner) { t_scopes.category = c; }
 MemoryScope::~MemoryScope() {
-  t_category = prev_category_;
+  ThreadScopes& t = t_scopes;
+  t.category = prev_category_;
+  if (t.owner_id == prev_owner_id_) return;
   t_owner.resize(prev_owner_len_);
+  t.owner_id = prev_owner_id_;
 }
 
-Category current_category(Category fallback) { return t_category.value_or(fallback); }
+Category current_category(Category fallback) { return t_scopes.category.value_or(fallback); }
 const std::string& current_owner() { return t_owner; }
 
-OpScope::OpScope(Op op) : prev_(t_op) { t_op = op; }
-OpScope::~OpScope() { t_op = prev_; }
+OpScope::OpScope(Op op) : prev_(t_scopes.op) { t_scopes.op = op; }
+OpScope::~OpScope() { t_scopes.op = prev_; }
 
 namespace memory {
 
-Op current_op() { return t_op; }
+Op current_op() { return t_scopes.op; }
+
+OwnerId intern_owner(const std::string& label) {
+  auto& t = owner_table();
+  std::lock_guard<std::mutex> g(t.mu);
+  auto [it, added] = t.ids.emplace(label, OwnerId(t.labels.size()));
+  if (added) t.labels.push_back(std::make_unique<const std::string>(label));
+  return it->second;
+}
+
+const std::string& owner_label(OwnerId id) {
+  auto& t = owner_table();
+  std::lock_guard<std::mutex> g(t.mu);
+  return *t.labels.at(id);
+}
 
 void fail_allocation_after(int64_t n) {
   MG_CHECK(n >= 0, ValueError, "fail_allocation_after: expected a count >= 0, got ", n);
@@ -533,13 +648,15 @@ int64_t limit_from_env(const std::string& spec, DeviceType type) {
 Block* allocate(const Device& d, size_t nbytes, Category fallback) {
   check_device_usable(d);
   DeviceState& s = state(d);
-  auto b = std::make_unique<Block>();
+  Block req;  // what is asked for; it becomes a (recycled) Block once a chunk is found
+  auto* b = &req;
   b->requested = nbytes;
   b->size = nbytes > memory::kMaxRequest ? nbytes : round_size(nbytes);
   b->device = d;
-  b->category = current_category(fallback);
-  b->op = t_op == Op::none ? nullptr : op_name(t_op);
-  b->owner = t_owner.empty() && b->op ? std::string(b->op) : t_owner;
+  const ThreadScopes& t = t_scopes;
+  b->category = t.category.value_or(fallback);
+  b->op = t.op == Op::none ? nullptr : op_name(t.op);
+  b->owner_id = t.owner_id || !b->op ? t.owner_id : op_owner(t.op);
   // The block belongs to the stream it is allocated on (on cuda, the thread's current stream).
   cuda::Stream stream = d.is_cuda() ? cuda::current_stream(d.index) : cuda::Stream();
   std::unique_lock<std::mutex> g(s.mu);
@@ -560,20 +677,27 @@ Block* allocate(const Device& d, size_t nbytes, Category fallback) {
     } catch (const MemoryBudgetError&) {
       std::lock_guard<std::mutex> again(s.mu);
       ++s.stats.num_ooms;
-      record(s, MemoryEventKind::Oom, int64_t(b->size), 0, b.get());
+      record(s, MemoryEventKind::Oom, int64_t(b->size), 0, b);
       throw;
     }
     g.lock();
     c = take_chunk(s, *b, stream, relieved);
   }
-  c->block = b.get();
+  if (s.spare_blocks.empty()) {
+    b = new Block(req);
+  } else {
+    b = s.spare_blocks.back();
+    s.spare_blocks.pop_back();
+    *b = req;
+  }
+  c->block = b;
   b->chunk = c;
   b->ptr = reinterpret_cast<void*>(c->addr);
   s.stats.active += int64_t(c->size);
   s.stats.peak_active = std::max(s.stats.peak_active, s.stats.active);
   account_alloc(s, *b, +1);
-  record(s, MemoryEventKind::Alloc, int64_t(b->size), c->addr, b.get());
-  return b.release();
+  record(s, MemoryEventKind::Alloc, int64_t(b->size), c->addr, b);
+  return b;
 }
 
 void release(Block* b) {
@@ -594,6 +718,7 @@ void release(Block* b) {
       }
     c->uses.clear();
     if (c->pending == 0) free_chunk(s, c);
+    if (s.spare_blocks.size() < DeviceState::kSpares && !s.detached) return s.spare_blocks.push_back(b);
   }
   delete b;
 }
@@ -616,7 +741,7 @@ void record_event(const Device& d, MemoryEventKind kind, int64_t bytes, Category
   std::lock_guard<std::mutex> g(s.mu);
   Block b;
   b.category = category;
-  b.owner = owner;
+  b.owner_id = intern_owner(owner);
   record(s, kind, bytes, 0, &b);
 }
 
@@ -632,12 +757,15 @@ void set_category(Block* b, Category c) {
 }
 
 void set_owner(Block* b, const std::string& owner) {
-  if (!b || b->owner == owner) return;
+  if (!b) return;
+  const OwnerId id = intern_owner(owner);
+  if (b->owner_id == id) return;
   DeviceState& s = state_of(b);
   std::lock_guard<std::mutex> g(s.mu);
-  add_owner(s, b->owner, -int64_t(b->size));
-  b->owner = owner;
-  add_owner(s, owner, int64_t(b->size));
+  settle_peak(s);
+  add_owner(s, b->owner_id, -int64_t(b->size));
+  b->owner_id = id;
+  add_owner(s, id, int64_t(b->size));
 }
 
 }  // namespace memory
@@ -673,6 +801,8 @@ MemoryStats memory_stats(const Device& d) {
   DeviceState& s = state(d);
   std::lock_guard<std::mutex> g(s.mu);
   MemoryStats r = s.stats;
+  settle_peak(s);
+  r.at_peak_by_owner = by_label(s.at_peak_by_owner);
   for (auto& pool : s.pools) {
     if (pool.empty()) continue;
     // The pools are grouped by stream: with one stream the last chunk is the largest, else look at all.
@@ -694,7 +824,8 @@ void reset_peak(const Device& d) {
   st.peak_requested = st.requested;
   st.peak_by_category = st.by_category;
   st.at_peak_by_category = st.by_category;
-  st.at_peak_by_owner = s.by_owner;
+  s.at_peak_by_owner = s.by_owner;
+  s.peak_owners_pending = false;
 }
 
 void set_memory_limit(const Device& d, int64_t bytes) {
@@ -707,7 +838,7 @@ void set_memory_limit(const Device& d, int64_t bytes) {
 std::map<std::string, int64_t> memory_by_owner(const Device& d) {
   DeviceState& s = state(d);
   std::lock_guard<std::mutex> g(s.mu);
-  return s.by_owner;
+  return by_label(s.by_owner);
 }
 
 void empty_cache(const Device& d) {
@@ -770,7 +901,7 @@ std::vector<SegmentInfo> memory_segments(const Device& d) {
         bi.allocated = int64_t(b->size);
         bi.requested = int64_t(b->requested);
         bi.category = b->category;
-        bi.owner = b->owner;
+        bi.owner = b->owner();
         bi.op = b->op ? b->op : "";
       } else if (c->pending) {
         bi.in_use = true;  // released, but other streams' work may still use it: active, not allocated

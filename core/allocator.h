@@ -52,15 +52,25 @@ inline size_t round_size(size_t nbytes) {
 }
 }  // namespace memory
 
+namespace memory {
+// Owner labels are interned once, where they are named (a MemoryScope, set_owner, an op's first
+// allocation): a block holds the label's id and the ledger counts bytes per id, so allocating and
+// freeing never copy or look up a string. Ids live as long as the process; 0 is the empty label.
+using OwnerId = uint32_t;
+OwnerId intern_owner(const std::string& label);
+const std::string& owner_label(OwnerId id);
+}  // namespace memory
+
 struct Block {
   void* ptr = nullptr;   // a fake, never dereferenced address on the meta device
   size_t size = 0;       // bytes counted in the ledger (rounded request)
   size_t requested = 0;  // bytes asked for
   Device device;
   Category category = Category::Other;
-  std::string owner;
+  memory::OwnerId owner_id = 0;
   const char* op = nullptr;  // the op that allocated it, if any
   memory::Chunk* chunk = nullptr;
+  const std::string& owner() const { return memory::owner_label(owner_id); }
 };
 
 namespace memory {

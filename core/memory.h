@@ -55,6 +55,7 @@ class MemoryScope {
  private:
   std::optional<Category> prev_category_;
   size_t prev_owner_len_;
+  uint32_t prev_owner_id_;  // the interned label (memory::OwnerId) of the enclosing scope
 };
 // The category of the innermost scope that set one, else `fallback`.
 Category current_category(Category fallback);

@@ -6,18 +6,6 @@
 
 namespace mg {
 
-std::optional<int64_t> checked_mul(int64_t a, int64_t b) {
-  int64_t r;
-  if (__builtin_mul_overflow(a, b, &r)) return std::nullopt;
-  return r;
-}
-
-std::optional<int64_t> checked_add(int64_t a, int64_t b) {
-  int64_t r;
-  if (__builtin_add_overflow(a, b, &r)) return std::nullopt;
-  return r;
-}
-
 std::optional<int64_t> checked_numel(const Shape& s) {
   int64_t n = 1;
   bool overflow = false;

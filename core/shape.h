@@ -13,8 +13,16 @@ using Strides = std::vector<int64_t>;  // in elements
 
 // Size arithmetic that cannot wrap (compiler builtins): a * b and a + b, or nullopt when the
 // result does not fit in int64. Every count, extent and byte size computed from a shape uses these.
-std::optional<int64_t> checked_mul(int64_t a, int64_t b);
-std::optional<int64_t> checked_add(int64_t a, int64_t b);
+inline std::optional<int64_t> checked_mul(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) return std::nullopt;
+  return r;
+}
+inline std::optional<int64_t> checked_add(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) return std::nullopt;
+  return r;
+}
 
 // The element count; 0 when any size is 0. checked_numel gives nullopt and numel_of throws
 // ShapeError naming the shape when it overflows int64.

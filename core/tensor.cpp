@@ -26,19 +26,28 @@ Tensor make_tensor(std::shared_ptr<Storage> storage, Shape shape, Strides stride
   return Tensor(std::move(impl));
 }
 
-size_t nbytes_of(const Shape& shape, DType dtype) {
+namespace {
+// The bytes of a contiguous tensor of `shape`, with its row-major strides stored in `strides`.
+size_t contiguous_layout(const Shape& shape, DType dtype, Strides& strides) {
   for (auto d : shape) MG_CHECK(d >= 0, ShapeError, "empty: expected non-negative sizes, got ", shape_str(shape));
   const int64_t n = numel_of(shape);
-  contiguous_strides(shape);  // a zero-size tensor's strides can overflow where its count does not
+  strides = contiguous_strides(shape);  // a zero-size tensor's strides can overflow where its count does not
   const size_t item = dtype_size(dtype);
   MG_CHECK(size_t(n) <= SIZE_MAX / item, ShapeError, "empty: shape ", shape_str(shape), " of ", dtype,
            " needs 2^64 bytes or more");
   return size_t(n) * item;
 }
+}  // namespace
 
-Tensor empty_with(const Shape& shape, DType dtype, const Device& device, Category fallback) {
-  auto st = std::make_shared<Storage>(device, nbytes_of(shape, dtype), fallback);
-  return make_tensor(std::move(st), shape, contiguous_strides(shape), 0, dtype);
+size_t nbytes_of(const Shape& shape, DType dtype) {
+  Strides strides;
+  return contiguous_layout(shape, dtype, strides);
+}
+
+Tensor empty_with(Shape shape, DType dtype, const Device& device, Category fallback) {
+  Strides strides;
+  auto st = std::make_shared<Storage>(device, contiguous_layout(shape, dtype, strides), fallback);
+  return make_tensor(std::move(st), std::move(shape), std::move(strides), 0, dtype);
 }
 
 int64_t Tensor::size(int64_t dim) const {

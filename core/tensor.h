@@ -200,7 +200,7 @@ Tensor make_tensor(std::shared_ptr<Storage> storage, Shape shape, Strides stride
 // is left to the allocator, which raises OutOfMemoryError.
 size_t nbytes_of(const Shape& shape, DType dtype);
 // A fresh contiguous tensor allocated under the scope's category, else `fallback`.
-Tensor empty_with(const Shape& shape, DType dtype, const Device& device, Category fallback);
+Tensor empty_with(Shape shape, DType dtype, const Device& device, Category fallback);
 
 namespace detail {
 double load_as_double(const void* p, DType t);

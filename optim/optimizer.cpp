@@ -77,7 +77,7 @@ void Optimizer::check_group(ParamGroup& g) {
   for (size_t i = 0; i < g.params.size(); ++i)
     if (g.names[i].empty()) {
       const Block* b = g.params[i].storage()->block();
-      g.names[i] = b && !b->owner.empty() ? b->owner : "param." + std::to_string(first + i);
+      g.names[i] = b && b->owner_id ? b->owner() : "param." + std::to_string(first + i);
     }
 }
 

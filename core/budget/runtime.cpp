@@ -160,7 +160,7 @@ Block* allocate_for(Cell& c) {
 
 void release_block(Cell& c) {
   c.category = c.block->category;
-  c.owner = c.block->owner;
+  c.owner = c.block->owner();
   memory::release(c.block);  // a copy in still running on the side stream holds the bytes until it ends
   c.block = nullptr;
   c.arrival.reset();
@@ -561,7 +561,7 @@ std::shared_ptr<Cell> adopt(const Device& d, size_t nbytes, Block* block, void* 
   c->wrapped = block ? nullptr : wrapped;
   c->deleter = std::move(deleter);
   c->fresh = fresh && block;
-  if (block) c->category = block->category, c->owner = block->owner;
+  if (block) c->category = block->category, c->owner = block->owner();
   c->last_use = now_ns();
   c->self = c;
   device_budget(d).cells.insert(c.get());

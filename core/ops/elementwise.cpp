@@ -109,7 +109,7 @@ Tensor binary_op(Op id, BinaryOp op, const Tensor& a, const Tensor& b, double al
   if ((op == BinaryOp::Div) && !is_floating(ct)) ct = kFloat32;  // true division
   Shape s = broadcast_shapes(a.shape(), b.shape(), name);
   Tensor x = prepare(a, ct, s), y = prepare(b, ct, s);
-  Tensor out = new_output(s, is_comparison(op) ? kBool : ct, a.device());
+  Tensor out = new_output(std::move(s), is_comparison(op) ? kBool : ct, a.device());
   kernels::run(a.device(), &Backend::binary, op, x, y, out, alpha);
   if (!is_comparison(op) && autograd::any_requires_grad({a, b})) {
     // Save only what the needed gradients use: mul needs b for a's gradient and a for b's.
@@ -118,15 +118,19 @@ Tensor binary_op(Op id, BinaryOp op, const Tensor& a, const Tensor& b, double al
     bool keep_b = keep && (op == BinaryOp::Mul || op == BinaryOp::Pow ? na : true);
     SavedTensor sa(keep_a ? a.to(ct) : Tensor()), sb(keep_b ? b.to(ct) : Tensor());
     SavedTensor so(op == BinaryOp::Pow && nb ? out : Tensor());
-    Shape as = a.shape(), bs = b.shape();
+    // An operand's shape is kept only when broadcast; otherwise it is the gradient's.
+    auto shape_if_broadcast = [&](const Tensor& t) {
+      return t.shape() == out.shape() ? std::nullopt : std::optional(t.shape());
+    };
     DType at = a.dtype(), bt = b.dtype();
-    autograd::record(id, {a, b}, {out}, [=](const TensorList& g, const Node& n) {
-      Tensor A = sa.defined() ? sa.get() : Tensor(), B = sb.defined() ? sb.get() : Tensor();
-      auto grads = binary_grads(op, g[0], A, B, so.defined() ? so.get() : Tensor(), alpha, n);
-      if (grads[0].defined()) grads[0] = grad_for(grads[0], as, at);
-      if (grads[1].defined()) grads[1] = grad_for(grads[1], bs, bt);
-      return grads;
-    });
+    autograd::record(id, {a, b}, {out},
+                     [=, as = shape_if_broadcast(a), bs = shape_if_broadcast(b)](const TensorList& g, const Node& n) {
+                       Tensor A = sa.defined() ? sa.get() : Tensor(), B = sb.defined() ? sb.get() : Tensor();
+                       auto grads = binary_grads(op, g[0], A, B, so.defined() ? so.get() : Tensor(), alpha, n);
+                       if (grads[0].defined()) grads[0] = grad_for(grads[0], as.value_or(g[0].shape()), at);
+                       if (grads[1].defined()) grads[1] = grad_for(grads[1], bs.value_or(g[0].shape()), bt);
+                       return grads;
+                     });
   }
   return out;
 }

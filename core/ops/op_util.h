@@ -13,8 +13,8 @@ using autograd::TensorList;
 using kernels::Backend;
 
 // An op output nobody has claimed yet: category Temporary unless a scope says otherwise.
-inline Tensor new_output(const Shape& shape, DType dtype, const Device& device) {
-  return empty_with(shape, dtype, device, Category::Temporary);
+inline Tensor new_output(Shape shape, DType dtype, const Device& device) {
+  return empty_with(std::move(shape), dtype, device, Category::Temporary);
 }
 inline Tensor new_like(const Tensor& t) { return new_output(t.shape(), t.dtype(), t.device()); }
 inline Tensor zeros_output(const Shape& shape, DType dtype, const Device& device) {
@@ -39,6 +39,7 @@ DType result_type(const Tensor& a, const Tensor& b);
 
 // t converted to `dtype` and expanded to `shape`, without recording history.
 inline Tensor prepare(const Tensor& t, DType dtype, const Shape& shape) {
+  if (t.dtype() == dtype && t.shape() == shape) return t;  // the common case: nothing to build
   NoGradGuard ng;
   return t.to(dtype).expand(shape);
 }

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include <memgrad/core/dispatch.h>
+#include <memgrad/core/small_vector.h>
 #include <memgrad/core/tensor.h>
 
 namespace mg::cpu {
@@ -109,8 +110,8 @@ void for_each_row(const Shape& shape, const std::array<const Strides*, N>& strid
   int64_t total = numel_of(shape);
   if (total == 0) return;
   // Drop size-1 dims and merge dims that are contiguous in every operand.
-  std::vector<int64_t> sz;
-  std::vector<std::array<int64_t, N>> st;
+  SmallVector<int64_t, 8> sz;
+  SmallVector<std::array<int64_t, N>, 8> st;
   for (size_t d = 0; d < shape.size(); ++d) {
     if (shape[d] == 1) continue;
     std::array<int64_t, N> s;

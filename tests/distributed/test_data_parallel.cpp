@@ -357,7 +357,7 @@ TEST_CASE("data parallel: a bucket is reduced while backward still runs, as soon
   for (size_t k = 0; k < n; ++k) {
     const BucketLayout& l = dp.buckets()[k];
     for (size_t j : l.params)
-      CHECK(named[j].second.grad().storage()->block()->owner == "ddp.bucket." + std::to_string(k));
+      CHECK(named[j].second.grad().storage()->block()->owner() == "ddp.bucket." + std::to_string(k));
     CHECK(memory_by_owner(kCPU).at("ddp.bucket." + std::to_string(k)) ==
           int64_t(memory::round_size(size_t(l.elements) * 4)));
   }

@@ -271,6 +271,33 @@ TEST_CASE("allocator: stats arithmetic, categories, owners and peaks") {
   check_consistent(kMeta);
 }
 
+// The owner breakdown at the peak is taken lazily (core/allocator.cpp, settle_peak): it must still be the
+// one at the moment of the peak after owners change, blocks are freed and a lower rise follows.
+TEST_CASE("allocator: owners at the peak are those of the peak's moment") {
+  IsolatedAllocator fresh(kMeta);
+  Blocks b;
+  Block *x, *y;
+  {
+    MemoryScope scope("x");
+    x = b.get(1024);
+  }
+  {
+    MemoryScope scope("y");
+    y = b.get(2048);
+  }
+  memory::set_owner(x, "renamed");  // at the peak, x still belonged to "x"
+  CHECK(memory_stats(kMeta).at_peak_by_owner == std::map<std::string, int64_t>{{"x", 1024}, {"y", 2048}});
+  b.put(y);
+  Block* z = b.get(512);  // a rise below the peak takes nothing from it
+  (void)z;
+  MemoryStats s = memory_stats(kMeta);
+  CHECK(s.at_peak_by_owner == std::map<std::string, int64_t>{{"x", 1024}, {"y", 2048}});
+  CHECK(memory_by_owner(kMeta) == std::map<std::string, int64_t>{{"", 512}, {"renamed", 1024}});
+  Block* w = b.get(4096);  // a new peak: the breakdown now
+  (void)w;
+  CHECK(memory_stats(kMeta).at_peak_by_owner == std::map<std::string, int64_t>{{"", 4608}, {"renamed", 1024}});
+}
+
 TEST_CASE("allocator: past the limit the cache is emptied and the request retried, else OutOfMemoryError") {
   fresh_meta();
   set_memory_limit(kMeta, 4 * MiB);

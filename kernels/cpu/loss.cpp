@@ -53,13 +53,13 @@ void cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& wei
         }
         const T* row = xp + n * C;
         const A mx = row_max(row, C);
-        const double sum = blocked_sum<A>(C, [&](int64_t c) { return exp_v(A(load(row[c])) - mx); });
+        const double sum = blocked_sum<A>(C, [=](int64_t c) { return exp_v(A(load(row[c])) - mx); });
         const double lse = double(mx) + std::log(sum), nll = w[tp[n]] * (lse - double(load(row[tp[n]])));
         // smoothing: the mean over classes of -w_c log p_c; logits of both signs, so shifted by max
         double smooth = 0;
         if (smoothing != 0) {
-          const double shifted = w.w ? blocked_sum<A>(C, [&](int64_t c) { return A(w[c]) * (A(load(row[c])) - mx); })
-                                     : blocked_sum<A>(C, [&](int64_t c) { return A(load(row[c])) - mx; });
+          const double shifted = w.w ? blocked_sum<A>(C, [=](int64_t c) { return A(w[c]) * (A(load(row[c])) - mx); })
+                                     : blocked_sum<A>(C, [=](int64_t c) { return A(load(row[c])) - mx; });
           smooth = (w.sum * (lse - double(mx)) - shifted) / double(C);
         }
         lp[n] = store<L>((1 - smoothing) * nll + smoothing * smooth);
@@ -92,7 +92,7 @@ void cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const
         // exp(x - max) once per element, kept in the output row; 16-bit storage would round it,
         // so those recompute it.
         constexpr bool kKeep = std::is_same_v<T, A>;
-        const double sum = blocked_sum<A>(C, [&](int64_t c) {
+        const double sum = blocked_sum<A>(C, [=](int64_t c) {
           const A e = exp_v(A(load(row[c])) - mx);
           if constexpr (kKeep) grow[c] = e;
           return e;

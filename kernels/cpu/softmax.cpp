@@ -75,7 +75,7 @@ void softmax_backward(const Tensor& grad, const Tensor& out, const Tensor& grad_
         if (st == 1 && !log) {  // y * (g - sum(g * y))
           const T *g = gp + base, *y = yp + base;
           T* o = gi + base;
-          const A dot = A(blocked_sum<A>(r, [&](int64_t k) { return g[k] * y[k]; }));
+          const A dot = A(blocked_sum<A>(r, [=](int64_t k) { return g[k] * y[k]; }));
 #pragma omp simd
           for (int64_t k = 0; k < r; ++k) o[k] = y[k] * (g[k] - dot);
           return;

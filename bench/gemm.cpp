@@ -37,6 +37,7 @@ const Shape kShapes[] = {
     {"gpt att q@k^T", 32, 128, 64, 128, false, true},
     {"gpt att p@v", 32, 128, 128, 64, false, false},
     {"gpt att dp^T@v", 32, 128, 128, 64, true, false},
+    {"square 2048", 1, 2048, 2048, 2048, false, false},  // the machine's GEMM ceiling, for scale
 };
 #undef MG_LINEAR
 

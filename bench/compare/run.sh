@@ -32,7 +32,7 @@ jax_run=("$peer")
 [ "$threads" -lt "$(nproc)" ] && jax_run=(taskset -c "0-$((threads - 1))" "$peer")
 
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMG_NATIVE=ON -DMG_CUDA=OFF -DMG_BUILD_BENCH=ON >/dev/null
-cmake --build "$build" -j"$(nproc)" --target bench_op_overhead bench_train_step >/dev/null
+cmake --build "$build" -j"$(nproc)" --target bench_op_overhead bench_train_step bench_gemm >/dev/null
 
 # One thread count for every library on both sides (OpenMP for memgrad and ATen, OpenBLAS's own pool).
 export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads MKL_NUM_THREADS=$threads
@@ -60,6 +60,11 @@ done
   --benchmark_format=json --benchmark_out="$out/op_mg.json" --benchmark_out_format=json >/dev/null
 "$py" "$root/bench/compare/op_overhead.py" >"$out/op_pt.json"
 [ -z "$peer" ] || "$peer" "$root/bench/compare/op_overhead.py" >"$out/op_t2.json"
+# GEMM on the steps' shapes: memgrad's default variant against torch's BLAS, wall time, same threads.
+"$build/bench/bench_gemm" --benchmark_filter='/auto$' --benchmark_min_time=0.2 --benchmark_repetitions=3 \
+  --benchmark_report_aggregates_only=true --benchmark_format=json >"$out/gemm_mg.json"
+"$py" "$root/bench/compare/gemm.py" >"$out/gemm_pt.json"
+[ -z "$peer" ] || "$peer" "$root/bench/compare/gemm.py" >"$out/gemm_t2.json"
 
 "$py" - "$out" "$rounds" "${workloads[@]}" <<'PY'
 import json, os, statistics, sys
@@ -89,6 +94,17 @@ print(f"\nper-op overhead, chain of 1000 ops on 16 floats (memgrad median of 5, 
 print(f"{'case':16} {'memgrad ns':>11} {'torch ns':>9} {'ratio':>6}")
 for case in ["NoGrad", "Record", "RecordBackward"]:
     print(f"{case:16} {op_mg[case] * 1e9:11.0f} {op_pt[case] * 1e9:9.0f} {op_mg[case] / op_pt[case]:6.2f}")
+
+# GFLOP/s from the median wall time (bench_gemm's counter divides by one thread's CPU time).
+gemm_mg = {}
+for b in json.load(open(f"{out}/gemm_mg.json"))["benchmarks"]:
+    if b.get("aggregate_name") == "median":
+        gemm_mg[b["run_name"].rsplit("/", 1)[0]] = b["GFLOPs"] * b["cpu_time"] / b["real_time"]
+gemm_peers = [json.load(open(f"{out}/{f}.json")) for f in ("gemm_pt", "gemm_t2") if os.path.exists(f"{out}/{f}.json")]
+print(f"\nGEMM GFLOP/s, wall time, {os.environ['OMP_NUM_THREADS']} threads (memgrad: median of 3; torch: best of 7)")
+print(f"{'shape':24} {'memgrad':>8} " + " ".join(f"{'torch ' + p['torch'][:6]:>13} {'ratio':>6}" for p in gemm_peers))
+for name, g in gemm_mg.items():
+    print(f"{name:24} {g:8.1f} " + " ".join(f"{p['gflops'][name]:13.1f} {g / p['gflops'][name]:6.2f}" for p in gemm_peers))
 
 if not os.path.exists(f"{out}/t2.{workloads[0]}.1.json"):
     sys.exit(0)

@@ -36,9 +36,10 @@ MG_HD Philox4 philox(uint64_t seed, uint64_t counter) {
 MG_HD uint32_t random_word(uint64_t seed, uint64_t offset, uint64_t i) {
   return philox(seed, (offset + i) >> 2).v[(offset + i) & 3];
 }
-// Uniform in [0, 1) with 24 random bits.
+// Uniform in [0, 1) with the 24 high bits of a random word.
+MG_HD float uniform_from_word(uint32_t w) { return float(w >> 8) * (1.0f / 16777216.0f); }
 MG_HD float random_uniform(uint64_t seed, uint64_t offset, uint64_t i) {
-  return float(random_word(seed, offset, i) >> 8) * (1.0f / 16777216.0f);
+  return uniform_from_word(random_word(seed, offset, i));
 }
 // Standard normal by Box-Muller over the pair of words (2i, 2i + 1).
 MG_HD float random_normal(uint64_t seed, uint64_t offset, uint64_t i) {

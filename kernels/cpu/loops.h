@@ -14,6 +14,7 @@
 #include <memgrad/core/dispatch.h>
 #include <memgrad/core/small_vector.h>
 #include <memgrad/core/tensor.h>
+#include <memgrad/kernels/host_device.h>
 
 namespace mg::cpu {
 
@@ -75,6 +76,29 @@ void parallel_for(int64_t n, bool parallel, F&& f) {
   }
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) f(i);
+}
+
+// u[k] = random_uniform(seed, offset, first + k) for k < n, with one Philox evaluation per four
+// elements (random_uniform evaluates a whole block of four words for each).
+inline void random_uniforms(uint64_t seed, uint64_t offset, uint64_t first, int64_t n, float* u) {
+  for (int64_t k = 0; k < n;) {
+    const uint64_t at = offset + first + uint64_t(k);
+    const kernels::Philox4 block = kernels::philox(seed, at >> 2);
+    for (uint64_t w = at & 3; w < 4 && k < n; ++w) u[k++] = kernels::uniform_from_word(block.v[w]);
+  }
+}
+
+// Calls f(first, u, n) over [0, total) in chunks of at most kRandomChunk elements, on the threads
+// when `parallel`: u holds random_uniform(seed, offset, first + k) for the chunk's k < n.
+inline constexpr int64_t kRandomChunk = 1024;
+template <class F>
+void for_each_uniform_chunk(int64_t total, bool parallel, uint64_t seed, uint64_t offset, F&& f) {
+  parallel_for((total + kRandomChunk - 1) / kRandomChunk, parallel, [&](int64_t c) {
+    float u[kRandomChunk];
+    const int64_t first = c * kRandomChunk, n = std::min(kRandomChunk, total - first);
+    random_uniforms(seed, offset, uint64_t(first), n, u);
+    f(first, u, n);
+  });
 }
 
 // Row max, vectorized (omp simd reductions are exempt from the NaN/signed-zero rules).

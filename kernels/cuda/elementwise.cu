@@ -218,8 +218,7 @@ __global__ void dropout_kernel(const T* x, T* out, int64_t n, float p, A scale, 
     for (int k = 0; k < 4; ++k) {
       int64_t i = g * 4 + k;
       if (i >= n) break;
-      float u =
-          (offset & 3) == 0 ? float(r.v[k] >> 8) * (1.0f / 16777216.0f) : random_uniform(seed, offset, uint64_t(i));
+      float u = (offset & 3) == 0 ? uniform_from_word(r.v[k]) : random_uniform(seed, offset, uint64_t(i));
       out[i] = dstore<T>(u >= p ? dload(x[i]) * scale : A(0));
     }
   }

@@ -180,6 +180,29 @@ TEST_CASE("dropout: kept fraction, scaling, and the same mask in backward") {
   for (size_t i = 0; i < d.size(); ++i) CHECK((d[i] != 0) == (mg::kernels::random_uniform(5, 0, i) >= 0.5f));
 }
 
+TEST_CASE("dropout masks: element i keeps when its own draw is >= p, at any size and row width") {
+  // The CPU kernels draw one Philox block per four elements, in chunks and per row: sizes around
+  // the chunk (1024) and rows whose width is not a multiple of four start mid-block.
+  const double p = 0.5;
+  auto expect_mask = [&](const std::vector<float>& d, uint64_t seed) {
+    size_t wrong = 0;
+    for (size_t i = 0; i < d.size(); ++i) wrong += (d[i] != 0) != (mg::kernels::random_uniform(seed, 0, i) >= 0.5f);
+    CHECK(wrong == 0);
+  };
+  mg::GeneratorStateGuard restore;
+  for (int64_t n : {1, 3, 1023, 1025, 70001}) {
+    CAPTURE(n);
+    mg::manual_seed(uint64_t(n));
+    expect_mask(mg::dropout(mg::ones({n}), p).to_vector<float>(), uint64_t(n));
+  }
+  for (int64_t width : {1, 5, 1027, 2503}) {
+    CAPTURE(width);
+    mg::manual_seed(7);
+    auto x = mg::ones({40, width}), zero = mg::zeros({width});
+    expect_mask(mg::bias_dropout_add(x, zero, mg::zeros({40, width}), p).to_vector<float>(), 7);
+  }
+}
+
 TEST_CASE("random: threads drawing from one generator at once never share counters") {
   using namespace mg;
   Generator g(5);

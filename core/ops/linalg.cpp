@@ -9,6 +9,15 @@ using namespace detail;
 
 namespace {
 
+// t [..., R, C] as [B, R, C] for the kernels, which take either matrix stride 1. Where the batch
+// dims do not merge (heads split from a [B, T, 3C] projection) reshape copies: a transposed matrix
+// (k^T) is then copied in its own orientation, rows not columns, and handed over transposed.
+Tensor as_batch(const Tensor& t, int64_t B, int64_t R, int64_t C) {
+  if (R > 1 && C > 1 && t.stride(-1) != 1 && t.stride(-2) == 1)
+    return t.transpose(-2, -1).reshape({B, C, R}).transpose(1, 2);
+  return t.reshape({B, R, C});
+}
+
 // Batched product of a [..., M, K] and b [..., K, N] with broadcast batch dims.
 Tensor batched_matmul(const Tensor& a, const Tensor& b) {
   OpScope scope(Op::matmul);
@@ -28,7 +37,7 @@ Tensor batched_matmul(const Tensor& a, const Tensor& b) {
     Shape sa = batch, sb = batch;
     sa.insert(sa.end(), {M, K});
     sb.insert(sb.end(), {K, N});
-    Tensor x = a.to(ct).expand(sa).reshape({B, M, K}), y = b.to(ct).expand(sb).reshape({B, K, N});
+    Tensor x = as_batch(a.to(ct).expand(sa), B, M, K), y = as_batch(b.to(ct).expand(sb), B, K, N);
     kernels::run(a.device(), &Backend::matmul, x, y, out.view({B, M, N}));
   }
   count_flops(2.0 * double(B) * double(M) * double(N) * double(K));

@@ -156,7 +156,34 @@ void for_each_row(const Shape& shape, const std::array<const Strides*, N>& strid
   const int64_t inner = sz.back(), rows = total / inner, nd = int64_t(sz.size()) - 1;
   const std::array<int64_t, N> inner_st = st.back();
   const int64_t piece = std::min<int64_t>(inner, kParallelGrain / 2), pieces = (inner + piece - 1) / piece;
-  parallel_for(rows * pieces, total >= kParallelGrain && rows * pieces > 1, [&](int64_t u) {
+  const bool parallel = total >= kParallelGrain && rows * pieces > 1;
+  if (pieces == 1 && nd > 0) {
+    // Short rows (a transpose's copy, say): each thread takes a run of rows and steps the row's
+    // index like an odometer; working each row's offsets out by division cost more than its copy.
+    const int64_t chunks = parallel ? std::min<int64_t>(rows, 64) : 1;
+    parallel_for(chunks, parallel, [&](int64_t c) {
+      const int64_t r0 = rows * c / chunks, r1 = rows * (c + 1) / chunks;
+      SmallVector<int64_t, 8> idx;
+      std::array<int64_t, N> p{};
+      for (int64_t d = 0; d < nd; ++d) idx.push_back(0);
+      for (int64_t d = nd - 1, rem = r0; d >= 0; --d) {
+        idx[size_t(d)] = rem % sz[size_t(d)];
+        rem /= sz[size_t(d)];
+        for (size_t k = 0; k < N; ++k) p[k] += idx[size_t(d)] * st[size_t(d)][k];
+      }
+      for (int64_t r = r0; r < r1; ++r) {
+        row(p, inner, inner_st);
+        for (int64_t d = nd - 1; d >= 0; --d) {  // the next row: carry into the outer dims
+          for (size_t k = 0; k < N; ++k) p[k] += st[size_t(d)][k];
+          if (++idx[size_t(d)] < sz[size_t(d)]) break;
+          for (size_t k = 0; k < N; ++k) p[k] -= sz[size_t(d)] * st[size_t(d)][k];
+          idx[size_t(d)] = 0;
+        }
+      }
+    });
+    return;
+  }
+  parallel_for(rows * pieces, parallel, [&](int64_t u) {
     int64_t r = u / pieces, start = (u % pieces) * piece;
     std::array<int64_t, N> p{};
     for (int64_t d = nd - 1, rem = r; d >= 0; --d) {

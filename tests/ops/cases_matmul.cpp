@@ -76,6 +76,11 @@ MG_OP_CASES(matmul) {
   // Operands with neither stride 1 are copied contiguous inside the kernel, on the cpu and on cuda,
   // as Workspace; meta books the same copies (the kernel's scratch function), so the ledgers agree.
   add_case("matmul_strided_rows", {small({5, 37, 29}).slice(2, 0, 29, 2), small({29, 43}).slice(0, 0, 29, 2)}).big();
+  // Attention's heads: batch dims that do not merge ([B, T, H, D] viewed as [B, H, T, D]) are
+  // copied; a transposed matrix (k^T) is copied in its own orientation and used transposed.
+  add_case("matmul_heads_q_kT", {small({2, 7, 3, 5}).permute({0, 2, 1, 3}), small({2, 6, 3, 5}).permute({0, 2, 3, 1})})
+      .big();
+  add_case("matmul_heads_qT_g", {small({2, 7, 3, 5}).permute({0, 2, 3, 1}), small({2, 3, 7, 4})}).big();
   add_case("matmul_int64_bmm", {Ints({3, 7, 5}, -4, 4), Ints({3, 5, 6}, -4, 4)}).big();
   add_case("matmul_k0", {U({4, 0}), U({0, 3})});
   // float32 on TF32 tensor cores when allowed (10-bit mantissa inputs, float32 accumulation).

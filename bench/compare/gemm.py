@@ -3,9 +3,10 @@
 steps, with the same transposed views. Prints JSON: GFLOP/s per shape (2*batch*M*N*K over the best
 wall time of 7 runs), at torch's thread count (OMP_NUM_THREADS), and torch's BLAS."""
 import json
-import time
 
 import torch
+
+from op_overhead import best_seconds
 
 LINEAR = [("mlp 784->1024", 256, 784, 1024), ("mlp 1024->1024", 256, 1024, 1024), ("mlp 1024->10", 256, 1024, 10),
           ("gpt qkv 256->768", 1024, 256, 768), ("gpt proj 256->256", 1024, 256, 256),
@@ -21,25 +22,6 @@ SHAPES = [s for tag, rows, i, o in LINEAR for s in (
 
 def operand(batch, r, c, t):
     return torch.randn(batch, c, r).transpose(1, 2) if t else torch.randn(batch, r, c)
-
-
-def best_seconds(fn, repeats=7, min_seconds=0.05):
-    fn()
-    n = 1
-    while True:
-        t = time.perf_counter()
-        for _ in range(n):
-            fn()
-        if time.perf_counter() - t > min_seconds:
-            break
-        n *= 2
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        for _ in range(n):
-            fn()
-        best = min(best, (time.perf_counter() - t) / n)
-    return best
 
 
 def main():

@@ -17,8 +17,8 @@ def chain(x, c):
     return x
 
 
-def per_op(fn, repeats=7, min_seconds=0.2):
-    """Best of `repeats` timings, each running fn enough times to last about min_seconds."""
+def best_seconds(fn, repeats=7, min_seconds=0.2):
+    """Best of `repeats` timings of one call, each over enough calls to last about min_seconds / 4."""
     fn()
     n = 1
     while True:
@@ -34,7 +34,11 @@ def per_op(fn, repeats=7, min_seconds=0.2):
         for _ in range(n):
             fn()
         best = min(best, (time.perf_counter() - t) / n)
-    return best / ((CHAIN + 2) // 3 * 3)
+    return best
+
+
+def per_op(fn):
+    return best_seconds(fn) / ((CHAIN + 2) // 3 * 3)
 
 
 def main():

@@ -250,9 +250,9 @@ TEST_CASE("small_vector: a random sequence of changes matches std::vector") {
         v.resize(n, x), r.resize(n, x);
         break;
       }
-      default: {
-        const Small copy = v;
-        v = std::move(copy.size() % 2 ? Small(copy) : Small(r));
+      default: {  // move-assigned a copy of itself, or one converted from the reference
+        Small next = step % 2 ? Small(v) : Small(r);
+        v = std::move(next);
         break;
       }
     }

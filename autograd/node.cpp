@@ -37,18 +37,22 @@ Node::Node(Op op, std::string label) : op_(op), label_(std::move(label)), sequen
 // ---- saved tensors
 
 struct SavedTensor::State {
-  Tensor tensor;  // a detached alias (no history: no reference cycles)
+  // The value, as its storage and layout rather than a tensor (a detached alias made in every
+  // get()): saving allocates no TensorImpl. The storage is kept (and counted as Activation) only
+  // when unpacked; the shape also names the value in error messages under hooks.
+  std::shared_ptr<Storage> storage;
+  Shape shape;
+  Strides strides;
+  int64_t offset = 0;
+  DType dtype;
   std::any packed;
   SavedTensorHooks::Unpack unpack;
   uint64_t version = 0;
-  std::shared_ptr<Storage> storage;  // for the version check and the Activation label (unpacked only)
-  std::weak_ptr<Storage> watched;    // the version check under hooks, without keeping the bytes alive
-  Shape shape;                       // for error messages under hooks (else the tensor's)
-  DType dtype;
+  std::weak_ptr<Storage> watched;  // the version check under hooks, without keeping the bytes alive
   Origin origin;
 
   ~State() {
-    if (tensor.defined()) tensor.storage()->drop_saved_ref();
+    if (storage) storage->drop_saved_ref();
   }
 };
 
@@ -58,6 +62,7 @@ SavedTensor::SavedTensor(const Tensor& t, const Tensor& source) {
   if (!t.defined()) return;
   state_ = std::make_shared<State>();
   state_->version = t.version();
+  state_->shape = t.shape();
   state_->dtype = t.dtype();
   state_->origin.original = source.impl_ptr();
   if (!source.is_same(t) && source.shape() != t.shape()) state_->origin.shape = source.shape();
@@ -67,13 +72,13 @@ SavedTensor::SavedTensor(const Tensor& t, const Tensor& source) {
   if (!t_saved_hooks.empty()) {  // the hooks own the value: keep no reference to its storage
     auto [pack, unpack] = t_saved_hooks.back();
     state_->unpack = unpack;
-    state_->shape = t.shape();
     state_->watched = t.storage();
     state_->packed = pack(t.detach());
   } else {
     state_->storage = t.storage();
+    state_->strides = t.strides();
+    state_->offset = t.storage_offset();
     state_->origin.storage = state_->storage;
-    state_->tensor = t.detach();
     state_->storage->add_saved_ref();
   }
 }
@@ -83,10 +88,12 @@ Tensor SavedTensor::get() const {
   // Under hooks the original may be gone (then nobody can modify it any more).
   std::shared_ptr<Storage> s = state_->unpack ? state_->watched.lock() : state_->storage;
   MG_CHECK(!s || s->version() == state_->version, AutogradError, "backward: a tensor of shape ",
-           shape_str(state_->unpack ? state_->shape : state_->tensor.shape()), " (", state_->dtype,
+           shape_str(state_->shape), " (", state_->dtype,
            ") that was saved for backward has been modified by an in-place operation: expected version ",
            state_->version, ", got version ", s->version(), ". Use an out-of-place op, or clone() before modifying it");
-  Tensor t = state_->unpack ? state_->unpack(state_->packed) : state_->tensor;
+  Tensor t = state_->unpack
+                 ? state_->unpack(state_->packed)
+                 : make_tensor(state_->storage, state_->shape, state_->strides, state_->offset, state_->dtype);
   if (!GradMode::is_enabled()) return t;
   const Origin& o = state_->origin;
   if (auto producer = o.producer.lock()) return with_history(t, {producer, o.output_nr});

@@ -14,6 +14,7 @@
 
 #include <memgrad/core/grad_mode.h>
 #include <memgrad/core/op.h>
+#include <memgrad/core/small_vector.h>
 #include <memgrad/core/tensor.h>
 
 namespace mg::autograd {
@@ -34,6 +35,11 @@ struct OutputMeta {
 };
 
 using TensorList = std::vector<Tensor>;
+// A node's lists, inline for the common few entries (an op has one to three inputs, mostly one
+// output, and saves up to three tensors), so that recording a node allocates only the node.
+using EdgeList = SmallVector<Edge, 3>;
+using OutputMetaList = SmallVector<OutputMeta, 2>;
+using StorageRefs = SmallVector<std::weak_ptr<Storage>, 3>;
 
 class Node : public std::enable_shared_from_this<Node> {
  public:
@@ -50,14 +56,14 @@ class Node : public std::enable_shared_from_this<Node> {
   Op op() const { return op_; }
   std::string_view name() const { return label_.empty() ? std::string_view(op_name(op_)) : label_; }
   uint64_t sequence_nr() const { return sequence_nr_; }
-  std::vector<Edge>& next_edges() { return next_edges_; }
+  EdgeList& next_edges() { return next_edges_; }
   bool needs_input_grad(size_t i) const { return i < next_edges_.size() && next_edges_[i].valid(); }
-  std::vector<OutputMeta>& outputs() { return outputs_; }
+  OutputMetaList& outputs() { return outputs_; }
   // Hooks run on the gradient of output `output_nr` before apply().
   std::map<uint32_t, std::vector<GradHook>>& pre_hooks() { return pre_hooks_; }
   // The storages of the tensors the op saved for this node (not kept alive): what apply() will read,
   // which a memory budget (core/budget.h) fetches back ahead of it.
-  std::vector<std::weak_ptr<Storage>>& saved_storages() { return saved_storages_; }
+  StorageRefs& saved_storages() { return saved_storages_; }
 
  protected:
   // Raises AutogradError when apply() runs after release_saved() (a second backward).
@@ -67,10 +73,10 @@ class Node : public std::enable_shared_from_this<Node> {
   Op op_;
   std::string label_;
   uint64_t sequence_nr_;
-  std::vector<Edge> next_edges_;
-  std::vector<OutputMeta> outputs_;
+  EdgeList next_edges_;
+  OutputMetaList outputs_;
   std::map<uint32_t, std::vector<GradHook>> pre_hooks_;
-  std::vector<std::weak_ptr<Storage>> saved_storages_;
+  StorageRefs saved_storages_;
 };
 
 // A tensor an op keeps for its backward. While held, its bytes count as Activation. It

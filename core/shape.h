@@ -6,10 +6,15 @@
 #include <string>
 #include <vector>
 
+#include <memgrad/core/small_vector.h>
+
 namespace mg {
 
-using Shape = std::vector<int64_t>;
-using Strides = std::vector<int64_t>;  // in elements
+// A tensor's sizes, and its strides in elements: up to kInlineDims dims kept inline (no allocation
+// per tensor), more on the heap. Converts from and to std::vector<int64_t> (core/small_vector.h).
+inline constexpr size_t kInlineDims = 6;
+using Shape = SmallVector<int64_t, kInlineDims>;
+using Strides = Shape;
 
 // Size arithmetic that cannot wrap (compiler builtins): a * b and a + b, or nullopt when the
 // result does not fit in int64. Every count, extent and byte size computed from a shape uses these.

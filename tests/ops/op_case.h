@@ -68,6 +68,7 @@ struct Arg {
   Arg(const char* v) : kind(Kind::String), s(v) {}
   Arg(std::string v) : kind(Kind::String), s(std::move(v)) {}
   Arg(std::vector<int64_t> v) : kind(Kind::Ints), ints(std::move(v)) {}
+  Arg(const Shape& v) : kind(Kind::Ints), ints(v) {}  // a Shape would need two conversions through the one above
   Arg(std::initializer_list<int64_t> v) : kind(Kind::Ints), ints(v) {}
 };
 using Args = std::map<std::string, Arg>;

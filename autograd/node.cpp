@@ -26,10 +26,13 @@ struct Origin {
 namespace {
 using detail::Origin;
 std::atomic<uint64_t> g_sequence{0};
-thread_local std::vector<std::pair<SavedTensorHooks::Pack, SavedTensorHooks::Unpack>> t_saved_hooks;
+// Read on every save and record: initial-exec, as t_scopes in core/allocator.cpp (no __tls_get_addr call).
+__attribute__((
+    tls_model("initial-exec"))) thread_local std::vector<std::pair<SavedTensorHooks::Pack, SavedTensorHooks::Unpack>>
+    t_saved_hooks;
 // The origins saved on this thread since the last record(), which marks those of its outputs;
 // and a spare list, so that taking them allocates nothing.
-thread_local detail::Saves t_recent_saves, t_spare_saves;
+__attribute__((tls_model("initial-exec"))) thread_local detail::Saves t_recent_saves, t_spare_saves;
 }  // namespace
 
 Node::Node(Op op, std::string label) : op_(op), label_(std::move(label)), sequence_nr_(g_sequence++) {}

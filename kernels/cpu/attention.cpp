@@ -77,15 +77,11 @@ void apply_dropout(Mat<A>& M, int64_t bh, int64_t i0, int64_t Tq, int64_t Tk, co
   if (p.dropout_p == 0) return;
   const A keep_scale = A(1.0 / (1.0 - p.dropout_p));
   const float pf = float(p.dropout_p);
-  float u[kRandomChunk];
-  for (int64_t r = 0; r < M.rows(); ++r) {
-    const uint64_t base = uint64_t((bh * Tq + i0 + r) * Tk);
-    for (int64_t j0 = 0; j0 < M.cols(); j0 += kRandomChunk) {
-      const int64_t m = std::min(kRandomChunk, M.cols() - j0);
-      random_uniforms(p.seed, p.offset, base + uint64_t(j0), m, u);
-      for (int64_t k = 0; k < m; ++k) M(r, j0 + k) = u[k] >= pf ? M(r, j0 + k) * keep_scale : A(0);
-    }
-  }
+  for (int64_t r = 0; r < M.rows(); ++r)
+    for_each_uniform(p.seed, p.offset, uint64_t((bh * Tq + i0 + r) * Tk), M.cols(),
+                     [&](int64_t j0, const float* u, int64_t m) {
+                       for (int64_t k = 0; k < m; ++k) M(r, j0 + k) = u[k] >= pf ? M(r, j0 + k) * keep_scale : A(0);
+                     });
 }
 
 // Runs f(bh) for every batch*head, spread over the threads.

@@ -210,10 +210,15 @@ void dropout(const Tensor& x, const Tensor& out, double p, uint64_t seed, uint64
     T* op = ptr<T>(out);
     const A scale = A(1.0 / (1.0 - p));
     const float pf = float(p);
-    const int64_t n = x.numel();
-    for_each_uniform_chunk(n, n >= kParallelGrain, seed, offset, [&](int64_t first, const float* u, int64_t m) {
+    const int64_t n = x.numel(), chunks = (n + kRandomChunk - 1) / kRandomChunk;
+    parallel_for(chunks, n >= kParallelGrain, [&](int64_t c) {
+      const int64_t first = c * kRandomChunk;
+      for_each_uniform(seed, offset, uint64_t(first), std::min(kRandomChunk, n - first),
+                       [&](int64_t, const float* u, int64_t m) {
 #pragma omp simd
-      for (int64_t k = 0; k < m; ++k) op[first + k] = store<T>(u[k] >= pf ? load(xp[first + k]) * scale : A(0));
+                         for (int64_t k = 0; k < m; ++k)
+                           op[first + k] = store<T>(u[k] >= pf ? load(xp[first + k]) * scale : A(0));
+                       });
     });
   });
 }
@@ -232,20 +237,22 @@ void bias_dropout_add(const Tensor& x, const Tensor& bias, const Tensor& residua
     const int64_t n = std::max<int64_t>(bias.numel(), 1), rows = x.numel() / n;
     const A scale = A(1.0 / (1.0 - p));
     const float pf = float(p);
-    // drop(v, u): dropout's value given element's uniform draw u (read only when `draws`); one loop per case.
+    // drop(v, u): dropout's value given the element's uniform draw u (read only when `draws`); one
+    // loop per case.
     auto run = [&](auto draws, auto drop) {
       parallel_for(rows, x.numel() >= kParallelGrain && rows > 1, [&](int64_t r) {
-        float u[kRandomChunk];
-        for (int64_t j0 = 0; j0 < n; j0 += kRandomChunk) {
-          const int64_t m = std::min(kRandomChunk, n - j0);
-          if constexpr (decltype(draws)::value) random_uniforms(seed, offset, uint64_t(r * n + j0), m, u);
+        auto part = [&](int64_t j0, const float* u, int64_t m) {
 #pragma omp simd
           for (int64_t k = 0; k < m; ++k) {
             const int64_t j = j0 + k, i = r * n + j;
             const A v = load(store<T>(A(load(xp[i])) + A(load(bp[j]))));
             op[i] = store<T>(A(load(rp[i])) + A(load(store<T>(drop(v, decltype(draws)::value ? u[k] : 0.0f)))));
           }
-        }
+        };
+        if constexpr (decltype(draws)::value)
+          for_each_uniform(seed, offset, uint64_t(r * n), n, part);
+        else
+          part(0, nullptr, n);
       });
     };
     if (p <= 0)

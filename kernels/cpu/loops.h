@@ -88,17 +88,17 @@ inline void random_uniforms(uint64_t seed, uint64_t offset, uint64_t first, int6
   }
 }
 
-// Calls f(first, u, n) over [0, total) in chunks of at most kRandomChunk elements, on the threads
-// when `parallel`: u holds random_uniform(seed, offset, first + k) for the chunk's k < n.
+// Calls f(k0, u, m) over [0, n) in chunks of at most kRandomChunk elements, where u[k] =
+// random_uniform(seed, offset, first + k0 + k) for k < m: a run's draws without a buffer of n.
 inline constexpr int64_t kRandomChunk = 1024;
 template <class F>
-void for_each_uniform_chunk(int64_t total, bool parallel, uint64_t seed, uint64_t offset, F&& f) {
-  parallel_for((total + kRandomChunk - 1) / kRandomChunk, parallel, [&](int64_t c) {
-    float u[kRandomChunk];
-    const int64_t first = c * kRandomChunk, n = std::min(kRandomChunk, total - first);
-    random_uniforms(seed, offset, uint64_t(first), n, u);
-    f(first, u, n);
-  });
+void for_each_uniform(uint64_t seed, uint64_t offset, uint64_t first, int64_t n, F&& f) {
+  float u[kRandomChunk];
+  for (int64_t k0 = 0; k0 < n; k0 += kRandomChunk) {
+    const int64_t m = std::min(kRandomChunk, n - k0);
+    random_uniforms(seed, offset, first + uint64_t(k0), m, u);
+    f(k0, static_cast<const float*>(u), m);
+  }
 }
 
 // Row max, vectorized (omp simd reductions are exempt from the NaN/signed-zero rules).
@@ -157,20 +157,24 @@ void for_each_row(const Shape& shape, const std::array<const Strides*, N>& strid
   const std::array<int64_t, N> inner_st = st.back();
   const int64_t piece = std::min<int64_t>(inner, kParallelGrain / 2), pieces = (inner + piece - 1) / piece;
   const bool parallel = total >= kParallelGrain && rows * pieces > 1;
+  // The offsets of row r's first element, and its index in the outer dims (into idx).
+  auto row_start = [&](int64_t r, SmallVector<int64_t, 8>& idx) {
+    std::array<int64_t, N> p{};
+    for (int64_t d = nd - 1; d >= 0; --d) {
+      idx[size_t(d)] = r % sz[size_t(d)];
+      r /= sz[size_t(d)];
+      for (size_t k = 0; k < N; ++k) p[k] += idx[size_t(d)] * st[size_t(d)][k];
+    }
+    return p;
+  };
   if (pieces == 1 && nd > 0) {
     // Short rows (a transpose's copy, say): each thread takes a run of rows and steps the row's
     // index like an odometer; working each row's offsets out by division cost more than its copy.
     const int64_t chunks = parallel ? std::min<int64_t>(rows, 64) : 1;
     parallel_for(chunks, parallel, [&](int64_t c) {
       const int64_t r0 = rows * c / chunks, r1 = rows * (c + 1) / chunks;
-      SmallVector<int64_t, 8> idx;
-      std::array<int64_t, N> p{};
-      for (int64_t d = 0; d < nd; ++d) idx.push_back(0);
-      for (int64_t d = nd - 1, rem = r0; d >= 0; --d) {
-        idx[size_t(d)] = rem % sz[size_t(d)];
-        rem /= sz[size_t(d)];
-        for (size_t k = 0; k < N; ++k) p[k] += idx[size_t(d)] * st[size_t(d)][k];
-      }
+      SmallVector<int64_t, 8> idx(size_t(nd), 0);
+      std::array<int64_t, N> p = row_start(r0, idx);
       for (int64_t r = r0; r < r1; ++r) {
         row(p, inner, inner_st);
         for (int64_t d = nd - 1; d >= 0; --d) {  // the next row: carry into the outer dims
@@ -184,13 +188,9 @@ void for_each_row(const Shape& shape, const std::array<const Strides*, N>& strid
     return;
   }
   parallel_for(rows * pieces, parallel, [&](int64_t u) {
-    int64_t r = u / pieces, start = (u % pieces) * piece;
-    std::array<int64_t, N> p{};
-    for (int64_t d = nd - 1, rem = r; d >= 0; --d) {
-      int64_t i = rem % sz[d];
-      rem /= sz[d];
-      for (size_t k = 0; k < N; ++k) p[k] += i * st[d][k];
-    }
+    const int64_t start = (u % pieces) * piece;
+    SmallVector<int64_t, 8> idx(size_t(std::max<int64_t>(nd, 0)), 0);
+    std::array<int64_t, N> p = row_start(u / pieces, idx);
     for (size_t k = 0; k < N; ++k) p[k] += start * inner_st[k];
     row(p, std::min(piece, inner - start), inner_st);
   });

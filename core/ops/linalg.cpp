@@ -10,12 +10,56 @@ using namespace detail;
 namespace {
 
 // t [..., R, C] as [B, R, C] for the kernels, which take either matrix stride 1. Where the batch
-// dims do not merge (heads split from a [B, T, 3C] projection) reshape copies: a transposed matrix
-// (k^T) is then copied in its own orientation, rows not columns, and handed over transposed.
+// dims do not merge, reshape copies: a transposed matrix (k^T) is then copied in its own
+// orientation, rows not columns, and handed over transposed.
 Tensor as_batch(const Tensor& t, int64_t B, int64_t R, int64_t C) {
   if (R > 1 && C > 1 && t.stride(-1) != 1 && t.stride(-2) == 1)
     return t.transpose(-2, -1).reshape({B, C, R}).transpose(1, 2);
   return t.reshape({B, R, C});
+}
+
+// The first of t's nb leading (batch) dims from which on they step by one stride, so that
+// reshaping them into one dim is a view.
+size_t merge_start(const Tensor& t, size_t nb) {
+  int64_t stride = 0, span = 0;  // of the merged dims so far; span 0: none yet
+  for (size_t i = nb; i-- > 0;) {
+    if (t.size(int64_t(i)) == 1) continue;
+    if (span == 0)
+      stride = t.stride(int64_t(i)), span = 1;
+    else if (t.stride(int64_t(i)) != stride * span)
+      return i + 1;
+    span *= t.size(int64_t(i));
+  }
+  return 0;
+}
+
+// Operands whose batch dims do not merge are copied when a kernel call per index of the outer
+// dims would cost more: products with fewer operand elements than this (a call costs about as much
+// as copying 16K floats), or more calls than that (also bounds the shape-only work on meta).
+constexpr int64_t kMinCallElements = int64_t(1) << 14, kMaxCalls = 1024;
+
+// out [batch..., M, N] = x [batch..., M, K] @ y [batch..., K, N] (batch dims broadcast already).
+// Batch dims that do not merge (heads split from a [B, T, 3C] projection: [B, H] with strides
+// T*3C and D) are looped over instead of copied, where the products are large enough.
+void run_batched(const Tensor& x, const Tensor& y, const Tensor& out, const Shape& batch, int64_t M, int64_t K,
+                 int64_t N) {
+  const size_t nb = batch.size(), s = std::max(merge_start(x, nb), merge_start(y, nb));
+  const int64_t total = numel_of(batch), inner = numel_of(Shape(batch.begin() + s, batch.end()));
+  const int64_t calls = inner > 0 ? total / inner : 0;
+  if (calls <= 1 || calls > kMaxCalls || inner * (M * K + K * N) < kMinCallElements)
+    return kernels::run(x.device(), &Backend::matmul, as_batch(x, total, M, K), as_batch(y, total, K, N),
+                        out.view({total, M, N}));
+  Tensor outs = out.view({calls, inner, M, N});
+  for (int64_t c = 0; c < calls; ++c) {
+    Tensor xc = x, yc = y;
+    int64_t rest = c;
+    for (size_t d = s; d-- > 0;) {  // c's index along each outer dim, the last one fastest
+      const int64_t i = rest % batch[d];
+      rest /= batch[d];
+      xc = xc.select(int64_t(d), i), yc = yc.select(int64_t(d), i);
+    }
+    kernels::run(x.device(), &Backend::matmul, as_batch(xc, inner, M, K), as_batch(yc, inner, K, N), outs.select(0, c));
+  }
 }
 
 // Batched product of a [..., M, K] and b [..., K, N] with broadcast batch dims.
@@ -37,8 +81,7 @@ Tensor batched_matmul(const Tensor& a, const Tensor& b) {
     Shape sa = batch, sb = batch;
     sa.insert(sa.end(), {M, K});
     sb.insert(sb.end(), {K, N});
-    Tensor x = as_batch(a.to(ct).expand(sa), B, M, K), y = as_batch(b.to(ct).expand(sb), B, K, N);
-    kernels::run(a.device(), &Backend::matmul, x, y, out.view({B, M, N}));
+    run_batched(a.to(ct).expand(sa), b.to(ct).expand(sb), out, batch, M, K, N);
   }
   count_flops(2.0 * double(B) * double(M) * double(N) * double(K));
   if (autograd::any_requires_grad({a, b})) {

@@ -21,6 +21,23 @@ V product(const V& a, const V& b, size_t M, size_t K, size_t N) {
   return out;
 }
 
+// Over a [P, Q] batch, out[p, q] = a[ia(p, q)] @ b[ib(p, q)] in double, matrices numbered row-major.
+using BatchIndex = std::function<size_t(size_t, size_t)>;
+Formula batched_product(size_t P, size_t Q, size_t M, size_t K, size_t N, BatchIndex ia, BatchIndex ib) {
+  return [=](const std::vector<V>& in) {
+    V out;
+    for (size_t p = 0; p < P; ++p)
+      for (size_t q = 0; q < Q; ++q) {
+        const V a(in[0].begin() + long(ia(p, q) * M * K), in[0].begin() + long((ia(p, q) + 1) * M * K));
+        const V b(in[1].begin() + long(ib(p, q) * K * N), in[1].begin() + long((ib(p, q) + 1) * K * N));
+        const V c = product(a, b, M, K, N);
+        out.insert(out.end(), c.begin(), c.end());
+      }
+    return std::vector<V>{out};
+  };
+}
+const BatchIndex kSame = [](size_t p, size_t q) { return p * 3 + q; };  // both operands [2, 3, ...]
+
 const V kA = {1, 2, 3, 4}, kB = {5, 6, 7, 8};  // [2, 2]
 Input small(const Shape& s) { return U(s, -0.5, 0.5); }
 
@@ -76,11 +93,25 @@ MG_OP_CASES(matmul) {
   // Operands with neither stride 1 are copied contiguous inside the kernel, on the cpu and on cuda,
   // as Workspace; meta books the same copies (the kernel's scratch function), so the ledgers agree.
   add_case("matmul_strided_rows", {small({5, 37, 29}).slice(2, 0, 29, 2), small({29, 43}).slice(0, 0, 29, 2)}).big();
-  // Attention's heads: batch dims that do not merge ([B, T, H, D] viewed as [B, H, T, D]) are
-  // copied; a transposed matrix (k^T) is copied in its own orientation and used transposed.
+  // Attention's heads: batch dims that do not merge ([B, T, H, D] viewed as [B, H, T, D]). Small
+  // products copy them (a transposed matrix, k^T, in its own orientation, then used transposed);
+  // large enough ones run one kernel call per index of the outer batch dims, as does a broadcast
+  // operand (stride 0 in one batch dim) on either side.
   add_case("matmul_heads_q_kT", {small({2, 7, 3, 5}).permute({0, 2, 1, 3}), small({2, 6, 3, 5}).permute({0, 2, 3, 1})})
-      .big();
-  add_case("matmul_heads_qT_g", {small({2, 7, 3, 5}).permute({0, 2, 3, 1}), small({2, 3, 7, 4})}).big();
+      .big()
+      .expect(batched_product(2, 3, 7, 5, 6, kSame, kSame), {0, 1e-5});
+  add_case("matmul_heads_qT_g", {small({2, 7, 3, 5}).permute({0, 2, 3, 1}), small({2, 3, 7, 4})})
+      .big()
+      .expect(batched_product(2, 3, 5, 7, 4, kSame, kSame), {0, 1e-5});
+  add_case("matmul_heads_looped",
+           {small({2, 64, 3, 48}).permute({0, 2, 1, 3}), small({2, 64, 3, 48}).permute({0, 2, 3, 1})})
+      .big()
+      .expect(batched_product(2, 3, 64, 48, 64, kSame, kSame), {0, 1e-5});
+  add_case("matmul_broadcast_looped", {small({2, 1, 48, 96}), small({3, 96, 48})})
+      .big()
+      .expect(batched_product(
+                  2, 3, 48, 96, 48, [](size_t p, size_t) { return p; }, [](size_t, size_t q) { return q; }),
+              {0, 1e-5});
   add_case("matmul_int64_bmm", {Ints({3, 7, 5}, -4, 4), Ints({3, 5, 6}, -4, 4)}).big();
   add_case("matmul_k0", {U({4, 0}), U({0, 3})});
   // float32 on TF32 tensor cores when allowed (10-bit mantissa inputs, float32 accumulation).

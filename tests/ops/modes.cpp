@@ -181,7 +181,7 @@ void check_values(const std::string& op) {
   for (const VariantSelection& selection : variant_selections(op_named(op).variant_ops(), DeviceType::CPU))
     for (const Case& c : op_named(op).cases()) {
       VariantGuard selected(selection, DeviceType::CPU);
-      INFO("case ", c.name, selection.empty() ? "" : ", variant ", variant_label(selection));
+      INFO("case ", c.name, std::string(selection.empty() ? "" : ", variant "), variant_label(selection));
       const bool torch = !c.large && c.no_torch.empty();
       if (!torch && !c.formula && !c.property) continue;
       Tensors leaves = make_leaves(c, kFloat32, kCPU, torch);

@@ -111,8 +111,13 @@ int main(int argc, char** argv) {
   };
 
   for (int i = 0; i < warmup; ++i) step();  // the first step also creates the optimizer state
-  reset_peak();                             // peak over one steady-state step
-  step();
+  reset_peak();                             // peak and matrix FLOPs of one steady-state step
+  double gemm_flops = 0;
+  {
+    FlopCounter flops;
+    step();
+    gemm_flops = flops.total();
+  }
   MemoryStats s = memory_stats();
   std::vector<double> ms, cpu_ms;
   for (int i = 0; i < steps; ++i) {
@@ -125,10 +130,11 @@ int main(int argc, char** argv) {
   const char* threads = std::getenv("OMP_NUM_THREADS");
   std::printf(
       "{\"workload\": \"%s\", \"config\": \"%s\", \"threads\": \"%s\", \"steps\": %d, \"step_ms\": %.3f, "
-      "\"min_ms\": %.3f, \"cpu_ms\": %.3f, \"peak_bytes\": %lld, \"peak_allocated\": %lld, \"loss\": %.6f, \"ms\": [",
+      "\"min_ms\": %.3f, \"cpu_ms\": %.3f, \"peak_bytes\": %lld, \"peak_allocated\": %lld, \"gemm_gflop\": %.4f, "
+      "\"loss\": %.6f, \"ms\": [",
       w.name.c_str(), w.config.c_str(), threads ? threads : "unset", steps, median(ms),
       *std::min_element(ms.begin(), ms.end()), median(cpu_ms), (long long)s.peak_requested, (long long)s.peak_allocated,
-      loss);
+      gemm_flops * 1e-9, loss);
   for (size_t i = 0; i < ms.size(); ++i) std::printf("%s%.3f", i ? ", " : "", ms[i]);
   std::printf("]}\n");
   return 0;

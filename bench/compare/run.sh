@@ -122,6 +122,18 @@ for stat, key, pick in [("median", "step_ms", statistics.median), ("best", "min_
         of = lambda p: pick(json.load(open(f"{out}/{p}.{name}.{r}.json"))[key] for r in range(1, rounds + 1))
         mg, times = of("mg"), [of(p) for p, _ in peers]
         print(f"{name:9} {mg:8.1f} " + " ".join(f"{t:15.1f}" for t in times) + f" {mg / min(times):10.2f}")
+# What the goal asks against what GEMM alone costs: memgrad's matrix FLOPs per step (FlopCounter)
+# at the machine's best GEMM rate (square 2048, the faster library) are a floor no schedule of the
+# same products beats; the step's own shapes run slower than that.
+ceiling = max([gemm_mg["square 2048"]] + [p["gflops"]["square 2048"] for p in gemm_peers])
+print(f"GEMM floor at {ceiling:.0f} GFLOP/s (square 2048, fastest library), against 0.8 x the fastest peer's median")
+print(f"{'workload':9} {'GFLOP':>7} {'floor ms':>9} {'0.8 x fastest':>14} {'floor share':>12}")
+for name in workloads:
+    gflop = json.load(open(f"{out}/mg.{name}.1.json"))["gemm_gflop"]
+    fastest = min(statistics.median(json.load(open(f"{out}/{p}.{name}.{r}.json"))["step_ms"] for r in range(1, rounds + 1))
+                  for p, _ in peers)
+    floor = gflop / ceiling * 1e3
+    print(f"{name:9} {gflop:7.2f} {floor:9.1f} {0.8 * fastest:14.1f} {floor / (0.8 * fastest):12.2f}")
 op_t2 = json.load(open(f"{out}/op_t2.json"))
 print(f"per-op ns, memgrad / torch {t2['torch']} eager: " +
       ", ".join(f"{c} {op_mg[c] * 1e9:.0f} / {op_t2[c] * 1e9:.0f} = {op_mg[c] / op_t2[c]:.2f}"

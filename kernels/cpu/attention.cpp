@@ -1,6 +1,7 @@
 // Fused attention on the CPU: for each batch*head, blocks of query rows meet all the keys they
-// may see through Eigen GEMMs. The [rows, Tk] tile is per-thread scratch (like Eigen's packing
-// buffers, outside the ledger); no [Tq, Tk] tensor exists.
+// may see through single-threaded GEMMs (gemm_serial: OpenBLAS or Eigen, as matmul's variant). The
+// [rows, Tk] tile is per-thread scratch (like the GEMMs' packing buffers, outside the ledger); no
+// [Tq, Tk] tensor exists.
 #include <Eigen/Core>
 #include <cmath>
 #include <limits>
@@ -41,7 +42,9 @@ template <class A, class T>
 Mat<A> scores(const Mat<A>& Q, const Mat<A>& K, int64_t bh, int64_t i0, int64_t kn, const AttentionParams& p,
               const void* mask) {
   constexpr A kHidden = -std::numeric_limits<A>::infinity();
-  Mat<A> S = A(p.scale) * (Q * K.topRows(kn).transpose());
+  Mat<A> S(Q.rows(), kn);
+  gemm_serial<A>(false, true, Q.rows(), kn, Q.cols(), A(p.scale), Q.data(), Q.cols(), K.data(), K.cols(), 0, S.data(),
+                 kn);
   using Kind = kernels::AttentionMask::Kind;
   if (p.mask.kind != Kind::None)
     for (int64_t r = 0; r < S.rows(); ++r)
@@ -84,6 +87,19 @@ void apply_dropout(Mat<A>& M, int64_t bh, int64_t i0, int64_t Tq, int64_t Tk, co
                      });
 }
 
+// a (m x k, or k x m stored when trans_a) @ b (k x n, or n x k stored when trans_b) on row-major
+// matrices that start at their first row: into a new matrix, or added to c's first rows.
+template <class A>
+Mat<A> product(bool trans_a, const Mat<A>& a, bool trans_b, const Mat<A>& b, int64_t m, int64_t k, int64_t n) {
+  Mat<A> c(m, n);
+  gemm_serial<A>(trans_a, trans_b, m, n, k, 1, a.data(), a.cols(), b.data(), b.cols(), 0, c.data(), n);
+  return c;
+}
+template <class A>
+void add_product(Mat<A>& c, bool trans_a, const Mat<A>& a, const Mat<A>& b, int64_t m, int64_t k) {
+  gemm_serial<A>(trans_a, false, m, c.cols(), k, 1, a.data(), a.cols(), b.data(), b.cols(), 1, c.data(), c.cols());
+}
+
 // Runs f(bh) for every batch*head, spread over the threads.
 template <class F>
 void for_each_head(int64_t BH, F f) {
@@ -120,7 +136,7 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
           L[i0 + r] = m + std::log(sum);
         }
         apply_dropout(S, bh, i0, Tq, Tk, p);
-        store_rows(Mat<A>(S * V.topRows(kn)), ptr<T>(out) + bh * Tq * D, i0);
+        store_rows(product(false, S, false, V, n, kn, D), ptr<T>(out) + bh * Tq * D, i0);
       }
     });
   });
@@ -149,13 +165,13 @@ void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k
         probabilities(P, L + i0);
         Mat<A> Pd = P;  // the dropped-out probabilities that multiplied v
         apply_dropout(Pd, bh, i0, Tq, Tk, p);
-        dV.topRows(kn).noalias() += Pd.transpose() * dO;
-        Mat<A> dP = dO * V.topRows(kn).transpose();
+        add_product(dV, true, Pd, dO, kn, n);
+        Mat<A> dP = product(false, dO, true, V, n, D, kn);
         apply_dropout(dP, bh, i0, Tq, Tk, p);
         for (int64_t r = 0; r < n; ++r) dP.row(r).array() -= Dl[i0 + r];
         const Mat<A> dS = P.cwiseProduct(dP) * A(p.scale);
-        store_rows(Mat<A>(dS * K.topRows(kn)), ptr<T>(grad_q) + qo, i0);
-        dK.topRows(kn).noalias() += dS.transpose() * Q;
+        store_rows(product(false, dS, false, K, n, kn, D), ptr<T>(grad_q) + qo, i0);
+        add_product(dK, true, dS, Q, kn, n);
       }
       store_rows(dK, ptr<T>(grad_k) + ko, 0);
       store_rows(dV, ptr<T>(grad_v) + ko, 0);

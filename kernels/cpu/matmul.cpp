@@ -64,21 +64,27 @@ std::optional<BlasMatrix> blas_matrix(const Strides& s, int64_t rows, int64_t co
   return std::nullopt;
 }
 
+// cblas_sgemm or cblas_dgemm, row-major; one thread inside a parallel region (the openmp flavour).
+template <class A>
+void cblas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, A alpha, const A* a,
+                int64_t lda, const A* b, int64_t ldb, A beta, A* c, int64_t ldc) {
+  if constexpr (std::is_same_v<A, float>)
+    cblas_sgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+  else
+    cblas_dgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+}
+template <class A>
+constexpr bool kBlasType = std::is_same_v<A, float> || std::is_same_v<A, double>;
+
 // out (ldc) = x (rows x k) @ y (k x cols) on OpenBLAS, one thread (the openmp flavour runs one
 // inside a parallel region); false if the operands' strides do not fit BLAS.
 template <class A>
 bool blas_gemm(const A* x, const Strides& xs, const A* y, const Strides& ys, A* out, int64_t ldc, int64_t rows,
                int64_t k, int64_t cols) {
-  if constexpr (std::is_same_v<A, float> || std::is_same_v<A, double>) {
+  if constexpr (kBlasType<A>) {
     const auto bx = blas_matrix(xs, rows, k), by = blas_matrix(ys, k, cols);
     if (!bx || !by || std::max({rows, k, cols, ldc}) > INT32_MAX) return false;
-    if (rows == 0 || cols == 0) return true;
-    if constexpr (std::is_same_v<A, float>)
-      cblas_sgemm(CblasRowMajor, bx->trans, by->trans, int(rows), int(cols), int(k), 1.0f, x, bx->ld, y, by->ld, 0.0f,
-                  out, int(ldc));
-    else
-      cblas_dgemm(CblasRowMajor, bx->trans, by->trans, int(rows), int(cols), int(k), 1.0, x, bx->ld, y, by->ld, 0.0,
-                  out, int(ldc));
+    if (rows > 0 && cols > 0) cblas_gemm<A>(bx->trans, by->trans, rows, cols, k, 1, x, bx->ld, y, by->ld, 0, out, ldc);
     return true;
   }
   return false;
@@ -174,5 +180,37 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
 void matmul_scratch(const Tensor& a, const Tensor& b, const Tensor& out) {
   if (a.size(2) > 0) gemm_operands(a, b, out);
 }
+
+template <class A>
+void gemm_serial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, A alpha, const A* a, int64_t lda,
+                 const A* b, int64_t ldb, A beta, A* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+#ifdef MG_WITH_OPENBLAS
+  if (use_openblas(k) && std::max({m, n, k, lda, ldb, ldc}) <= INT32_MAX)
+    return cblas_gemm<A>(trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a,
+                         std::max<int64_t>(lda, 1), b, std::max<int64_t>(ldb, 1), beta, c, ldc);  // BLAS wants ld >= 1
+#endif
+  using Stride = Eigen::OuterStride<>;
+  Eigen::Map<RowMat<A>, 0, Stride> cm(c, m, n, Stride(ldc));
+  auto product = [&](const auto& am, const auto& bm) {
+    if (beta == A(0)) return void(cm.noalias() = alpha * am * bm);
+    if (beta != A(1)) cm *= beta;
+    cm.noalias() += alpha * am * bm;
+  };
+  auto with_b = [&](const auto& am) {
+    if (trans_b)
+      product(am, MatMap<A, Eigen::ColMajor>(b, k, n, Stride(ldb)));
+    else
+      product(am, MatMap<A, Eigen::RowMajor>(b, k, n, Stride(ldb)));
+  };
+  if (trans_a)
+    with_b(MatMap<A, Eigen::ColMajor>(a, m, k, Stride(lda)));
+  else
+    with_b(MatMap<A, Eigen::RowMajor>(a, m, k, Stride(lda)));
+}
+template void gemm_serial<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
+                                 int64_t, float, float*, int64_t);
+template void gemm_serial<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t, const double*,
+                                  int64_t, double, double*, int64_t);
 
 }  // namespace mg::cpu

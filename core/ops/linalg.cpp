@@ -34,9 +34,10 @@ size_t merge_start(const Tensor& t, size_t nb) {
 }
 
 // Operands whose batch dims do not merge are copied when a kernel call per index of the outer
-// dims would cost more: products with fewer operand elements than this (a call costs about as much
-// as copying 16K floats), or more calls than that (also bounds the shape-only work on meta).
-constexpr int64_t kMinCallElements = int64_t(1) << 14, kMaxCalls = 1024;
+// dims would cost more: below 64K operand elements a call (each call's threads split only its own
+// products; measured on split heads, 2 threads: the calls win at 64K, lose up to 2x below 16K), or
+// beyond 1024 calls (which also bounds the shape-only work on meta).
+constexpr int64_t kMinCallElements = int64_t(1) << 16, kMaxCalls = 1024;
 
 // out [batch..., M, N] = x [batch..., M, K] @ y [batch..., K, N] (batch dims broadcast already).
 // Batch dims that do not merge (heads split from a [B, T, 3C] projection: [B, H] with strides

@@ -2,11 +2,11 @@
 // kBlasMinInner), "openblas" (cblas_sgemm/dgemm) and "eigen"; only "eigen" without MG_OPENBLAS. Operands are used
 // without copies when one of their two matrix strides is 1; the 16-bit types are widened to float and computed there,
 // integer types always run on Eigen. Both variants copy exactly the same operands, so the ledger does not depend on the
-// variant; their packing buffers are their own (OpenBLAS's pool, Eigen's stack/heap), outside the ledger.
+// variant; their packing buffers are their own (OpenBLAS's pool, Eigen's stack/heap), outside the ledger. Every
+// product, and the fused attention's tiles, goes through gemm_serial: one thread's GEMM on either library.
 #include <omp.h>
 
 #include <algorithm>
-#include <optional>
 
 #include <Eigen/Core>
 #ifdef MG_WITH_OPENBLAS
@@ -27,16 +27,6 @@ using RowMat = Eigen::Matrix<A, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>
 template <class A, int Order>
 using MatMap = Eigen::Map<const Eigen::Matrix<A, Eigen::Dynamic, Eigen::Dynamic, Order>, 0, Eigen::OuterStride<>>;
 
-// Calls f(matrix) with a zero-copy Eigen view of the rows x cols matrix at p with strides s[1], s[2]:
-// row-major when the column stride is 1, column-major when the row stride is 1.
-template <class A, class F>
-void with_matrix(const A* p, const Strides& s, int64_t rows, int64_t cols, F f) {
-  if (s[2] == 1 || cols == 1)
-    f(MatMap<A, Eigen::RowMajor>(p, rows, cols, Eigen::OuterStride<>(s[1])));
-  else
-    f(MatMap<A, Eigen::ColMajor>(p, rows, cols, Eigen::OuterStride<>(s[2])));
-}
-
 // Products with fewer multiply-adds than this run on one thread.
 constexpr int64_t kGemmGrain = int64_t(1) << 15;
 
@@ -50,57 +40,41 @@ bool use_openblas(int64_t K) {
   return v == 1 || (v == 0 && K >= kBlasMinInner);
 }
 
-// A rows x cols matrix with strides s[1], s[2] as BLAS sees it: row-major (NoTrans) or its
-// transpose, and the leading dimension; none when BLAS cannot express the strides (Eigen can).
-struct BlasMatrix {
-  CBLAS_TRANSPOSE trans;
-  int ld;
-};
-std::optional<BlasMatrix> blas_matrix(const Strides& s, int64_t rows, int64_t cols) {
-  if ((s[2] == 1 || cols <= 1) && (rows <= 1 || s[1] >= std::max<int64_t>(cols, 1)))
-    return BlasMatrix{CblasNoTrans, int(rows <= 1 ? std::max<int64_t>(cols, 1) : s[1])};
-  if ((s[1] == 1 || rows <= 1) && (cols <= 1 || s[2] >= std::max<int64_t>(rows, 1)))
-    return BlasMatrix{CblasTrans, int(cols <= 1 ? std::max<int64_t>(rows, 1) : s[2])};
-  return std::nullopt;
-}
-
-// cblas_sgemm or cblas_dgemm, row-major; one thread inside a parallel region (the openmp flavour).
+// cblas_sgemm or cblas_dgemm, row-major.
 template <class A>
-void cblas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, A alpha, const A* a,
-                int64_t lda, const A* b, int64_t ldb, A beta, A* c, int64_t ldc) {
+void cblas_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, A alpha, const A* a, int64_t lda,
+                const A* b, int64_t ldb, A beta, A* c, int64_t ldc) {
+  const CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
   if constexpr (std::is_same_v<A, float>)
     cblas_sgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
   else
     cblas_dgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
 }
-template <class A>
-constexpr bool kBlasType = std::is_same_v<A, float> || std::is_same_v<A, double>;
-
-// out (ldc) = x (rows x k) @ y (k x cols) on OpenBLAS, one thread (the openmp flavour runs one
-// inside a parallel region); false if the operands' strides do not fit BLAS.
-template <class A>
-bool blas_gemm(const A* x, const Strides& xs, const A* y, const Strides& ys, A* out, int64_t ldc, int64_t rows,
-               int64_t k, int64_t cols) {
-  if constexpr (kBlasType<A>) {
-    const auto bx = blas_matrix(xs, rows, k), by = blas_matrix(ys, k, cols);
-    if (!bx || !by || std::max({rows, k, cols, ldc}) > INT32_MAX) return false;
-    if (rows > 0 && cols > 0) cblas_gemm<A>(bx->trans, by->trans, rows, cols, k, 1, x, bx->ld, y, by->ld, 0, out, ldc);
-    return true;
-  }
-  return false;
-}
 #else
 [[maybe_unused]] const std::atomic<int>& g_variant = register_kernel_variants(DeviceType::CPU, "matmul", {"eigen"});
 bool use_openblas(int64_t) { return false; }
-template <class A>
-bool blas_gemm(const A*, const Strides&, const A*, const Strides&, A*, int64_t, int64_t, int64_t, int64_t) {
-  return false;
-}
 #endif
+
+// BLAS takes a stored rows x cols row-major matrix with leading dimension ld >= cols (any ld >= 1
+// for a single row, which it sets): false where the strides say otherwise (Eigen maps those).
+[[maybe_unused]] bool blas_leading_dim(int64_t rows, int64_t cols, int64_t& ld) {
+  if (rows <= 1) ld = std::max<int64_t>(cols, 1);
+  return ld >= std::max<int64_t>(cols, 1) && ld <= INT32_MAX && rows <= INT32_MAX && cols <= INT32_MAX;
+}
+
+// The matrix of a [B, R, C] operand with strides s as gemm_serial takes it: row-major with leading
+// dimension s[1] when the column stride is 1, else the transpose of one with leading dimension s[2].
+struct Layout {
+  bool trans;
+  int64_t ld;
+};
+Layout layout(const Strides& s, int64_t cols) {
+  return s[2] == 1 || cols == 1 ? Layout{false, s[1]} : Layout{true, s[2]};
+}
 
 // out[b] = x[b] @ y[b] with A the arithmetic type; pointers index elements of type A.
 // The work is cut into tasks (one product, or a block of rows or columns of one) that each run
-// single-threaded Eigen: Eigen's own parallel GEMM spin-waits for the other threads' packed
+// a single-threaded GEMM: Eigen's own parallel GEMM spin-waits for the other threads' packed
 // panels, which wastes most of a step when the cores are shared.
 template <class A>
 void gemm_batched(const A* x, const Strides& xs, const A* y, const Strides& ys, A* out, int64_t B, int64_t M, int64_t K,
@@ -110,23 +84,15 @@ void gemm_batched(const A* x, const Strides& xs, const A* y, const Strides& ys, 
   // Split each product only when the batch alone cannot keep every thread busy.
   const int64_t side = by_rows ? M : N;
   const int64_t parts = serial || B >= threads ? 1 : std::min((threads + B - 1) / B, std::max<int64_t>(side / 16, 1));
-  const bool blas = use_openblas(K);
+  const Layout lx = layout(xs, K), ly = layout(ys, N);
   auto task = [&](int64_t t) {
     const int64_t b = t / parts, p = t % parts, lo = side * p / parts, hi = side * (p + 1) / parts;
     const A *xb = x + b * xs[0], *yb = y + b * ys[0];
     A* ob = out + b * M * N;
-    if (blas && (by_rows ? blas_gemm(xb + lo * xs[1], xs, yb, ys, ob + lo * N, N, hi - lo, K, N)
-                         : blas_gemm(xb, xs, yb + lo * ys[2], ys, ob + lo, N, M, K, hi - lo)))
-      return;
-    Eigen::Map<RowMat<A>> o(ob, M, N);
-    with_matrix(xb, xs, M, K, [&](const auto& xm) {
-      with_matrix(yb, ys, K, N, [&](const auto& ym) {
-        if (by_rows)
-          o.middleRows(lo, hi - lo).noalias() = xm.middleRows(lo, hi - lo) * ym;
-        else
-          o.middleCols(lo, hi - lo).noalias() = xm * ym.middleCols(lo, hi - lo);
-      });
-    });
+    if (by_rows)
+      gemm_serial<A>(lx.trans, ly.trans, hi - lo, N, K, 1, xb + lo * xs[1], lx.ld, yb, ly.ld, 0, ob + lo * N, N);
+    else
+      gemm_serial<A>(lx.trans, ly.trans, M, hi - lo, K, 1, xb, lx.ld, yb + lo * ys[2], ly.ld, 0, ob + lo, N);
   };
   if (serial) {
     for (int64_t t = 0; t < B; ++t) task(t);
@@ -186,9 +152,12 @@ void gemm_serial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, A 
                  const A* b, int64_t ldb, A beta, A* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
 #ifdef MG_WITH_OPENBLAS
-  if (use_openblas(k) && std::max({m, n, k, lda, ldb, ldc}) <= INT32_MAX)
-    return cblas_gemm<A>(trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a,
-                         std::max<int64_t>(lda, 1), b, std::max<int64_t>(ldb, 1), beta, c, ldc);  // BLAS wants ld >= 1
+  if constexpr (std::is_same_v<A, float> || std::is_same_v<A, double>) {
+    int64_t la = lda, lb = ldb;
+    if (use_openblas(k) && blas_leading_dim(trans_a ? k : m, trans_a ? m : k, la) &&
+        blas_leading_dim(trans_b ? n : k, trans_b ? k : n, lb) && blas_leading_dim(m, n, ldc))
+      return cblas_gemm<A>(trans_a, trans_b, m, n, k, alpha, a, la, b, lb, beta, c, ldc);
+  }
 #endif
   using Stride = Eigen::OuterStride<>;
   Eigen::Map<RowMat<A>, 0, Stride> cm(c, m, n, Stride(ldc));
@@ -197,7 +166,7 @@ void gemm_serial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, A 
     if (beta != A(1)) cm *= beta;
     cm.noalias() += alpha * am * bm;
   };
-  auto with_b = [&](const auto& am) {
+  auto with_b = [&](const auto& am) {  // a transposed operand is a column-major view of its storage
     if (trans_b)
       product(am, MatMap<A, Eigen::ColMajor>(b, k, n, Stride(ldb)));
     else

@@ -36,7 +36,9 @@ Formula batched_product(size_t P, size_t Q, size_t M, size_t K, size_t N, BatchI
     return std::vector<V>{out};
   };
 }
-const BatchIndex kSame = [](size_t p, size_t q) { return p * 3 + q; };  // both operands [2, 3, ...]
+BatchIndex same(size_t Q) {  // an operand with the whole [P, Q] batch
+  return [Q](size_t p, size_t q) { return p * Q + q; };
+}
 
 const V kA = {1, 2, 3, 4}, kB = {5, 6, 7, 8};  // [2, 2]
 Input small(const Shape& s) { return U(s, -0.5, 0.5); }
@@ -99,18 +101,26 @@ MG_OP_CASES(matmul) {
   // operand (stride 0 in one batch dim) on either side.
   add_case("matmul_heads_q_kT", {small({2, 7, 3, 5}).permute({0, 2, 1, 3}), small({2, 6, 3, 5}).permute({0, 2, 3, 1})})
       .big()
-      .expect(batched_product(2, 3, 7, 5, 6, kSame, kSame), {0, 1e-5});
+      .expect(batched_product(2, 3, 7, 5, 6, same(3), same(3)), {0, 1e-5});
   add_case("matmul_heads_qT_g", {small({2, 7, 3, 5}).permute({0, 2, 3, 1}), small({2, 3, 7, 4})})
       .big()
-      .expect(batched_product(2, 3, 5, 7, 4, kSame, kSame), {0, 1e-5});
+      .expect(batched_product(2, 3, 5, 7, 4, same(3), same(3)), {0, 1e-5});
   add_case("matmul_heads_looped",
-           {small({2, 64, 3, 48}).permute({0, 2, 1, 3}), small({2, 64, 3, 48}).permute({0, 2, 3, 1})})
+           {small({2, 128, 3, 96}).permute({0, 2, 1, 3}), small({2, 128, 3, 96}).permute({0, 2, 3, 1})})
       .big()
-      .expect(batched_product(2, 3, 64, 48, 64, kSame, kSame), {0, 1e-5});
-  add_case("matmul_broadcast_looped", {small({2, 1, 48, 96}), small({3, 96, 48})})
+      .expect(batched_product(2, 3, 128, 96, 128, same(3), same(3)), {0, 1e-5});
+  // A transposed left operand (q^T of split heads) against a contiguous one, and two outer dims.
+  add_case("matmul_heads_qT_looped", {small({2, 128, 3, 64}).permute({0, 2, 3, 1}), small({2, 3, 128, 128})})
+      .big()
+      .expect(batched_product(2, 3, 64, 128, 128, same(3), same(3)), {0, 1e-5});
+  add_case("matmul_two_outer_dims_looped",
+           {small({2, 3, 128, 4, 64}).permute({0, 1, 3, 2, 4}), small({2, 3, 4, 64, 128})})
+      .big()
+      .expect(batched_product(6, 4, 128, 64, 128, same(4), same(4)), {0, 1e-5});
+  add_case("matmul_broadcast_looped", {small({2, 1, 96, 128}), small({3, 128, 96})})
       .big()
       .expect(batched_product(
-                  2, 3, 48, 96, 48, [](size_t p, size_t) { return p; }, [](size_t, size_t q) { return q; }),
+                  2, 3, 96, 128, 96, [](size_t p, size_t) { return p; }, [](size_t, size_t q) { return q; }),
               {0, 1e-5});
   add_case("matmul_int64_bmm", {Ints({3, 7, 5}, -4, 4), Ints({3, 5, 6}, -4, 4)}).big();
   add_case("matmul_k0", {U({4, 0}), U({0, 3})});

@@ -3,7 +3,7 @@
 //
 // With a budget on a device, every kernel run records, for each storage it writes, how to make
 // those bytes again: the kernel, its arguments (random draws included: seed and Philox offset are
-// kernel arguments), and its measured time. When an allocation would pass the limit even after
+// kernel arguments), and its measured time (or a modeled one: Cost). When an allocation would pass the limit even after
 // the allocator has released its cache, the runtime frees the bytes of resident storages it can
 // re-create (evicts them) and, with offload on, copies others to a separately accounted host
 // pool. A storage is rematerialized when a kernel (or a read of its values) touches it again:
@@ -48,6 +48,14 @@ namespace budget {
 
 enum class Remat : uint8_t { None, Dynamic };  // None: offload only (or a plain limit)
 enum class Offload : uint8_t { None, Activations, Optimizer, All };
+// How eviction prices a storage and ages it. Measured (DTR's): each recorded kernel's measured time,
+// staleness in wall-clock time, offload at the copy bandwidth measured at enable(). Modeled: a
+// kernel costs its matmul FLOPs at kModeledFlopsPerSecond plus its arguments' bytes at
+// kModeledBytesPerSecond, staleness counts kernel runs and offload moves at kModeledBytesPerSecond,
+// so the same program under the same budget evicts, recomputes and offloads the same storages on
+// any machine and under any load (the reports' measured seconds still vary).
+enum class Cost : uint8_t { Measured, Modeled };
+constexpr double kModeledFlopsPerSecond = 1e11, kModeledBytesPerSecond = 1e10;
 
 struct Options {
   int64_t limit = 0;  // bytes the device may reserve (set_memory_limit)
@@ -57,6 +65,7 @@ struct Options {
   // after it (within the limit: a prefetch never makes anything else leave), rather than when a
   // kernel first touches them.
   bool prefetch = true;
+  Cost cost = Cost::Measured;
 };
 
 // Puts `d` (cpu or cuda) under a budget: sets its memory limit and turns the runtime on. Storages
@@ -90,7 +99,7 @@ struct Stats {
   int64_t largest_working_set = 0;              // bytes of the largest kernel's arguments
   std::string largest_working_set_kernel;       // that kernel's name
   // Bytes/s to the host pool and back, measured at enable(); offload is chosen for a storage when
-  // 2 x bytes / bandwidth is below its recompute cost (its recorded kernels' measured time).
+  // 2 x bytes / bandwidth is below its recompute cost (its recorded kernels' time, or Cost::Modeled's).
   double bandwidth = 0;
 };
 Stats stats(const Device& d = kCPU);

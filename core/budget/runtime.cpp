@@ -63,7 +63,8 @@ struct Call {
   const char* kernel = "";
   detail::Replay replay;
   std::vector<Arg> args;
-  double seconds = 0, flops = 0;
+  double flops = 0;
+  double cost = 0;  // seconds to run it again: as measured, or modeled (Cost::Modeled)
   bool reads(const Cell* c) const {
     for (auto& a : args)
       if (a.read.get() == c) return true;
@@ -82,6 +83,7 @@ DeviceBudget& device_budget(const Device& d);
 
 struct Cell {
   Device device;
+  uint64_t id = 0;  // creation order on its device: breaks ties between equal scores the same way each run
   size_t nbytes = 0;
   Block* block = nullptr;   // resident ledger bytes
   void* wrapped = nullptr;  // resident user memory (from_blob): never leaves
@@ -98,7 +100,7 @@ struct Cell {
   bool user_pinned = false;
   bool has_storage = true;  // a Storage (user handle) still refers to it
   int locks = 0;            // arguments of a running kernel or recipe
-  double cost = 0;          // seconds to recompute (its recipe's measured time)
+  double cost = 0;          // seconds to recompute (its recipe calls' costs)
   int64_t last_use = 0;
   std::shared_ptr<ClassNode> cls;  // its equivalence class while evicted
   std::weak_ptr<Cell> self;
@@ -132,6 +134,8 @@ struct DeviceBudget {
   Options options;
   Stats stats;
   std::unordered_set<Cell*> cells;
+  int64_t kernel_runs = 0;  // the modeled clock
+  uint64_t cells_made = 0;
 };
 
 constexpr int kMaxDevices = 65;  // cpu, cuda:0..63
@@ -140,6 +144,13 @@ DeviceBudget& device_budget(const Device& d) {
   int i = d.is_cuda() ? 1 + d.index : 0;
   MG_CHECK(!d.is_meta() && i >= 0 && i < kMaxDevices, DeviceError, "budget: expected a cpu or cuda device, got ", d);
   return all[i];
+}
+
+// The time staleness is measured in: nanoseconds, or (Cost::Modeled) kernel runs counted as 1 us each.
+int64_t clock(const DeviceBudget& db) { return db.options.cost == Cost::Modeled ? db.kernel_runs * 1000 : now_ns(); }
+double host_bandwidth(const DeviceBudget& db) {
+  if (db.options.cost == Cost::Modeled) return kModeledBytesPerSecond;
+  return db.stats.bandwidth > 0 ? db.stats.bandwidth : 1e10;
 }
 
 void record_event(const Cell& c, MemoryEventKind kind) {
@@ -394,7 +405,7 @@ void rematerialize(Cell& c) {
 }
 
 void ensure_resident(Cell& c) {
-  c.last_use = now_ns();
+  c.last_use = clock(device_budget(c.device));
   if (c.offloaded())
     fetch(c);
   else if (!c.resident())
@@ -562,7 +573,8 @@ std::shared_ptr<Cell> adopt(const Device& d, size_t nbytes, Block* block, void* 
   c->deleter = std::move(deleter);
   c->fresh = fresh && block;
   if (block) c->category = block->category, c->owner = block->owner();
-  c->last_use = now_ns();
+  c->last_use = clock(device_budget(d));
+  c->id = ++device_budget(d).cells_made;
   c->self = c;
   device_budget(d).cells.insert(c.get());
   return c;
@@ -634,7 +646,7 @@ void prefetch(const std::vector<std::weak_ptr<Storage>>& storages) {
     } scope;
     try {
       fetch(*c);
-      c->last_use = now_ns();
+      c->last_use = clock(db);
       ++db.stats.prefetches;
     } catch (const PrefetchRefused&) {  // it did not fit: the kernel that reads it fetches it
     }
@@ -646,8 +658,8 @@ bool relieve(const Device& d, size_t bytes) {
   if (t_prefetching) throw PrefetchRefused{};
   Lock g(mu());
   auto& db = device_budget(d);
-  const int64_t now = now_ns();
-  const double bandwidth = db.stats.bandwidth > 0 ? db.stats.bandwidth : 1e10;
+  const int64_t now = clock(db);
+  const double bandwidth = host_bandwidth(db);
   Cell* best = nullptr;
   bool best_offload = false;
   double best_score = INFINITY;
@@ -655,11 +667,12 @@ bool relieve(const Device& d, size_t bytes) {
     const bool can_evict = may_evict(*c, db.options.remat), can_offload = may_offload(*c, db.options.offload);
     if (!can_evict && !can_offload) continue;
     const double size = double(c->block->size), stale = double(std::max<int64_t>(1, now - c->last_use)) * 1e-9;
-    // Out and back again: twice the bytes over the measured bandwidth.
+    // Out and back again: twice the bytes over the bandwidth.
     const double move = can_offload ? 2 * size / bandwidth : INFINITY;
     const double remat = can_evict ? recompute_cost(*c) : INFINITY;
     const double score = std::min(move, remat) / (size * stale);
-    if (score < best_score) best = c, best_score = score, best_offload = move < remat;
+    if (score < best_score || (score == best_score && best && c->id < best->id))
+      best = c, best_score = score, best_offload = move < remat;
   }
   if (!best) throw MemoryBudgetError(minimum_message(db, d, bytes));
   auto keep = best->self.lock();  // offload/evict must not destroy it midway
@@ -698,6 +711,7 @@ void KernelRun::run(const std::function<void()>& body) {
   {
     Lock g(mu());
     auto& db = device_budget(s.device);
+    ++db.kernel_runs;
     s.cells.resize(n);
     for (size_t i = 0; i < n; ++i)
       if (s.tensors[i].defined() && s.tensors[i].device() == s.device)
@@ -744,8 +758,8 @@ void KernelRun::run(const std::function<void()>& body) {
     call = std::make_shared<Call>();
     call->kernel = s.kernel;
     call->replay = std::move(s.replay);
-    call->seconds = seconds;
     call->flops = s.flops;
+    call->cost = seconds;
     for (size_t i = 0; i < n; ++i) {
       const Tensor& t = s.tensors[i];
       Arg a;
@@ -766,6 +780,11 @@ void KernelRun::run(const std::function<void()>& body) {
       }
       call->args.push_back(std::move(a));
     }
+    if (call && db.options.cost == Cost::Modeled) {
+      double bytes = 0;
+      for (const Arg& a : call->args) bytes += double(a.nbytes);
+      call->cost = call->flops / kModeledFlopsPerSecond + bytes / kModeledBytesPerSecond;
+    }
   }
   for (Cell* c : outputs) {
     // Parameters, gradients and optimizer state never leave for recompute: no recipe to keep.
@@ -778,14 +797,14 @@ void KernelRun::run(const std::function<void()>& body) {
     c->fresh = false;
     c->recipe.push_back(call);
     c->recomputable = true;
-    c->cost += seconds;
+    c->cost += call->cost;
     for (auto& a : call->args)
       if (a.read) add_dependent(*a.read, c->self);
   }
   for (size_t i = 0; i < n; ++i)  // read before any kernel wrote it: its value is not reproducible
     if (s.cells[i] && s.cells[i]->fresh) s.cells[i]->fresh = false;
   for (auto& c : s.cells)
-    if (c) c->last_use = now_ns();
+    if (c) c->last_use = clock(db);
   // Optimizer-state offload: the state lives in the host pool between steps.
   const Offload o = db.options.offload;
   if (o == Offload::Optimizer || o == Offload::All)

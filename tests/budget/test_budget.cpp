@@ -4,9 +4,12 @@
 // is off so the limit binds on the bytes handed out (the cache would only add whole segments).
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <fstream>
 #include <functional>
 #include <optional>
+#include <thread>
 
 #include <memgrad/core/budget.h>
 #include <memgrad/kernels/backend.h>
@@ -338,4 +341,37 @@ TEST_CASE("budget: backward fetches offloaded saved tensors ahead of the node th
   CHECK(refused.stats.fetches == 1);
   CHECK(refused.stats.offloads > 0);  // exp's backward made room for y
   CHECK(refused.stats.offloads == without.stats.offloads);
+}
+
+// Cost::Modeled prices and ages storages without clocks: the same program under the same budget
+// makes the same evictions, rematerializations, offloads and fetches, in the same order, even when
+// its kernels run at another speed (here: beside a thread that keeps a core busy).
+TEST_CASE("budget: with modeled costs every run evicts, recomputes and offloads the same storages") {
+  Outcome free_run = run(gpt(2));
+  budget::Options o = at(free_run, 0.45, budget::Offload::Activations);
+  o.cost = budget::Cost::Modeled;
+  auto decisions = [&](bool busy_core) {
+    std::atomic<bool> stop{false};
+    std::thread spinner([&] {
+      while (busy_core && !stop.load(std::memory_order_relaxed)) {
+      }
+    });
+    record_history(true);
+    Outcome b = run(gpt(2), o);
+    std::vector<std::string> made;
+    for (auto& e : memory_history())
+      if (e.kind >= MemoryEventKind::Evict)
+        made.push_back(std::string(event_kind_name(e.kind)) + " " + std::to_string(e.bytes) + " " + e.owner);
+    record_history(false);
+    stop = true;
+    spinner.join();
+    check_same(b, free_run);
+    CHECK(b.peak <= o.limit);
+    return made;
+  };
+  const std::vector<std::string> first = decisions(false);
+  CHECK(std::count_if(first.begin(), first.end(), [](const std::string& s) { return s.rfind("evict", 0) == 0; }) > 0);
+  CHECK(std::count_if(first.begin(), first.end(), [](const std::string& s) { return s.rfind("offload", 0) == 0; }) > 0);
+  CHECK(decisions(true) == first);
+  CHECK(decisions(false) == first);
 }

@@ -175,6 +175,16 @@ case $case_name in
       --log off.csv
     expect_output "offloaded [0-9.]+ [KM]iB in [1-9][0-9]* copies"
     same_losses free.csv off.csv 0
+    # --budget-cost modeled: two runs make the same evictions, recomputes and copies
+    for run in 1 2; do
+      expect_exit 0 "$bin" train "${args[@]}" --timeline '' --memory-limit $((peak * 50 / 100)) --remat dynamic \
+        --offload activations --budget-cost modeled --log modeled.csv
+      grep -oE "(evicted|rematerialized|offloaded) [0-9.]+ [KMG]?i?B in [0-9]+ [a-z]+|fetched back [0-9]+ \([0-9]+" out.txt \
+        >decisions.$run
+      [ "$(wc -l <decisions.$run)" = 4 ] || fail "no budget report"
+    done
+    cmp -s decisions.1 decisions.2 || fail "--budget-cost modeled: the runs decided differently"
+    same_losses free.csv modeled.csv 0
     expect_exit 2 "$bin" train "${args[@]}" --remat dynamic
     expect_output "--memory-limit"
     expect_exit 3 "$bin" train "${args[@]}" --memory-limit 64KiB --remat dynamic

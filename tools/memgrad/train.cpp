@@ -301,6 +301,11 @@ void add_train_flags(CLI::App& app, TrainFlags& f) {
                  "under --memory-limit, move activations or optimizer state (stepped there) to host memory")
       ->check(CLI::IsMember({"none", "activations", "optimizer", "all"}))
       ->capture_default_str();
+  app.add_option("--budget-cost", f.budget_cost,
+                 "how --remat/--offload price a tensor: measured kernel times (DTR), or modeled ones, so that "
+                 "every run of the same command evicts and recomputes the same tensors")
+      ->check(CLI::IsMember({"measured", "modeled"}))
+      ->capture_default_str();
   app.add_option("--seed", f.seed, "seed of parameters, data and dropout")
       ->transform(any_uint64())
       ->capture_default_str();
@@ -360,6 +365,7 @@ int run_train(const TrainFlags& f) {
                 : f.offload == "optimizer" ? mg::budget::Offload::Optimizer
                 : f.offload == "all"       ? mg::budget::Offload::All
                                            : mg::budget::Offload::None;
+    o.cost = f.budget_cost == "modeled" ? mg::budget::Cost::Modeled : mg::budget::Cost::Measured;
     mg::set_caching(device, false);  // the limit then binds on the bytes handed out, not on cached segments
     mg::budget::enable(device, o);
   } else if (f.memory_limit) {

@@ -63,7 +63,8 @@ Run measure(const plan::ModelSpec& model, const plan::InputShape& input, const p
   return r;
 }
 
-void bench(const char* name, const plan::ModelSpec& model, const plan::InputShape& input, int steps) {
+void bench(const char* name, const plan::ModelSpec& model, const plan::InputShape& input, int steps,
+           budget::Cost cost) {
   const plan::StepOptions step{plan::OptimizerKind::AdamW, plan::Precision::Float32};
   const Run free_run = measure(model, input, step, plan::Policy::none(), steps);
   // Measured after one ordinary step, so AdamW's state is held throughout, as in the runs' peak.
@@ -95,9 +96,11 @@ void bench(const char* name, const plan::ModelSpec& model, const plan::InputShap
                                                             format_bytes(plan::predicted_peak(costs, dp)) + ")"
                                                       : "";
     budget::Options remat{limit, budget::Remat::Dynamic, budget::Offload::None};
+    remat.cost = cost;
     const Run dyn = measure(model, input, step, plan::Policy::none(), steps, remat);
     const budget::Stats ds = budget::stats();
     budget::Options off{limit, budget::Remat::None, budget::Offload::Activations};
+    off.cost = cost;
     const Run moved = measure(model, input, step, plan::Policy::none(), steps, off);
     const budget::Stats os = budget::stats();
     int64_t evicted = 0;
@@ -120,13 +123,17 @@ void bench(const char* name, const plan::ModelSpec& model, const plan::InputShap
 
 }  // namespace
 
+// bench_budget [steps (3)] [measured|modeled: budget::Cost of the dynamic remat and offload runs]
 int main(int argc, char** argv) {
   const int steps = argc > 1 ? std::max(2, std::atoi(argv[1])) : 3;
+  const budget::Cost cost =
+      argc > 2 && std::string(argv[2]) == "modeled" ? budget::Cost::Modeled : budget::Cost::Measured;
+  std::printf("budget::Cost %s\n", cost == budget::Cost::Modeled ? "modeled" : "measured");
   set_caching(kCPU, false);
   nn::GPTConfig gpt;
   gpt.n_layer = 6, gpt.n_head = 4, gpt.n_embd = 128, gpt.vocab_size = 512, gpt.block_size = 128, gpt.dropout = 0.1;
   bench("GPT n_layer 6, n_embd 128, vocab 512, batch 8 x 128, dropout 0.1, AdamW", plan::ModelSpec::gpt_model(gpt),
-        {8, 128}, steps);
-  bench("MLP 8 layers of 256, batch 4096, AdamW", plan::ModelSpec::mlp(8, 256), {4096, 1}, steps);
+        {8, 128}, steps, cost);
+  bench("MLP 8 layers of 256, batch 4096, AdamW", plan::ModelSpec::mlp(8, 256), {4096, 1}, steps, cost);
   return 0;
 }

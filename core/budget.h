@@ -50,10 +50,11 @@ enum class Remat : uint8_t { None, Dynamic };  // None: offload only (or a plain
 enum class Offload : uint8_t { None, Activations, Optimizer, All };
 // How eviction prices a storage and ages it. Measured (DTR's): each recorded kernel's measured time,
 // staleness in wall-clock time, offload at the copy bandwidth measured at enable(). Modeled: a
-// kernel costs its matmul FLOPs at kModeledFlopsPerSecond plus its arguments' bytes at
-// kModeledBytesPerSecond, staleness counts kernel runs and offload moves at kModeledBytesPerSecond,
-// so the same program under the same budget evicts, recomputes and offloads the same storages on
-// any machine and under any load (the reports' measured seconds still vary).
+// kernel takes its matmul FLOPs at kModeledFlopsPerSecond plus its arguments' bytes at
+// kModeledBytesPerSecond, both to price a recompute and as the clock staleness is counted on, and
+// offload moves at kModeledBytesPerSecond. The same program under the same budget then evicts,
+// recomputes and offloads the same storages on any machine and under any load (the reports'
+// measured seconds still vary).
 enum class Cost : uint8_t { Measured, Modeled };
 constexpr double kModeledFlopsPerSecond = 1e11, kModeledBytesPerSecond = 1e10;
 

@@ -64,7 +64,7 @@ struct Call {
   detail::Replay replay;
   std::vector<Arg> args;
   double flops = 0;
-  double cost = 0;  // seconds to run it again: as measured, or modeled (Cost::Modeled)
+  double cost = 0;  // seconds to run it again: as measured, or as modeled (Cost::Modeled)
   bool reads(const Cell* c) const {
     for (auto& a : args)
       if (a.read.get() == c) return true;
@@ -134,7 +134,7 @@ struct DeviceBudget {
   Options options;
   Stats stats;
   std::unordered_set<Cell*> cells;
-  int64_t kernel_runs = 0;  // the modeled clock
+  int64_t modeled_ns = 0;  // the modeled clock: the modeled time of every kernel run so far
   uint64_t cells_made = 0;
 };
 
@@ -146,8 +146,8 @@ DeviceBudget& device_budget(const Device& d) {
   return all[i];
 }
 
-// The time staleness is measured in: nanoseconds, or (Cost::Modeled) kernel runs counted as 1 us each.
-int64_t clock(const DeviceBudget& db) { return db.options.cost == Cost::Modeled ? db.kernel_runs * 1000 : now_ns(); }
+// Now, in nanoseconds: wall-clock time, or (Cost::Modeled) the modeled time of the kernels run so far.
+int64_t clock(const DeviceBudget& db) { return db.options.cost == Cost::Modeled ? db.modeled_ns : now_ns(); }
 double host_bandwidth(const DeviceBudget& db) {
   if (db.options.cost == Cost::Modeled) return kModeledBytesPerSecond;
   return db.stats.bandwidth > 0 ? db.stats.bandwidth : 1e10;
@@ -711,7 +711,6 @@ void KernelRun::run(const std::function<void()>& body) {
   {
     Lock g(mu());
     auto& db = device_budget(s.device);
-    ++db.kernel_runs;
     s.cells.resize(n);
     for (size_t i = 0; i < n; ++i)
       if (s.tensors[i].defined() && s.tensors[i].device() == s.device)
@@ -738,10 +737,18 @@ void KernelRun::run(const std::function<void()>& body) {
     KernelDepth depth;
     body();
   }
-  const double seconds = seconds_since(t0);
-
   Lock g(mu());
   auto& db = device_budget(s.device);
+  // What running it again costs: its measured time, or its FLOPs and its arguments' bytes at the
+  // modeled rates (Cost::Modeled), which also advance the modeled clock.
+  double seconds = seconds_since(t0);
+  if (db.options.cost == Cost::Modeled) {
+    double bytes = 0;
+    for (const Tensor& t : s.tensors)
+      if (t.defined()) bytes += double(t.storage()->nbytes());
+    seconds = s.flops / kModeledFlopsPerSecond + bytes / kModeledBytesPerSecond;
+    db.modeled_ns += std::max<int64_t>(1, int64_t(seconds * 1e9));
+  }
   // The cells the kernel wrote, and whether any of them held a value before (an in-place write).
   std::vector<Cell*> outputs;
   bool in_place = false;
@@ -779,11 +786,6 @@ void KernelRun::run(const std::function<void()>& body) {
         break;
       }
       call->args.push_back(std::move(a));
-    }
-    if (call && db.options.cost == Cost::Modeled) {
-      double bytes = 0;
-      for (const Arg& a : call->args) bytes += double(a.nbytes);
-      call->cost = call->flops / kModeledFlopsPerSecond + bytes / kModeledBytesPerSecond;
     }
   }
   for (Cell* c : outputs) {

@@ -374,8 +374,10 @@ std::vector<ChoiceRow> choose_segments(const ModelSpec& model, const InputShape&
 std::optional<ChoiceRow> best_fit(const std::vector<ChoiceRow>& rows);
 std::string choice_table(const std::vector<ChoiceRow>& rows, int64_t budget);
 
-// The largest batch whose steps run on meta under a memory limit of `budget`, to the steady state
-// (doubling, then bisection); 0 if batch 1 does not. ctx.batch is ignored.
+// A batch whose steps run on meta under a memory limit of `budget`, to the steady state, while
+// batch + 1's do not (doubling, then bisection); 0 if batch 1 does not. It is the largest when the
+// peak grows with the batch; segment rounding can break that, so a larger batch may fit after a gap
+// the search does not look past. ctx.batch is ignored.
 int64_t largest_batch(const Program& program, const StepContext& ctx, int64_t budget, const PlanOptions& options = {},
                       int64_t max_batch = int64_t(1) << 20);
 int64_t largest_batch(const ModelSpec& model, const InputShape& input, const StepOptions& step, const Policy& policy,

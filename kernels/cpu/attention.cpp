@@ -36,15 +36,27 @@ int64_t visible_keys(const AttentionParams& p, int64_t i0, int64_t n, int64_t Tk
   return p.causal ? std::min(Tk, i0 + n) : Tk;
 }
 
+// alpha a @ b, a m x k (k x m stored when trans_a), b k x n (n x k stored when trans_b), on
+// row-major matrices that start at their first row: into a new matrix, or added to c's first rows.
+template <class A>
+Mat<A> product(bool trans_a, const Mat<A>& a, bool trans_b, const Mat<A>& b, int64_t m, int64_t k, int64_t n,
+               A alpha = 1) {
+  Mat<A> c(m, n);
+  gemm_serial<A>(trans_a, trans_b, m, n, k, alpha, a.data(), a.cols(), b.data(), b.cols(), 0, c.data(), n);
+  return c;
+}
+template <class A>
+void add_product(Mat<A>& c, bool trans_a, const Mat<A>& a, const Mat<A>& b, int64_t m, int64_t k) {
+  gemm_serial<A>(trans_a, false, m, c.cols(), k, 1, a.data(), a.cols(), b.data(), b.cols(), 1, c.data(), c.cols());
+}
+
 // scale * Q K^T + mask for query rows from i0 of head bh: -inf where the causal or a bool mask
 // hides a key, an additive mask added. `mask` is the mask's data (T for additive masks).
 template <class A, class T>
 Mat<A> scores(const Mat<A>& Q, const Mat<A>& K, int64_t bh, int64_t i0, int64_t kn, const AttentionParams& p,
               const void* mask) {
   constexpr A kHidden = -std::numeric_limits<A>::infinity();
-  Mat<A> S(Q.rows(), kn);
-  gemm_serial<A>(false, true, Q.rows(), kn, Q.cols(), A(p.scale), Q.data(), Q.cols(), K.data(), K.cols(), 0, S.data(),
-                 kn);
+  Mat<A> S = product(false, Q, true, K, Q.rows(), Q.cols(), kn, A(p.scale));
   using Kind = kernels::AttentionMask::Kind;
   if (p.mask.kind != Kind::None)
     for (int64_t r = 0; r < S.rows(); ++r)
@@ -85,19 +97,6 @@ void apply_dropout(Mat<A>& M, int64_t bh, int64_t i0, int64_t Tq, int64_t Tk, co
                      [&](int64_t j0, const float* u, int64_t m) {
                        for (int64_t k = 0; k < m; ++k) M(r, j0 + k) = u[k] >= pf ? M(r, j0 + k) * keep_scale : A(0);
                      });
-}
-
-// a (m x k, or k x m stored when trans_a) @ b (k x n, or n x k stored when trans_b) on row-major
-// matrices that start at their first row: into a new matrix, or added to c's first rows.
-template <class A>
-Mat<A> product(bool trans_a, const Mat<A>& a, bool trans_b, const Mat<A>& b, int64_t m, int64_t k, int64_t n) {
-  Mat<A> c(m, n);
-  gemm_serial<A>(trans_a, trans_b, m, n, k, 1, a.data(), a.cols(), b.data(), b.cols(), 0, c.data(), n);
-  return c;
-}
-template <class A>
-void add_product(Mat<A>& c, bool trans_a, const Mat<A>& a, const Mat<A>& b, int64_t m, int64_t k) {
-  gemm_serial<A>(trans_a, false, m, c.cols(), k, 1, a.data(), a.cols(), b.data(), b.cols(), 1, c.data(), c.cols());
 }
 
 // Runs f(bh) for every batch*head, spread over the threads.

@@ -14,6 +14,7 @@
 #endif
 
 #include <memgrad/core/variants.h>
+#include <memgrad/kernels/blas_layout.h>
 #include <memgrad/kernels/cpu/cpu_kernels.h>
 #include <memgrad/kernels/cpu/loops.h>
 
@@ -52,14 +53,14 @@ void cblas_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, A a
 }
 #else
 [[maybe_unused]] const std::atomic<int>& g_variant = register_kernel_variants(DeviceType::CPU, "matmul", {"eigen"});
-bool use_openblas(int64_t) { return false; }
 #endif
 
-// BLAS takes a stored rows x cols row-major matrix with leading dimension ld >= cols (any ld >= 1
-// for a single row, which it sets): false where the strides say otherwise (Eigen maps those).
+// Whether BLAS takes a stored rows x cols row-major matrix with leading dimension ld as it is
+// (kernels::blas_layout, which also sets ld for a single row); Eigen maps the others.
 [[maybe_unused]] bool blas_leading_dim(int64_t rows, int64_t cols, int64_t& ld) {
-  if (rows <= 1) ld = std::max<int64_t>(cols, 1);
-  return ld >= std::max<int64_t>(cols, 1) && ld <= INT32_MAX && rows <= INT32_MAX && cols <= INT32_MAX;
+  const kernels::BlasLayout l = kernels::blas_layout(rows, cols, ld, 1);
+  ld = l.ld;
+  return l.kind == kernels::BlasLayout::Rows && std::max({rows, cols, ld}) <= INT32_MAX;
 }
 
 // The matrix of a [B, R, C] operand with strides s as gemm_serial takes it: row-major with leading

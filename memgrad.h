@@ -8,7 +8,8 @@
 //   (core/cuda.h); the default random generator (core/random.h: locked, so concurrent random ops
 //   never share counters; pass your own Generator for an independent stream).
 // - Per thread: grad mode (NoGradGuard), autocast (AutocastGuard), memory scopes (MemoryScope's
-//   category and owner labels, OpScope), saved-tensor hooks, flop counters, the current CUDA stream.
+//   category and owner labels, OpScope), saved-tensor hooks, flop counters, kernel profiles, the
+//   current CUDA stream.
 // - Tensors themselves are not locked: two threads may read one tensor, but not write it while
 //   another reads or writes it, and one autograd graph runs backward on one thread at a time.
 #pragma once
@@ -31,6 +32,7 @@
 #include <memgrad/core/memory/batch_size.h>
 #include <memgrad/core/op.h>
 #include <memgrad/core/ops.h>
+#include <memgrad/core/profile.h>
 #include <memgrad/core/random.h>
 #include <memgrad/core/tensor.h>
 #include <memgrad/core/variants.h>

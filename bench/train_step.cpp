@@ -1,6 +1,7 @@
 // One training step (zero_grad, forward, loss, backward, AdamW step) of an MLP or a small GPT on
 // CPU: the median step time after warm-up and the ledger's peak over one steady-state step.
-// Prints one JSON object; bench/compare/train_step.py runs the same workloads in PyTorch.
+// Prints one JSON object; bench/compare/train_step.py runs the same workloads in PyTorch. Then as
+// many steps again under a KernelProfile: time in the matmul kernels, in all kernels, and by kernel.
 //   bench_train_step mlp [steps=20] [batch=256] [in=784] [hidden=1024] [layers=2] [classes=10]
 //   bench_train_step gpt [steps=10] [n_layer=4] [n_head=4] [n_embd=128] [vocab=2048] [batch=8] [seq=128]
 //   bench_train_step gpt-fused ...   the same GPT with fused attention (scaled_dot_product_attention)
@@ -127,6 +128,25 @@ int main(int argc, char** argv) {
     ms.push_back(1e3 * std::chrono::duration<double>(Clock::now() - t0).count());
     cpu_ms.push_back(1e3 * (cpu_seconds() - c0));
   }
+  // As many steps again under a KernelProfile each: the time inside the matmul kernels (GEMM), in all
+  // kernels, and outside them (dispatch, allocation, autograd), per step. Kept apart from the timed
+  // steps above, so the clock reads of profiling never touch the step_ms figures.
+  std::vector<double> matmul_ms, kernel_ms, profiled_ms;
+  std::vector<KernelProfile::Entry> by_kernel;  // summed over the profiled steps
+  for (int i = 0; i < steps; ++i) {
+    KernelProfile profile;
+    auto t0 = Clock::now();
+    step();
+    profiled_ms.push_back(1e3 * std::chrono::duration<double>(Clock::now() - t0).count());
+    matmul_ms.push_back(1e3 * profile.seconds("matmul"));
+    kernel_ms.push_back(1e3 * profile.seconds());
+    for (const auto& e : profile.entries()) {
+      auto it = std::find_if(by_kernel.begin(), by_kernel.end(), [&](const auto& k) { return k.kernel == e.kernel; });
+      if (it == by_kernel.end()) it = by_kernel.insert(by_kernel.end(), {e.kernel, 0, 0});
+      it->calls += e.calls, it->seconds += e.seconds;
+    }
+  }
+  std::sort(by_kernel.begin(), by_kernel.end(), [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
   const char* threads = std::getenv("OMP_NUM_THREADS");
   std::printf(
       "{\"workload\": \"%s\", \"config\": \"%s\", \"threads\": \"%s\", \"steps\": %d, \"step_ms\": %.3f, "
@@ -136,6 +156,10 @@ int main(int argc, char** argv) {
       *std::min_element(ms.begin(), ms.end()), median(cpu_ms), (long long)s.peak_requested, (long long)s.peak_allocated,
       gemm_flops * 1e-9, loss);
   for (size_t i = 0; i < ms.size(); ++i) std::printf("%s%.3f", i ? ", " : "", ms[i]);
-  std::printf("]}\n");
+  std::printf("], \"profiled_step_ms\": %.3f, \"matmul_ms\": %.3f, \"kernel_ms\": %.3f, \"kernels_ms\": {",
+              median(profiled_ms), median(matmul_ms), median(kernel_ms));
+  for (size_t i = 0; i < by_kernel.size(); ++i)
+    std::printf("%s\"%s\": %.3f", i ? ", " : "", by_kernel[i].kernel.c_str(), 1e3 * by_kernel[i].seconds / steps);
+  std::printf("}}\n");
   return 0;
 }

@@ -8,6 +8,7 @@
 
 #include <memgrad/core/grad_mode.h>
 #include <memgrad/core/memory.h>
+#include <memgrad/core/profile.h>
 #include <memgrad/core/tensor.h>
 #include <memgrad/kernels/budget_run.h>
 #include <memgrad/kernels/host_device.h>
@@ -102,7 +103,7 @@ const char* kernel_name(Fn Backend::*fn) {
 // allocate. Raises NotImplementedError naming the current op (OpScope) and the kernel when the
 // backend lacks it. Under a memory budget
 // (core/budget.h) the run goes through the budget runtime, which records how to recompute what it
-// writes (kernels/budget_run.h).
+// writes (kernels/budget_run.h). Under a KernelProfile (core/profile.h) the call is timed.
 template <class Fn, class... Args>
 void run(const Device& device, Fn Backend::*fn, Args&&... args) {
   NoGradGuard no_grad;                       // kernels never record history
@@ -113,8 +114,14 @@ void run(const Device& device, Fn Backend::*fn, Args&&... args) {
   }
   auto f = (device.is_cuda() ? cuda_backend() : cpu_backend()).*fn;
   if (f == nullptr) no_kernel(device, kernel_name(fn));
-  if (budget::detail::any_active()) return run_budgeted(device, kernel_name(fn), f, args...);
-  f(std::forward<Args>(args)...);
+  auto call = [&] {
+    if (budget::detail::any_active()) return run_budgeted(device, kernel_name(fn), f, args...);
+    f(std::forward<Args>(args)...);
+  };
+  if (!mg::detail::any_kernel_profile()) return call();
+  mg::detail::KernelSpan span(device, kernel_name(fn));
+  call();
+  span.stop();
 }
 
 // Runs an optional entry (one returning bool, such as conv2d): false when the backend has none,
@@ -125,7 +132,12 @@ bool try_run(const Device& device, Fn Backend::*fn, Args&&... args) {
   NoGradGuard no_grad;
   MemoryScope scratch(Category::Workspace);
   auto f = (device.is_cuda() ? cuda_backend() : cpu_backend()).*fn;
-  return f != nullptr && f(std::forward<Args>(args)...);
+  if (f == nullptr) return false;
+  if (!mg::detail::any_kernel_profile()) return f(std::forward<Args>(args)...);
+  mg::detail::KernelSpan span(device, kernel_name(fn));
+  const bool ran = f(std::forward<Args>(args)...);
+  if (ran) span.stop();
+  return ran;
 }
 
 }  // namespace mg::kernels

@@ -102,6 +102,16 @@ case $case_name in
       --momentum 0.9 --timeline ''
     exact "mlp"
     ;;
+  profile)  # --profile: time by kernel over the steps after the first; the ledger and the plan unchanged
+    expect_exit 0 "$bin" train "${small[@]}" --steps 3 --clip 0 --profile
+    expect_output "^time by kernel, steps 2-3 on cpu:"
+    expect_output "^  matmul +[0-9]+\.0 +[0-9.]+ ms"
+    expect_output "^  adam_update +1\.0 "  # AdamW steps every parameter in one multi-tensor kernel
+    expect_output "^  \(outside kernels\) "
+    [ "$(grep -c ': exact$' out.txt)" -eq 3 ] || fail "--profile: planned != measured"
+    expect_exit 0 "$bin" train --model mlp --layers 2 --width 32 --batch 8 --steps 1 --timeline '' --profile
+    expect_output "^time by kernel, steps 1-1 on cpu:"
+    ;;
   promise)  # a --memory-limit of the planned reserved peak runs; one 512 B granule less runs out of memory
     promise() {
       expect_exit 0 "$bin" plan --no-compare "$@"

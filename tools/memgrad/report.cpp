@@ -43,6 +43,22 @@ void print_plan(const mg::plan::StepReport& r) {
               mg::format_bytes(r.first_peak).c_str(), static_cast<long long>(r.first_peak));
 }
 
+void print_kernel_times(const mg::KernelProfile& profile, double wall_seconds, int64_t steps) {
+  const double n = double(std::max<int64_t>(steps, 1));
+  auto line = [&](const char* what, const std::string& calls, double seconds) {
+    std::printf("  %-28s %10s %11.3f ms %6.1f%%\n", what, calls.c_str(), 1e3 * seconds / n,
+                wall_seconds > 0 ? 100.0 * seconds / wall_seconds : 0.0);
+  };
+  std::printf("  %-28s %10s %14s %7s\n", "kernel", "calls/step", "time/step", "share");
+  char calls[32];
+  for (const auto& e : profile.entries()) {
+    std::snprintf(calls, sizeof calls, "%.1f", double(e.calls) / n);
+    line(e.kernel.c_str(), calls, e.seconds);
+  }
+  line("(outside kernels)", "", wall_seconds - profile.seconds());
+  line("step", "", wall_seconds);
+}
+
 std::string format_seconds(double s) {
   char buf[32];
   if (s < 1.0)

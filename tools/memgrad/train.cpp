@@ -324,6 +324,9 @@ void add_train_flags(CLI::App& app, TrainFlags& f) {
       ->transform(integer_in(0, kMaxCount))
       ->capture_default_str();
   app.add_flag("-q,--quiet", f.quiet, "no progress lines");
+  app.add_flag("--profile", f.profile,
+               "time each kernel over the steps after the first and print where the time went (on cuda each "
+               "kernel is synchronized, which slows the run)");
 }
 
 int run_train(const TrainFlags& f) {
@@ -458,12 +461,15 @@ int run_train(const TrainFlags& f) {
   Progress progress(first, f.steps, f.log_every ? f.log_every : std::max<int64_t>(1, (f.steps - first + 1) / 20),
                     f.quiet, data.is_gpt() ? "tok" : "rows");
   double loss = 0, train_seconds = 0;
-  int64_t peaks[2] = {0, 0};  // allocated: the first step, and the largest of the later ones
-  int64_t reserved = 0;       // the largest reserved of all steps
+  int64_t peaks[2] = {0, 0};                 // allocated: the first step, and the largest of the later ones
+  int64_t reserved = 0;                      // the largest reserved of all steps
+  std::optional<mg::KernelProfile> profile;  // --profile: the steps after the first (all of a 1-step run)
+  double profiled_seconds = 0;
   mg::CategoryBytes at_peak{};
   std::map<std::string, int64_t> owners_at_peak;
   try {
     for (int64_t step = first; step <= f.steps; ++step) {
+      if (f.profile && !profile && (step > first || first == f.steps)) profile.emplace();
       const auto t0 = Clock::now();
       if (timeline) mg::annotate_memory("step " + std::to_string(step), device);
       mg::reset_peak(device);  // as the planner does: the step (gradients cleared first) is measured whole
@@ -473,6 +479,7 @@ int run_train(const TrainFlags& f) {
       if (device.is_cuda()) mg::cuda::synchronize(device.index);
       const double dt = seconds_since(t0);
       train_seconds += dt;
+      if (profile) profiled_seconds += dt;
       const mg::MemoryStats m = mg::memory_stats(device);
       const int64_t peak = m.peak_allocated - base.allocated;
       reserved = std::max(reserved, m.peak_reserved - base.reserved);
@@ -501,6 +508,13 @@ int run_train(const TrainFlags& f) {
     std::fflush(stdout);
     std::fprintf(stderr, "%s", oom_advice(f, spec, policy, device).c_str());
     throw;
+  }
+  if (profile) {
+    const int64_t from = first == f.steps ? first : first + 1;
+    std::printf("\ntime by kernel, steps %lld-%lld on %s:\n", static_cast<long long>(from),
+                static_cast<long long>(f.steps), device.str().c_str());
+    print_kernel_times(*profile, profiled_seconds, f.steps - from + 1);
+    profile.reset();
   }
   model.zero_grad();  // the last step's gradients: not needed for evaluation
   const int64_t steps_run = f.steps - first + 1;

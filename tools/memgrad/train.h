@@ -26,6 +26,7 @@ struct TrainFlags {
   int64_t log_every = 0;       // 0: about 20 lines (a live bar on a terminal)
   int64_t sample = 200;        // GPT: bytes of text generated at the end
   bool quiet = false;
+  bool profile = false;  // time by kernel over the steps after the first
 };
 
 void add_train_flags(CLI::App& app, TrainFlags& f);

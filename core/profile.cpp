@@ -1,0 +1,85 @@
+#include <memgrad/core/profile.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include <memgrad/core/cuda.h>
+
+namespace mg {
+
+namespace detail {
+std::atomic<int> g_kernel_profiles{0};
+}  // namespace detail
+
+namespace {
+thread_local KernelProfile* t_innermost = nullptr;
+thread_local int t_span_depth = 0;  // timed kernels open on this thread (only the outermost counts)
+}  // namespace
+
+KernelProfile::KernelProfile() : outer_(t_innermost) {
+  t_innermost = this;
+  detail::g_kernel_profiles.fetch_add(1, std::memory_order_relaxed);
+}
+KernelProfile::~KernelProfile() {
+  t_innermost = outer_;
+  detail::g_kernel_profiles.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void KernelProfile::add(const char* kernel, double seconds) {
+  auto it = std::find_if(lines_.begin(), lines_.end(),
+                         [&](const Line& l) { return l.key == kernel || std::strcmp(l.key, kernel) == 0; });
+  if (it == lines_.end()) it = lines_.insert(lines_.end(), Line{kernel, Entry{kernel, 0, 0}});
+  ++it->entry.calls;
+  it->entry.seconds += seconds;
+}
+
+std::vector<KernelProfile::Entry> KernelProfile::entries() const {
+  std::vector<Entry> out;
+  for (const Line& l : lines_) out.push_back(l.entry);
+  std::stable_sort(out.begin(), out.end(), [](const Entry& a, const Entry& b) { return a.seconds > b.seconds; });
+  return out;
+}
+
+double KernelProfile::seconds() const {
+  double s = 0;
+  for (const Line& l : lines_) s += l.entry.seconds;
+  return s;
+}
+
+double KernelProfile::seconds(std::string_view kernel) const {
+  for (const Line& l : lines_)
+    if (l.entry.kernel == kernel) return l.entry.seconds;
+  return 0;
+}
+
+int64_t KernelProfile::calls(std::string_view kernel) const {
+  for (const Line& l : lines_)
+    if (l.entry.kernel == kernel) return l.entry.calls;
+  return 0;
+}
+
+void KernelProfile::reset() { lines_.clear(); }
+
+namespace detail {
+
+KernelSpan::KernelSpan(const Device& device, const char* kernel)
+    : device_(device), kernel_(kernel), active_(t_innermost != nullptr && t_span_depth == 0 && !device.is_meta()) {
+  if (!active_) return;
+  ++t_span_depth;
+  if (device_.is_cuda()) cuda::synchronize(device_.index);  // earlier work is not this kernel's
+  start_ = std::chrono::steady_clock::now();
+}
+
+KernelSpan::~KernelSpan() {
+  if (active_) --t_span_depth;
+}
+
+void KernelSpan::stop() {
+  if (!active_) return;
+  if (device_.is_cuda()) cuda::synchronize(device_.index);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  for (KernelProfile* p = t_innermost; p; p = p->outer_) p->add(kernel_, s);
+}
+
+}  // namespace detail
+}  // namespace mg

@@ -24,11 +24,12 @@ void with_affine(bool w, bool b, F f) {
 
 // Normalizes the row x[0, n) into y in SIMD lanes: the mean, then the variance as the mean squared
 // deviation from it (two passes, each a blocked sum: float lanes within blocks, blocks in double).
+// The sums' lambdas capture by value (blocked_sum, loops.h): by reference, GCC 12 gathered x.
 template <class T, class A, class W, class B>
 void layer_norm_row(const T* x, const T* w, const T* b, T* y, int64_t n, double eps, A& mean, A& rstd, W, B) {
-  const A mu = A(blocked_sum<A>(n, [&](int64_t j) { return A(load(x[j])); }) / double(n));
+  const A mu = A(blocked_sum<A>(n, [=](int64_t j) { return A(load(x[j])); }) / double(n));
   const double var = blocked_sum<A>(n,
-                                    [&](int64_t j) {
+                                    [=](int64_t j) {
                                       const A d = A(load(x[j])) - mu;
                                       return d * d;
                                     }) /
@@ -107,17 +108,17 @@ void layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& mean
       T* gxp = ptr<T>(grad_x);
       with_affine(wp, false, [&](auto has_w, auto) {
         parallel_for(rows, parallel && rows > 1, [&](int64_t i) {
-          const T *row = xp + i * n, *grow = gp + i * n;
+          const T *row = xp + i * n, *grow = gp + i * n, *w = wp;
           const A mu = mp[i], rs = rp[i];
-          auto gw = [&](int64_t j) {  // grad * weight
+          auto gw = [=](int64_t j) {  // grad * weight; by value, as layer_norm_row's sums
             if constexpr (decltype(has_w)::value)
-              return A(load(grow[j])) * A(load(wp[j]));
+              return A(load(grow[j])) * A(load(w[j]));
             else
               return A(load(grow[j]));
           };
           const A mean_g = A(blocked_sum<A>(n, gw) / double(n));
           const A mean_gx =
-              A(blocked_sum<A>(n, [&](int64_t j) { return gw(j) * ((A(load(row[j])) - mu) * rs); }) / double(n));
+              A(blocked_sum<A>(n, [=](int64_t j) { return gw(j) * ((A(load(row[j])) - mu) * rs); }) / double(n));
 #pragma omp simd
           for (int64_t j = 0; j < n; ++j)
             gxp[i * n + j] = store<T>(rs * (gw(j) - mean_g - (A(load(row[j])) - mu) * rs * mean_gx));

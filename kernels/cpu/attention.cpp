@@ -162,13 +162,22 @@ void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k
         for (int64_t r = 0; r < n; ++r) Dl[i0 + r] = dOxO.row(r).sum();
         Mat<A> P = scores<A, T>(Q, K, bh, i0, kn, p, mask_data);
         probabilities(P, L + i0);
-        Mat<A> Pd = P;  // the dropped-out probabilities that multiplied v
-        apply_dropout(Pd, bh, i0, Tq, Tk, p);
-        add_product(dV, true, Pd, dO, kn, n);
-        Mat<A> dP = product(false, dO, true, V, n, D, kn);
-        apply_dropout(dP, bh, i0, Tq, Tk, p);
-        for (int64_t r = 0; r < n; ++r) dP.row(r).array() -= Dl[i0 + r];
-        const Mat<A> dS = P.cwiseProduct(dP) * A(p.scale);
+        if (p.dropout_p > 0) {  // the dropped-out probabilities multiplied v
+          Mat<A> Pd = P;
+          apply_dropout(Pd, bh, i0, Tq, Tk, p);
+          add_product(dV, true, Pd, dO, kn, n);
+        } else {
+          add_product(dV, true, P, dO, kn, n);
+        }
+        Mat<A> dS = product(false, dO, true, V, n, D, kn);  // dP, then dS = P (dP - delta) scale in place
+        apply_dropout(dS, bh, i0, Tq, Tk, p);
+        const A scale = A(p.scale);
+        for (int64_t r = 0; r < n; ++r) {
+          const A d = Dl[i0 + r];
+          A* s = dS.data() + r * kn;
+          const A* pr = P.data() + r * kn;
+          for (int64_t j = 0; j < kn; ++j) s[j] = pr[j] * (s[j] - d) * scale;
+        }
         store_rows(product(false, dS, false, K, n, kn, D), ptr<T>(grad_q) + qo, i0);
         add_product(dK, true, dS, Q, kn, n);
       }

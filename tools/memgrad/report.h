@@ -18,7 +18,8 @@ void print_breakdown(int64_t peak, const mg::CategoryBytes& at_peak, const std::
 void print_plan(const mg::plan::StepReport& r);
 
 // A kernel profile of `steps` steps that took `wall_seconds`: each kernel's calls and time per step
-// and share of the wall time, then the time outside every kernel (dispatch, allocation, autograd).
+// and share of the wall time, then the time outside every kernel (dispatch, allocation, autograd's
+// bookkeeping, making the batches).
 void print_kernel_times(const mg::KernelProfile& profile, double wall_seconds, int64_t steps);
 
 // "12.5 ms", "3.21 s".

@@ -132,7 +132,7 @@ int main(int argc, char** argv) {
   // kernels, and outside them (dispatch, allocation, autograd), per step. Kept apart from the timed
   // steps above, so the clock reads of profiling never touch the step_ms figures.
   std::vector<double> matmul_ms, kernel_ms, profiled_ms;
-  std::vector<KernelProfile::Entry> by_kernel;  // summed over the profiled steps
+  KernelProfile all;  // every profiled step: the per-kernel totals (profiles nest)
   for (int i = 0; i < steps; ++i) {
     KernelProfile profile;
     auto t0 = Clock::now();
@@ -140,13 +140,8 @@ int main(int argc, char** argv) {
     profiled_ms.push_back(1e3 * std::chrono::duration<double>(Clock::now() - t0).count());
     matmul_ms.push_back(1e3 * profile.seconds("matmul"));
     kernel_ms.push_back(1e3 * profile.seconds());
-    for (const auto& e : profile.entries()) {
-      auto it = std::find_if(by_kernel.begin(), by_kernel.end(), [&](const auto& k) { return k.kernel == e.kernel; });
-      if (it == by_kernel.end()) it = by_kernel.insert(by_kernel.end(), {e.kernel, 0, 0});
-      it->calls += e.calls, it->seconds += e.seconds;
-    }
   }
-  std::sort(by_kernel.begin(), by_kernel.end(), [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
+  const std::vector<KernelProfile::Entry> by_kernel = all.entries();
   const char* threads = std::getenv("OMP_NUM_THREADS");
   std::printf(
       "{\"workload\": \"%s\", \"config\": \"%s\", \"threads\": \"%s\", \"steps\": %d, \"step_ms\": %.3f, "

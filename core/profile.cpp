@@ -1,7 +1,6 @@
 #include <memgrad/core/profile.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include <memgrad/core/cuda.h>
 
@@ -14,6 +13,14 @@ std::atomic<int> g_kernel_profiles{0};
 namespace {
 thread_local KernelProfile* t_innermost = nullptr;
 thread_local int t_span_depth = 0;  // timed kernels open on this thread (only the outermost counts)
+
+// The entry of `kernel` in `entries` (const or not), or null.
+template <class Entries>
+auto entry_of(Entries& entries, std::string_view kernel) -> decltype(&entries[0]) {
+  for (auto& e : entries)
+    if (e.kernel == kernel) return &e;
+  return nullptr;
+}
 }  // namespace
 
 KernelProfile::KernelProfile() : outer_(t_innermost) {
@@ -26,39 +33,35 @@ KernelProfile::~KernelProfile() {
 }
 
 void KernelProfile::add(const char* kernel, double seconds) {
-  auto it = std::find_if(lines_.begin(), lines_.end(),
-                         [&](const Line& l) { return l.key == kernel || std::strcmp(l.key, kernel) == 0; });
-  if (it == lines_.end()) it = lines_.insert(lines_.end(), Line{kernel, Entry{kernel, 0, 0}});
-  ++it->entry.calls;
-  it->entry.seconds += seconds;
+  Entry* e = entry_of(entries_, kernel);
+  if (!e) e = &entries_.emplace_back(Entry{kernel, 0, 0});
+  ++e->calls;
+  e->seconds += seconds;
 }
 
 std::vector<KernelProfile::Entry> KernelProfile::entries() const {
-  std::vector<Entry> out;
-  for (const Line& l : lines_) out.push_back(l.entry);
+  std::vector<Entry> out = entries_;
   std::stable_sort(out.begin(), out.end(), [](const Entry& a, const Entry& b) { return a.seconds > b.seconds; });
   return out;
 }
 
 double KernelProfile::seconds() const {
   double s = 0;
-  for (const Line& l : lines_) s += l.entry.seconds;
+  for (const Entry& e : entries_) s += e.seconds;
   return s;
 }
 
 double KernelProfile::seconds(std::string_view kernel) const {
-  for (const Line& l : lines_)
-    if (l.entry.kernel == kernel) return l.entry.seconds;
-  return 0;
+  const Entry* e = entry_of(entries_, kernel);
+  return e ? e->seconds : 0;
 }
 
 int64_t KernelProfile::calls(std::string_view kernel) const {
-  for (const Line& l : lines_)
-    if (l.entry.kernel == kernel) return l.entry.calls;
-  return 0;
+  const Entry* e = entry_of(entries_, kernel);
+  return e ? e->calls : 0;
 }
 
-void KernelProfile::reset() { lines_.clear(); }
+void KernelProfile::reset() { entries_.clear(); }
 
 namespace detail {
 

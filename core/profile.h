@@ -45,12 +45,8 @@ class KernelProfile {
 
  private:
   friend class detail::KernelSpan;
-  struct Line {
-    const char* key;  // the kernel's name as the backend passed it (compared by address first)
-    Entry entry;
-  };
   void add(const char* kernel, double seconds);
-  std::vector<Line> lines_;
+  std::vector<Entry> entries_;  // in the order the kernels first ran
   KernelProfile* outer_;
 };
 

@@ -1,14 +1,19 @@
-// One training step (zero_grad, forward, loss, backward, AdamW step) of an MLP or a small GPT on
-// CPU: the median step time after warm-up and the ledger's peak over one steady-state step.
-// Prints one JSON object; bench/compare/train_step.py runs the same workloads in PyTorch. Then as
-// many steps again under a KernelProfile: time in the matmul kernels, in all kernels, and by kernel.
+// One training step (zero_grad, forward, loss, backward, AdamW step) of an MLP or a GPT: the
+// median step time after warm-up and the ledger's peak over one steady-state step. Prints one JSON
+// object; bench/compare/train_step.py runs the same workloads in PyTorch. Then as many steps again
+// under a KernelProfile: time in the matmul kernels, in all kernels, and by kernel.
 //   bench_train_step mlp [steps=20] [batch=256] [in=784] [hidden=1024] [layers=2] [classes=10]
 //   bench_train_step gpt [steps=10] [n_layer=4] [n_head=4] [n_embd=128] [vocab=2048] [batch=8] [seq=128]
 //   bench_train_step gpt-fused ...   the same GPT with fused attention (scaled_dot_product_attention)
-// MG_CPU_MATMUL=<variant> selects the CPU matmul kernel variant (auto, openblas, eigen);
-// MG_FUSED_ELEMENTWISE=0 runs the GPT block's element-wise chains as single ops (before/after).
+// The environment picks the rest (train_step.py reads the same names):
+//   MG_DEVICE=cpu|cuda|cuda:N          where the step runs (cpu)
+//   MG_PRECISION=fp32|tf32|bf16|fp16   float32; float32 with TF32 matmuls (cuda); bf16 or fp16 autocast
+//   MG_CHECKPOINT=none|every-K|sqrt|selective   GPT recompute-on-backward (as memgrad train --checkpoint)
+//   MG_CPU_MATMUL=<variant>            the CPU matmul kernel variant (auto, openblas, eigen)
+//   MG_FUSED_ELEMENTWISE=0             the GPT block's element-wise chains as single ops (before/after)
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -32,6 +37,11 @@ double cpu_seconds() {
   return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
 }
 
+std::string env(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -43,7 +53,7 @@ struct Workload {
   std::function<Tensor()> loss;  // forward and loss on the fixed batch
 };
 
-Workload make_mlp(const std::vector<int64_t>& a) {
+Workload make_mlp(const std::vector<int64_t>& a, const Device& device) {
   const int64_t batch = a[0], in = a[1], hidden = a[2], layers = a[3], classes = a[4];
   auto net = std::make_shared<nn::Sequential>();
   for (int64_t i = 0, width = in; i < layers; ++i, width = hidden) {
@@ -51,11 +61,12 @@ Workload make_mlp(const std::vector<int64_t>& a) {
     net->emplace_back<nn::ReLU>();
   }
   net->emplace_back<nn::Linear>(layers > 0 ? hidden : in, classes);
+  net->to(device);
   Tensor x, y;
   {
     MemoryScope scope(Category::Input, "batch");
-    x = randn({batch, in});
-    y = randint(0, classes, {batch});
+    x = randn({batch, in}, device);
+    y = randint(0, classes, {batch}, TensorOptions(kInt64).device(device));
   }
   char cfg[160];
   std::snprintf(cfg, sizeof cfg, "batch %lld, %lld -> %lld x %lld (ReLU) -> %lld", (long long)batch, (long long)in,
@@ -63,31 +74,47 @@ Workload make_mlp(const std::vector<int64_t>& a) {
   return {"mlp", cfg, net, [net, x, y] { return cross_entropy(net->forward(x), y); }};
 }
 
-Workload make_gpt(const std::vector<int64_t>& a, bool fused) {
+// MG_CHECKPOINT's policy on the GPT's blocks: every-K, sqrt (K = ceil(sqrt(n_layer))) or selective.
+void set_checkpoint(nn::GPTConfig& c, const std::string& policy) {
+  if (policy == "selective")
+    c.selective_recompute = true;
+  else if (policy == "sqrt")
+    c.checkpoint_every = int64_t(std::ceil(std::sqrt(double(c.n_layer))));
+  else if (policy.rfind("every-", 0) == 0 && std::atoll(policy.c_str() + 6) > 0)
+    c.checkpoint_every = std::atoll(policy.c_str() + 6);
+  else if (policy != "none")
+    throw ValueError("MG_CHECKPOINT: expected none, every-K, sqrt or selective, got " + policy);
+}
+
+Workload make_gpt(const std::vector<int64_t>& a, bool fused, const Device& device, const std::string& checkpoint) {
   nn::GPTConfig c;
   c.fused_attention = fused;
+  c.options = TensorOptions().device(device);
   const char* fuse = std::getenv("MG_FUSED_ELEMENTWISE");
   c.fused_elementwise = !fuse || std::strcmp(fuse, "0") != 0;
   c.n_layer = a[0], c.n_head = a[1], c.n_embd = a[2], c.vocab_size = a[3], c.block_size = a[5];
+  set_checkpoint(c, checkpoint);
   const int64_t batch = a[4], seq = a[5];
   auto gpt = std::make_shared<nn::GPT>(c);
   Tensor idx, targets;
   {
     MemoryScope scope(Category::Input, "batch");
-    idx = randint(0, c.vocab_size, {batch, seq});
-    targets = randint(0, c.vocab_size, {batch, seq});
+    idx = randint(0, c.vocab_size, {batch, seq}, TensorOptions(kInt64).device(device));
+    targets = randint(0, c.vocab_size, {batch, seq}, TensorOptions(kInt64).device(device));
   }
   char cfg[160];
   std::snprintf(cfg, sizeof cfg, "n_layer %lld, n_head %lld, n_embd %lld, vocab %lld, batch %lld x %lld%s",
                 (long long)c.n_layer, (long long)c.n_head, (long long)c.n_embd, (long long)c.vocab_size,
                 (long long)batch, (long long)seq, fused ? ", fused attention" : "");
   if (!c.fused_elementwise) std::strncat(cfg, ", unfused element-wise", sizeof cfg - std::strlen(cfg) - 1);
+  if (checkpoint != "none")
+    std::strncat(cfg, (", checkpoint " + checkpoint).c_str(), sizeof cfg - std::strlen(cfg) - 1);
   return {"gpt", cfg, gpt, [gpt, idx, targets] { return gpt->loss(idx, targets); }};
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   const std::string kind = argc > 1 ? argv[1] : "mlp";
   auto arg = [&](int i, int64_t fallback) { return argc > i ? int64_t(std::atoll(argv[i])) : fallback; };
   const bool gpt = kind == "gpt" || kind == "gpt-fused";
@@ -96,30 +123,48 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: bench_train_step mlp|gpt|gpt-fused [steps] [sizes...]\n");
     return 2;
   }
+  const Device device(env("MG_DEVICE", "cpu"));
+  const std::string precision = env("MG_PRECISION", "fp32"), checkpoint = env("MG_CHECKPOINT", "none");
+  if (precision != "fp32" && precision != "tf32" && precision != "bf16" && precision != "fp16")
+    throw ValueError("MG_PRECISION: expected fp32, tf32, bf16 or fp16, got " + precision);
+  if (precision == "tf32") {
+    if (!device.is_cuda())
+      throw ValueError("MG_PRECISION=tf32: TF32 matmuls are cuda's, got MG_DEVICE=" + device.str());
+    cuda::set_allow_tf32(true);
+  }
+  if (!gpt && checkpoint != "none") throw ValueError("MG_CHECKPOINT: the mlp has no checkpoint segments");
   const int steps = int(arg(2, gpt ? 10 : 20)), warmup = 3;
   manual_seed(0);
-  Workload w =
-      gpt ? make_gpt({arg(3, 4), arg(4, 4), arg(5, 128), arg(6, 2048), arg(7, 8), arg(8, 128)}, kind == "gpt-fused")
-          : make_mlp({arg(3, 256), arg(4, 784), arg(5, 1024), arg(6, 2), arg(7, 10)});
+  Workload w = gpt ? make_gpt({arg(3, 4), arg(4, 4), arg(5, 128), arg(6, 2048), arg(7, 8), arg(8, 128)},
+                              kind == "gpt-fused", device, checkpoint)
+                   : make_mlp({arg(3, 256), arg(4, 784), arg(5, 1024), arg(6, 2), arg(7, 10)}, device);
+  // bf16/fp16: autocast over forward and loss (float32 parameters, gradients and AdamW state), as
+  // torch.autocast in train_step.py; fp16 without a loss scaler, as there.
+  const bool half = precision == "bf16" || precision == "fp16";
+  const amp::AutocastState autocast{half, precision == "bf16" ? kBFloat16 : kFloat16};
   optim::AdamW opt(w.model->parameters(), optim::AdamWOptions(1e-3));
   double loss = 0;
   auto step = [&] {
     opt.zero_grad(/*set_to_none=*/true);
-    Tensor l = w.loss();
+    Tensor l;
+    {
+      amp::AutocastGuard guard(autocast.dtype, autocast.enabled);
+      l = w.loss();
+    }
     l.backward();
     opt.step();
     loss = l.item<double>();
   };
 
   for (int i = 0; i < warmup; ++i) step();  // the first step also creates the optimizer state
-  reset_peak();                             // peak and matrix FLOPs of one steady-state step
+  reset_peak(device);                       // peak and matrix FLOPs of one steady-state step
   double gemm_flops = 0;
   {
     FlopCounter flops;
     step();
     gemm_flops = flops.total();
   }
-  MemoryStats s = memory_stats();
+  MemoryStats s = memory_stats(device);
   std::vector<double> ms, cpu_ms;
   for (int i = 0; i < steps; ++i) {
     auto t0 = Clock::now();
@@ -144,12 +189,13 @@ int main(int argc, char** argv) {
   const std::vector<KernelProfile::Entry> by_kernel = all.entries();
   const char* threads = std::getenv("OMP_NUM_THREADS");
   std::printf(
-      "{\"workload\": \"%s\", \"config\": \"%s\", \"threads\": \"%s\", \"steps\": %d, \"step_ms\": %.3f, "
+      "{\"workload\": \"%s\", \"config\": \"%s\", \"device\": \"%s\", \"precision\": \"%s\", \"checkpoint\": "
+      "\"%s\", \"threads\": \"%s\", \"steps\": %d, \"step_ms\": %.3f, "
       "\"min_ms\": %.3f, \"cpu_ms\": %.3f, \"peak_bytes\": %lld, \"peak_allocated\": %lld, \"gemm_gflop\": %.4f, "
       "\"loss\": %.6f, \"ms\": [",
-      w.name.c_str(), w.config.c_str(), threads ? threads : "unset", steps, median(ms),
-      *std::min_element(ms.begin(), ms.end()), median(cpu_ms), (long long)s.peak_requested, (long long)s.peak_allocated,
-      gemm_flops * 1e-9, loss);
+      w.name.c_str(), w.config.c_str(), device.str().c_str(), precision.c_str(), checkpoint.c_str(),
+      threads ? threads : "unset", steps, median(ms), *std::min_element(ms.begin(), ms.end()), median(cpu_ms),
+      (long long)s.peak_requested, (long long)s.peak_allocated, gemm_flops * 1e-9, loss);
   for (size_t i = 0; i < ms.size(); ++i) std::printf("%s%.3f", i ? ", " : "", ms[i]);
   std::printf("], \"profiled_step_ms\": %.3f, \"matmul_ms\": %.3f, \"kernel_ms\": %.3f, \"kernels_ms\": {",
               median(profiled_ms), median(matmul_ms), median(kernel_ms));
@@ -157,4 +203,7 @@ int main(int argc, char** argv) {
     std::printf("%s\"%s\": %.3f", i ? ", " : "", by_kernel[i].kernel.c_str(), 1e3 * by_kernel[i].seconds / steps);
   std::printf("}}\n");
   return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "bench_train_step: %s\n", e.what());
+  return 2;
 }

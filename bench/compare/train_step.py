@@ -1,21 +1,26 @@
 #!/usr/bin/env python3
-"""bench_train_step's workloads in PyTorch (CPU, float32): one training step (zero_grad, forward,
-loss, backward, AdamW step) of an MLP or a GPT-2 style model with the same config as memgrad's
-nn::GPT. Prints one JSON object: the median step time after warm-up and the peak memory of one
-steady-state step.
+"""bench_train_step's workloads in PyTorch: one training step (zero_grad, forward, loss, backward,
+AdamW step) of an MLP or a GPT-2 style model with the same config as memgrad's nn::GPT. Prints one
+JSON object: the median step time after warm-up and the peak memory of one steady-state step.
 
     train_step.py mlp [steps=20] [batch=256] [in=784] [hidden=1024] [layers=2] [classes=10]
     train_step.py gpt [steps=10] [n_layer=4] [n_head=4] [n_embd=128] [vocab=2048] [batch=8] [seq=128]
 
 TORCH_COMPILE=1 runs the loss (forward; backward through AOTAutograd) under torch.compile
-(torch >= 2.0). Where torch has a fused CPU AdamW (>= 2.4) it is used: its fastest optimizer step.
+(torch >= 2.0). Where torch has a fused AdamW (cuda; cpu >= 2.4) it is used: its fastest step.
+As bench_train_step, MG_DEVICE=cpu|cuda|cuda:N says where the step runs and MG_PRECISION=fp32|tf32|
+bf16|fp16 its precision (tf32: float32 matmuls on TF32 tensor cores; bf16, fp16: torch.autocast over
+forward and loss, float32 parameters and AdamW state, no loss scaler).
 
-Peak memory: PyTorch's CPU allocator keeps no statistics, so the step runs once under the legacy
+Peak memory on cuda: torch.cuda.max_memory_allocated over one steady-state step (grads set to None
+before it), which counts what memgrad's ledger does: every tensor, parameters and state included.
+On cpu: PyTorch's CPU allocator keeps no statistics, so the step runs once under the legacy
 autograd profiler with profile_memory=True, which reports every allocation and free made through
 c10's CPU allocator (every tensor, kernel scratch included; not BLAS-internal buffers) in order.
 peak = bytes live when the step starts (parameters, AdamW state, the batch: unique storages) +
 the highest running sum of those events during the step. Grads are set to None before the step.
 """
+import contextlib
 import json
 import math
 import os
@@ -80,7 +85,7 @@ class GPT(nn.Module):
                 nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * n_layer) if name.endswith("c_proj.weight") else 0.02)
 
     def forward(self, idx, targets):
-        pos = torch.arange(idx.size(1))
+        pos = torch.arange(idx.size(1), device=idx.device)
         x = self.wte(idx) + self.wpe(pos)
         for b in self.h:
             x = b(x)
@@ -137,6 +142,15 @@ def profiled_peak(step, start_bytes):
     return start_bytes + peak
 
 
+def cuda_peak(step):
+    """torch.cuda.max_memory_allocated over one step, grads None before it (as memgrad's peak)."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    step()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated()
+
+
 def main():
     kind = sys.argv[1] if len(sys.argv) > 1 else "mlp"
     if kind not in ("mlp", "gpt", "gpt-fused"):
@@ -149,7 +163,17 @@ def main():
     threads = int(os.environ.get("OMP_NUM_THREADS", "2"))
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    cfg, model, batch, loss_fn = (make_gpt if kind == "gpt" else make_mlp)(*sizes)
+    device = torch.device(os.environ.get("MG_DEVICE") or "cpu")
+    precision = os.environ.get("MG_PRECISION") or "fp32"
+    if precision not in ("fp32", "tf32", "bf16", "fp16"):
+        sys.exit(f"MG_PRECISION: expected fp32, tf32, bf16 or fp16, got {precision}")
+    if precision == "tf32" and device.type != "cuda":
+        sys.exit(f"MG_PRECISION=tf32: TF32 matmuls are cuda's, got MG_DEVICE={device}")
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
+    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    made_on = contextlib.nullcontext() if device.type == "cpu" else torch.device(device)  # torch >= 2.0
+    with made_on:  # parameters and the batch are made there
+        cfg, model, batch, loss_fn = (make_gpt if kind == "gpt" else make_mlp)(*sizes)
     compiled = os.environ.get("TORCH_COMPILE") == "1"
     if compiled:
         loss_fn = torch.compile(loss_fn)
@@ -161,7 +185,8 @@ def main():
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn()
+        with torch.autocast(device.type, dtype=half or torch.bfloat16, enabled=half is not None):
+            loss = loss_fn()
         loss.backward()
         opt.step()
         last[0] = loss.item()
@@ -172,7 +197,7 @@ def main():
     state = [t for s in opt.state.values() for t in s.values() if torch.is_tensor(t)]
     start = live_bytes(list(model.parameters()) + list(model.buffers()) + state + list(batch))
     try:
-        peak = profiled_peak(step, start)
+        peak = cuda_peak(step) if device.type == "cuda" else profiled_peak(step, start)
     except Exception:  # the legacy profiler's API differs in newer torch: no peak then
         peak = None
     ms, cpu_ms = [], []
@@ -184,6 +209,7 @@ def main():
     attention = "sdpa" if FUSED and hasattr(F, "scaled_dot_product_attention") else "explicit"
     mode = ", torch.compile" if compiled else ""
     print(json.dumps({"workload": kind, "config": cfg + f", {attention} attention, {adamw}{mode}", "torch": torch.__version__,
+                      "device": str(device), "precision": precision,
                       "threads": torch.get_num_threads(), "steps": steps, "step_ms": sorted(ms)[len(ms) // 2],
                       "min_ms": min(ms), "cpu_ms": sorted(cpu_ms)[len(cpu_ms) // 2], "peak_bytes": peak, "start_bytes": start, "loss": last[0],
                       "ms": [round(m, 3) for m in ms]}))

@@ -1,8 +1,7 @@
 // Times every CUDA kernel variant against the device's measured peaks: device-to-device copy
-// bandwidth for memory-bound kernels, GEMM rate for matmul and conv2d (cuDNN and im2col); then a
-// GPT-2-124M-shaped training step (forward, backward, SGD update) with time, tokens/s and peak
-// memory. The optimizer rows time the fused multi-tensor AdamW and SGD steps and the loss
-// scaler's inf/NaN check.
+// bandwidth for memory-bound kernels, GEMM rate for matmul, conv2d (cuDNN and im2col) and causal
+// attention. The optimizer rows time the fused multi-tensor AdamW and SGD steps and the loss
+// scaler's inf/NaN check. kernels.py times PyTorch on the same rows.
 //   bench_gpu_kernels [--quick] [--json FILE]
 // Exits 77 when no CUDA device is present.
 #include <algorithm>

@@ -1,61 +1,131 @@
 #!/usr/bin/env bash
-# Builds memgrad with CUDA, checks it (the gpu test suite, optionally under compute-sanitizer),
-# times every kernel variant and the GPT-2-shaped step, and runs the PyTorch comparison when
-# torch with CUDA is importable. Run from anywhere on a machine with a GPU:
-#   bench/gpu/run.sh [--quick] [--sanitize] [--arch 90] [--build DIR]
-# Results go to DIR/gpu-results/ (text logs and kernels.json); copy the tables to bench/RESULTS.md.
+# Builds memgrad with CUDA, checks it and measures it against PyTorch on the same GPU: what issue
+# #13 asks for, in stages that fit the device tool's 10-minute calls. Run from anywhere:
+#   bench/gpu/run.sh [--quick] [--sanitize] [--arch 90] [--build DIR] [--out DIR] [STAGE...]
+# Stages (the default: build check kernels train step recompute; --sanitize adds sanitize):
+#   build      configure and build test_gpu, the CPU suites, memgrad, bench_gpu_kernels, bench_train_step
+#   check      the gpu suite, then the CPU suite (ctest -LE gpu)
+#   sanitize   compute-sanitizer memcheck, racecheck and synccheck over the gpu suite
+#   kernels    bench_gpu_kernels (each kernel against the copy bandwidth and bf16 GEMM rate measured in
+#              the same run) and kernels.py (PyTorch on the same rows)
+#   train      memgrad train --device cuda: the default job, and GPT-2-124M (batch 8 x 1024) in fp32 and
+#              bf16, reports with planned == measured and the bytes outside the ledger; then --profile
+#   step       the GPT-2-124M AdamW step, fused attention: memgrad, torch eager and torch.compile, in
+#              fp32, tf32 and bf16 (bench_train_step and bench/compare/train_step.py)
+#   recompute  memgrad's bf16 step under no, every-block and sqrt(n) checkpointing (fused attention),
+#              and selective recompute (composed attention)
+# Every stage writes its logs and JSON to the results folder (DIR/gpu-results unless --out) and
+# summarize.py prints the tables for bench/gpu/RESULTS.md at the end.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-build="$root/build-gpu-bench" arch=90 quick="" sanitize=0
+build="$root/build-gpu-bench" arch=90 quick="" out="" stages=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=--quick ;;
-    --sanitize) sanitize=1 ;;
+    --sanitize) stages+=(sanitize) ;;
     --arch) arch="$2"; shift ;;
     --build) build="$2"; shift ;;
-    *) echo "unknown option $1" >&2; exit 2 ;;
+    --out) out="$2"; shift ;;
+    build | check | sanitize | kernels | train | step | recompute) stages+=("$1") ;;
+    *) echo "unknown option or stage $1" >&2; exit 2 ;;
   esac
   shift
 done
-export PATH="/usr/local/cuda/bin:$PATH"
-out="$build/gpu-results"
+want() { [ ${#stages[@]} -eq 0 ] && [ "$1" != sanitize ] && return 0; [[ " ${stages[*]-} " == *" $1 "* ]]; }
+if [ ${#stages[@]} -gt 0 ] && [ "${stages[*]}" = sanitize ]; then stages=(build check kernels train step recompute sanitize); fi
+export PATH="/usr/local/cuda/bin:$PATH" PYTHONUNBUFFERED=1
+out="${out:-$build/gpu-results}"
 mkdir -p "$out"
-jobs=$(nproc)
-
-echo "== build ($build, sm_$arch)"
-cmake -S "$root" -B "$build" -DMG_NATIVE=ON -DMG_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" -DMG_BUILD_BENCH=ON \
-  -DMG_BUILD_EXAMPLES=OFF -DCMAKE_BUILD_TYPE=Release > "$out/configure.log"
-cmake --build "$build" -j "$jobs" --target test_gpu bench_gpu_kernels bench_gpu_gpt2 > "$out/build.log" 2>&1 ||
-  { tail -50 "$out/build.log"; exit 1; }
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/device.txt" || true
-
-echo "== check: gpu suite"
-"$build/tests/test_gpu" | tee "$out/test_gpu.log"
-if [ "$sanitize" = 1 ]; then
-  echo "== check: compute-sanitizer memcheck"
-  command -v compute-sanitizer > /dev/null || { echo "compute-sanitizer not found (CUDA toolkit bin/)" >&2; exit 1; }
-  compute-sanitizer --tool memcheck --error-exitcode 1 "$build/tests/test_gpu" > "$out/memcheck.log" 2>&1 &&
-    echo "memcheck clean" || { tail -40 "$out/memcheck.log"; exit 1; }
-fi
-
-echo "== time: kernels"
-"$build/bench/gpu/bench_gpu_kernels" $quick --json "$out/kernels.json" | tee "$out/kernels.txt"
-
-echo "== time: GPT-2-124M step (batch 8, seq 1024)"
-steps=10
+py=python3
+steps=10 seq=1024
 [ -n "$quick" ] && steps=3
-for attn in "" --fused-attention; do
-  for tf in "" --tf32; do
-    "$build/bench/gpu/bench_gpu_gpt2" --steps "$steps" $tf $attn | tee -a "$out/gpt2.txt"
-  done
-done
-if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-  for attn in "" --sdpa; do
-    for tf in "" --tf32; do
-      python3 "$root/bench/gpu/gpt2_step.py" --steps "$steps" $tf $attn | tee -a "$out/gpt2.txt"
-    done
-  done
-else
-  echo "PyTorch with CUDA not importable: the PyTorch comparison did not run" | tee -a "$out/gpt2.txt"
+stage() { echo "== $1 ($(date -u +%H:%M:%S))"; }
+
+# Always configure and build (quick when nothing changed): every later stage needs the programs.
+stage "build ($build, sm_$arch)"
+cmake -S "$root" -B "$build" -DMG_NATIVE=ON -DMG_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" -DMG_BUILD_BENCH=ON \
+  -DMG_BUILD_TESTS=ON -DMG_BUILD_EXAMPLES=OFF -DCMAKE_BUILD_TYPE=Release > "$out/configure.log"
+targets=(test_gpu memgrad bench_gpu_kernels bench_train_step)
+want check && targets=(all)
+cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" > "$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/device.txt" || true
+bin="$build/bin"
+[ -x "$bin/memgrad" ] || bin="$build/tools/memgrad"
+
+if want check; then
+  stage "check: gpu suite"
+  "$build/tests/test_gpu" 2>&1 | tee "$out/test_gpu.log" | tail -3
+  stage "check: CPU suite (ctest -LE gpu)"
+  if (cd "$build" && ctest -LE gpu -j "$(nproc)" --output-on-failure) > "$out/ctest.log" 2>&1; then
+    tail -3 "$out/ctest.log"
+  else
+    tail -40 "$out/ctest.log"
+    exit 1
+  fi
 fi
+
+if want sanitize; then
+  command -v compute-sanitizer > /dev/null || { echo "compute-sanitizer not found (CUDA toolkit bin/)" >&2; exit 1; }
+  for tool in memcheck racecheck synccheck; do
+    stage "sanitize: $tool"
+    if timeout 540 compute-sanitizer --tool "$tool" --error-exitcode 1 "$build/tests/test_gpu" > "$out/$tool.log" 2>&1; then
+      echo "$tool clean"
+    else
+      echo "$tool: FAILED or timed out (exit $?)"
+      tail -30 "$out/$tool.log"
+    fi
+  done
+fi
+
+if want kernels; then
+  stage "kernels: memgrad"
+  "$build/bench/gpu/bench_gpu_kernels" $quick --json "$out/kernels.json" > "$out/kernels.txt"
+  head -3 "$out/kernels.txt"
+  stage "kernels: PyTorch"
+  $py "$root/bench/gpu/kernels.py" $quick --json "$out/kernels_torch.json" > "$out/kernels_torch.txt" ||
+    echo "PyTorch with CUDA did not run: see $out/kernels_torch.txt"
+fi
+
+gpt2=(gpt2-124m --batch 8 --seq "$seq" --attention fused --device cuda --timeline '' --sample 0 --log-every 1)
+if want train; then
+  stage "train: the default job on cuda"
+  "$bin/memgrad" train --device cuda --timeline '' > "$out/train_default.txt" 2>&1 || { tail -30 "$out/train_default.txt"; exit 1; }
+  for precision in fp32 bf16; do
+    stage "train: GPT-2-124M, $precision"
+    "$bin/memgrad" train --model "${gpt2[@]}" --precision "$precision" --steps 4 > "$out/train_gpt2_$precision.txt" 2>&1 ||
+      { tail -30 "$out/train_gpt2_$precision.txt"; exit 1; }
+    grep -E "planned on meta|outside|tokens/s" "$out/train_gpt2_$precision.txt" || true
+  done
+  stage "train: GPT-2-124M bf16 --profile"
+  "$bin/memgrad" train --model "${gpt2[@]}" --precision bf16 --steps 3 --profile > "$out/train_gpt2_profile.txt" 2>&1 ||
+    { tail -30 "$out/train_gpt2_profile.txt"; exit 1; }
+fi
+
+# GPT-2-124M's shape for bench_train_step and train_step.py: n_layer n_head n_embd vocab batch seq.
+shape=(12 12 768 50257 8 "$seq")
+if want step; then
+  for precision in fp32 tf32 bf16; do
+    stage "step: $precision"
+    MG_DEVICE=cuda MG_PRECISION=$precision "$build/bench/bench_train_step" gpt-fused "$steps" "${shape[@]}" \
+      > "$out/step.$precision.mg.json"
+    MG_DEVICE=cuda MG_PRECISION=$precision $py "$root/bench/compare/train_step.py" gpt-fused "$steps" "${shape[@]}" \
+      > "$out/step.$precision.eager.json" 2> "$out/step.$precision.eager.log" || echo "torch eager failed: see its log"
+    TORCH_COMPILE=1 MG_DEVICE=cuda MG_PRECISION=$precision $py "$root/bench/compare/train_step.py" gpt-fused "$steps" \
+      "${shape[@]}" > "$out/step.$precision.compile.json" 2> "$out/step.$precision.compile.log" ||
+      echo "torch.compile failed: see its log"
+  done
+fi
+
+# Block checkpointing on the fused-attention step; selective recompute (the attention core) where it
+# has something to drop, the composed attention's [T, T] probabilities.
+if want recompute; then
+  for run in "gpt-fused none" "gpt-fused every-1" "gpt-fused sqrt" "gpt none" "gpt selective"; do
+    read -r workload policy <<< "$run"
+    stage "recompute: $workload $policy"
+    MG_DEVICE=cuda MG_PRECISION=bf16 MG_CHECKPOINT=$policy "$build/bench/bench_train_step" "$workload" "$steps" \
+      "${shape[@]}" > "$out/recompute.$workload.$policy.json"
+  done
+fi
+
+$py "$root/bench/gpu/summarize.py" "$out" | tee "$out/summary.md"
 echo "results in $out"

@@ -59,6 +59,18 @@ void print_kernel_times(const mg::KernelProfile& profile, double wall_seconds, i
   line("step", "", wall_seconds);
 }
 
+void print_outside_ledger(const mg::cuda::DeviceMemory& before, const mg::cuda::DeviceMemory& after) {
+  auto line = [](const char* what, int64_t b) {
+    std::printf("  %-66s %14lld %12s\n", what, static_cast<long long>(b), mg::format_bytes(b).c_str());
+  };
+  std::printf("device memory outside the ledger (cudaMemGetInfo; no plan counts it):\n");
+  line("CUDA context (and other processes), before the model was built", before.outside_memgrad);
+  line("cuBLAS/cuDNN handles and workspaces, kernel code loaded since", after.outside_memgrad - before.outside_memgrad);
+  line("memgrad's caching allocator, reserved now", after.memgrad_reserved);
+  line("used on the device now", after.used);
+  line("the device's total", after.total);
+}
+
 std::string format_seconds(double s) {
   char buf[32];
   if (s < 1.0)

@@ -22,6 +22,12 @@ void print_plan(const mg::plan::StepReport& r);
 // bookkeeping, making the batches).
 void print_kernel_times(const mg::KernelProfile& profile, double wall_seconds, int64_t steps);
 
+// The device's memory outside memgrad's ledger, as the driver sees it (cudaMemGetInfo): `before` was
+// read before the model was built, `after` at the end of the run. What was used outside memgrad
+// before is the CUDA context (and any other process on the device); what grew since is the cuBLAS
+// and cuDNN handles and their workspaces, and kernel code loaded on first launch. No plan counts these.
+void print_outside_ledger(const mg::cuda::DeviceMemory& before, const mg::cuda::DeviceMemory& after);
+
 // "12.5 ms", "3.21 s".
 std::string format_seconds(double seconds);
 

@@ -397,6 +397,8 @@ int run_train(const TrainFlags& f) {
   // and its program holds the data's teacher as train does (train_program).
   mg::empty_cache(device);
   const mg::MemoryStats base = mg::memory_stats(device);
+  std::optional<mg::cuda::DeviceMemory> driver_before;  // cuda: the driver's view, for the bytes outside the ledger
+  if (device.is_cuda()) driver_before = mg::cuda::device_memory(device.index);
   Data data(spec, f.seed, device);
   if (data.is_gpt() && f.step.seq + 1 >= data.corpus_bytes() / 10)
     throw UsageError("--seq " + std::to_string(f.step.seq) + " is too long for the " +
@@ -556,6 +558,7 @@ int run_train(const TrainFlags& f) {
   print_breakdown(steps_run > 1 ? peaks[1] : peaks[0], at_peak, owners_at_peak, 12);
   const mg::MemoryStats s = mg::memory_stats(device);
   std::printf("  reserved by the caching allocator: %s now\n", mg::format_bytes(s.reserved).c_str());
+  if (driver_before) print_outside_ledger(*driver_before, mg::cuda::device_memory(device.index));
 
   // The planner runs the same steps on meta, for this device and under the same limit.
   mg::plan::PlanOptions plan_options;

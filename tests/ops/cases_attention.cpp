@@ -1,7 +1,7 @@
 // Fused attention (kernels/*/attention.*): scaled_dot_product_attention in libtorch's argument
 // order (q, k, v, attn_mask, dropout_p, is_causal, scale), causal or with a bool or additive mask
 // (inputs 4), broadcast leading dims, with dropout, over head dims around the gpu's 32-lane split
-// and lengths around its 32-key tiles.
+// and lengths around its 32- and 64-key tiles.
 #include <cmath>
 #include <optional>
 
@@ -30,7 +30,11 @@ MG_OP_CASES(scaled_dot_product_attention) {
     return mg::scaled_dot_product_attention(x[0], x[1], x[2], optional_input(x, 3), float_arg(a, "dropout_p"),
                                             bool_arg(a, "is_causal"), scale);
   });
-  // The gpu keeps the running max, sum and output in registers and sums in another order.
+  // On cuda every case runs under each variant of the attention kernels: "mma" (float16/bfloat16 on
+  // tensor cores where the head dim is a multiple of 16; the other cases fall through to simt) and "simt".
+  variants_of({"attention"});
+  // The gpu keeps the running max, sum and output in registers and sums in another order; mma rounds
+  // the probabilities (and score gradients) to 16 bits before their products, as flash attention does.
   defaults().cuda_tolerance([](DType t, const std::string&) {
     return t == kFloat32 ? Tol{1e-4, 1e-5} : scaled(tol_for(t), 8);
   });

@@ -191,8 +191,12 @@ class OpDef {
   const std::string& family() const { return family_; }
   const OpFn& fn() const { return fn_; }
   const std::deque<Case>& cases();
-  // The kernels whose cuda variants the cuda mode loops over (default: the op's own name).
-  const std::vector<std::string>& variant_ops() const { return variant_ops_; }
+  // The kernels whose cuda variants the cuda mode loops over (default: the op's own name). The case
+  // block may name others (variants_of), so this builds the cases first.
+  const std::vector<std::string>& variant_ops() {
+    cases();
+    return variant_ops_;
+  }
 
   // For the case files (MG_OP_CASES blocks and the helpers they call):
   template <class F>

@@ -8,8 +8,9 @@
 #   sanitize   compute-sanitizer memcheck, racecheck and synccheck over the gpu suite
 #   kernels    bench_gpu_kernels (each kernel against the copy bandwidth and bf16 GEMM rate measured in
 #              the same run) and kernels.py (PyTorch on the same rows)
-#   train      memgrad train --device cuda: the default job, and GPT-2-124M (batch 8 x 1024) in fp32 and
-#              bf16, reports with planned == measured and the bytes outside the ledger; then --profile
+#   train      memgrad train --device cuda: the default job (also under a 24 MiB budget: offload and
+#              remat), and GPT-2-124M (batch 8 x 1024) in fp32, bf16 and fp16, reports with planned ==
+#              measured and the bytes outside the ledger; then --profile
 #   step       the GPT-2-124M AdamW step, fused attention: memgrad, torch eager and torch.compile, in
 #              fp32, tf32 and bf16 (bench_train_step and bench/compare/train_step.py)
 #   recompute  memgrad's bf16 step under no, every-block and sqrt(n) checkpointing (fused attention),
@@ -45,12 +46,11 @@ stage() { echo "== $1 ($(date -u +%H:%M:%S))"; }
 stage "build ($build, sm_$arch)"
 cmake -S "$root" -B "$build" -DMG_NATIVE=ON -DMG_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" -DMG_BUILD_BENCH=ON \
   -DMG_BUILD_TESTS=ON -DMG_BUILD_EXAMPLES=OFF -DCMAKE_BUILD_TYPE=Release > "$out/configure.log"
-targets=(test_gpu memgrad bench_gpu_kernels bench_train_step)
+targets=(test_gpu memgrad_cli bench_gpu_kernels bench_train_step)
 want check && targets=(all)
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" > "$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/device.txt" || true
 bin="$build/bin"
-[ -x "$bin/memgrad" ] || bin="$build/tools/memgrad"
 
 if want check; then
   stage "check: gpu suite"
@@ -90,7 +90,13 @@ gpt2=(gpt2-124m --batch 8 --seq "$seq" --attention fused --device cuda --timelin
 if want train; then
   stage "train: the default job on cuda"
   "$bin/memgrad" train --device cuda --timeline '' > "$out/train_default.txt" 2>&1 || { tail -30 "$out/train_default.txt"; exit 1; }
-  for precision in fp32 bf16; do
+  # The budget runtime: offload copies on a side stream (record_stream), eviction and recompute.
+  stage "train: the default job under a 24 MiB budget (--offload all --remat dynamic)"
+  "$bin/memgrad" train --device cuda --timeline '' --sample 0 --steps 20 --offload all --remat dynamic \
+    --memory-limit 24MiB > "$out/train_budget.txt" 2>&1 || { tail -30 "$out/train_budget.txt"; exit 1; }
+  grep -E "evicted|planned on meta" "$out/train_budget.txt" || true
+  # fp16 scales the loss: the GradScaler's fused inf check and unscale run on every step.
+  for precision in fp32 bf16 fp16; do
     stage "train: GPT-2-124M, $precision"
     "$bin/memgrad" train --model "${gpt2[@]}" --precision "$precision" --steps 4 > "$out/train_gpt2_$precision.txt" 2>&1 ||
       { tail -30 "$out/train_gpt2_$precision.txt"; exit 1; }

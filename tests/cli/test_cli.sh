@@ -64,6 +64,12 @@ case $case_name in
     expect_exit 2 "$bin" plan --checkpoint every-99999999999999999999
     expect_exit 2 "$bin" train --vocab 64
     expect_output "at least 256"
+    # GPT-2's 1024 positions fit the 8 KB corpus (its held-out end grows to one window); 5000 do not.
+    expect_exit 0 "$bin" train --n-layer 1 --n-head 1 --n-embd 16 --batch 1 --seq 1024 --steps 1 --sample 0 \
+      --timeline '' --quiet
+    expect_output "held-out loss [0-9.]+ \(the corpus's last 1026 bytes\)"
+    expect_exit 2 "$bin" train --seq 5000 --steps 1
+    expect_output "too long for the [0-9]+-byte corpus"
     expect_exit 2 "$bin" train --device gpu
     expect_output "--device"
     expect_exit 2 "$bin" train --device cuda:7

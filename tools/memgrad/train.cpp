@@ -31,11 +31,13 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 // at once instead of std::bad_alloc after filling host vectors for a while.
 class Data {
  public:
-  Data(const mg::plan::ModelSpec& spec, uint64_t seed, const mg::Device& device)
+  // seq: the GPT's window; the held-out end of the corpus is its last tenth, or one window and its
+  // next byte where that is longer (GPT-2's 1024 positions on the 8 KB corpus).
+  Data(const mg::plan::ModelSpec& spec, uint64_t seed, const mg::Device& device, int64_t seq)
       : spec_(spec), seed_(seed), device_(device) {
     if (is_gpt()) {
       for (const char* c = kCorpus; *c; ++c) tokens_.push_back(int64_t(static_cast<unsigned char>(*c)));
-      split_ = int64_t(tokens_.size()) * 9 / 10;  // the last tenth is held out for evaluation
+      split_ = std::min(int64_t(tokens_.size()) * 9 / 10, int64_t(tokens_.size()) - (seq + 2));
     } else {
       const int64_t n = spec.mlp_width;
       {
@@ -80,6 +82,9 @@ class Data {
     return {to_device(x), to_device(y)};
   }
   int64_t corpus_bytes() const { return int64_t(tokens_.size()); }
+  int64_t held_out_bytes() const { return corpus_bytes() - split_; }
+  // Whether both parts hold a window of seq positions and the byte after it.
+  bool holds(int64_t seq) const { return split_ >= seq + 2; }
 
  private:
   mg::Tensor to_device(const mg::Tensor& t) const { return device_.is_cpu() ? t : t.to(device_); }
@@ -399,10 +404,11 @@ int run_train(const TrainFlags& f) {
   const mg::MemoryStats base = mg::memory_stats(device);
   std::optional<mg::cuda::DeviceMemory> driver_before;  // cuda: the driver's view, for the bytes outside the ledger
   if (device.is_cuda()) driver_before = mg::cuda::device_memory(device.index);
-  Data data(spec, f.seed, device);
-  if (data.is_gpt() && f.step.seq + 1 >= data.corpus_bytes() / 10)
+  Data data(spec, f.seed, device, f.step.seq);
+  if (data.is_gpt() && !data.holds(f.step.seq))
     throw UsageError("--seq " + std::to_string(f.step.seq) + " is too long for the " +
-                     std::to_string(data.corpus_bytes()) + "-byte corpus (its held-out tenth must hold a window)");
+                     std::to_string(data.corpus_bytes()) +
+                     "-byte corpus (its training and held-out parts must each hold a window and the byte after it)");
 
   // cuda tensors travel over NCCL (this process alone: a group of one, or NCCL's when built with it)
   std::unique_ptr<dist::ProcessGroup> nccl;
@@ -541,7 +547,8 @@ int run_train(const TrainFlags& f) {
       eval += chain.loss(x, y, mg::plan::Policy::none()).item<double>() / 4;
     }
     model.train();
-    std::printf("held-out loss %.4f (the corpus's last tenth)\n", eval);
+    std::printf("held-out loss %.4f (the corpus's last %lld bytes)\n", eval,
+                static_cast<long long>(data.held_out_bytes()));
     if (f.sample > 0)
       std::printf("sample:\n%s\n", sample_text(dynamic_cast<mg::nn::GPT&>(model), device, f.sample, f.seed).c_str());
   }

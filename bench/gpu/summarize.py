@@ -14,8 +14,13 @@ import sys
 
 
 def load(path):
-    with open(path) as f:
-        return json.load(f)
+    """The JSON object in path, or None (with a note) where the run that writes it failed."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        print(f"(no result in {os.path.basename(path)}: its run failed; see the log beside it)\n")
+        return None
 
 
 def kernels(out):
@@ -50,10 +55,13 @@ def steps(out):
     runs = {"fp32": {}, "tf32": {}, "bf16": {}}
     for path in files:
         _, precision, side, _ = os.path.basename(path).split(".")
-        runs.setdefault(precision, {})[side] = load(path)
+        r = load(path)
+        if r:
+            runs.setdefault(precision, {})[side] = r
     print("## The GPT training step (AdamW), median of the timed steps\n")
-    first = next(s["mg"] for s in runs.values() if "mg" in s)
-    print(f"{first['config']}\n")
+    first = next((s["mg"] for s in runs.values() if "mg" in s), None)
+    if first:
+        print(f"{first['config']}\n")
     print("| precision | side | ms/step | tokens/s | peak MiB | memgrad tokens/s over it | memgrad peak over it |")
     print("|---|---|---:|---:|---:|---:|---:|")
     for precision, sides in runs.items():
@@ -73,6 +81,7 @@ def steps(out):
 
 def recompute(out):
     runs = {tuple(os.path.basename(p).split(".")[1:3]): load(p) for p in glob.glob(os.path.join(out, "recompute.*.json"))}
+    runs = {key: r for key, r in runs.items() if r}
     if not runs:
         return
     print("## Recompute on the bf16 step: time over the same attention without checkpointing, peak saved\n")

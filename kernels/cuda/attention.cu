@@ -314,7 +314,7 @@ namespace mma {
 
 constexpr int kRows = 64;  // query rows (or keys) per block: 4 warps x 16
 constexpr int kTile = 64;  // keys (or query rows) per shared-memory tile: 8 mma column tiles
-static_assert(kTile == kRows, "smem_bytes counts every tile as kRows rows");
+static_assert(kTile == kRows, "tile() and smem_bytes() count every tile as kRows rows");
 constexpr int kN = kTile / 8;
 using u16 = uint16_t;
 
@@ -357,6 +357,12 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4],
 #else
   __trap();  // the host selects this variant on sm_80+ only
 #endif
+}
+
+// Tile i of the block's shared memory: kRows rows of pitch_of(D) 16-bit elements each, one after another.
+__device__ __forceinline__ u16* tile(int i, int D) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  return reinterpret_cast<u16*>(smem_raw) + i * kRows * pitch_of(D);
 }
 
 // Rows [r0, r0 + n) of a row-major [rows_total, D] 16-bit matrix into a shared tile; rows past
@@ -455,11 +461,8 @@ template <class T, int kDMax>
 __global__ void __launch_bounds__(128)
     forward_kernel(const u16* q, const u16* k, const u16* v, const void* mask, u16* out, float* lse, int64_t Tq,
                    int64_t Tk, int D, int64_t row_blocks, AttentionParams p) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  const int pitch = pitch_of(D), warp = threadIdx.x / 32;
-  u16* q_sh = reinterpret_cast<u16*>(smem_raw);  // [kRows][pitch]
-  u16* k_sh = q_sh + kRows * pitch;              // [kTile][pitch]
-  u16* v_sh = k_sh + kTile * pitch;              // [kTile][pitch]
+  const int warp = threadIdx.x / 32;
+  u16 *q_sh = tile(0, D), *k_sh = tile(1, D), *v_sh = tile(2, D);
   const int64_t bh = blockIdx.x / row_blocks, i0 = blockIdx.x % row_blocks * kRows, w0 = i0 + 16 * warp;
   stage(q + bh * Tq * D, i0, kRows, Tq, D, q_sh);
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0}, o[kDMax / 8][4], s[kN][4];
@@ -533,12 +536,8 @@ __global__ void __launch_bounds__(128)
     grad_q_kernel(const u16* grad_out, const u16* q, const u16* k, const u16* v, const void* mask, const float* lse,
                   const float* delta, u16* grad_q, int64_t Tq, int64_t Tk, int D, int64_t row_blocks,
                   AttentionParams p) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  const int pitch = pitch_of(D), warp = threadIdx.x / 32;
-  u16* q_sh = reinterpret_cast<u16*>(smem_raw);  // [kRows][pitch]
-  u16* do_sh = q_sh + kRows * pitch;             // [kRows][pitch]
-  u16* k_sh = do_sh + kRows * pitch;             // [kTile][pitch]
-  u16* v_sh = k_sh + kTile * pitch;              // [kTile][pitch]
+  const int warp = threadIdx.x / 32;
+  u16 *q_sh = tile(0, D), *do_sh = tile(1, D), *k_sh = tile(2, D), *v_sh = tile(3, D);
   const int64_t bh = blockIdx.x / row_blocks, i0 = blockIdx.x % row_blocks * kRows, w0 = i0 + 16 * warp;
   stage(q + bh * Tq * D, i0, kRows, Tq, D, q_sh);
   stage(grad_out + bh * Tq * D, i0, kRows, Tq, D, do_sh);
@@ -580,14 +579,10 @@ __global__ void __launch_bounds__(128)
     grad_kv_kernel(const u16* grad_out, const u16* q, const u16* k, const u16* v, const void* mask, const float* lse,
                    const float* delta, u16* grad_k, u16* grad_v, int64_t Tq, int64_t Tk, int D, int64_t key_blocks,
                    AttentionParams p) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  const int pitch = pitch_of(D), warp = threadIdx.x / 32;
-  u16* k_sh = reinterpret_cast<u16*>(smem_raw);                     // [kRows][pitch]
-  u16* v_sh = k_sh + kRows * pitch;                                 // [kRows][pitch]
-  u16* q_sh = v_sh + kRows * pitch;                                 // [kTile][pitch]
-  u16* do_sh = q_sh + kTile * pitch;                                // [kTile][pitch]
-  float* lse_sh = reinterpret_cast<float*>(do_sh + kTile * pitch);  // [kTile]
-  float* delta_sh = lse_sh + kTile;                                 // [kTile]
+  const int warp = threadIdx.x / 32;
+  u16 *k_sh = tile(0, D), *v_sh = tile(1, D), *q_sh = tile(2, D), *do_sh = tile(3, D);
+  float* lse_sh = reinterpret_cast<float*>(tile(4, D));  // [kTile]
+  float* delta_sh = lse_sh + kTile;                      // [kTile]
   const int64_t bh = blockIdx.x / key_blocks, j0 = blockIdx.x % key_blocks * kRows, w0 = j0 + 16 * warp;
   stage(k + bh * Tk * D, j0, kRows, Tk, D, k_sh);
   stage(v + bh * Tk * D, j0, kRows, Tk, D, v_sh);
@@ -625,6 +620,7 @@ __global__ void __launch_bounds__(128)
   store<T, kDMax>(grad_v + bh * Tk * D, dv, w0, Tk, D, one);
 }
 
+// The shared memory of `tiles` tiles (tile()).
 size_t smem_bytes(int tiles, int64_t D) { return size_t(tiles) * kRows * size_t(pitch_of(int(D))) * sizeof(u16); }
 
 }  // namespace mma

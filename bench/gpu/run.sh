@@ -15,6 +15,7 @@
 #              fp32, tf32 and bf16 (bench_train_step and bench/compare/train_step.py)
 #   recompute  memgrad's bf16 step under no, every-block and sqrt(n) checkpointing (fused attention),
 #              and selective recompute (composed attention)
+# PRECISIONS="bf16" (say) limits the step stage to those precisions, to fit a call.
 # Every stage writes its logs and JSON to the results folder (DIR/gpu-results unless --out) and
 # summarize.py prints the tables for bench/gpu/RESULTS.md at the end.
 set -euo pipefail
@@ -110,7 +111,7 @@ fi
 # GPT-2-124M's shape for bench_train_step and train_step.py: n_layer n_head n_embd vocab batch seq.
 shape=(12 12 768 50257 8 "$seq")
 if want step; then
-  for precision in fp32 tf32 bf16; do
+  for precision in ${PRECISIONS:-fp32 tf32 bf16}; do
     stage "step: $precision"
     MG_DEVICE=cuda MG_PRECISION=$precision "$build/bench/bench_train_step" gpt-fused "$steps" "${shape[@]}" \
       > "$out/step.$precision.mg.json"

@@ -9,7 +9,7 @@
 //   MG_DEVICE=cpu|cuda|cuda:N          where the step runs (cpu)
 //   MG_PRECISION=fp32|tf32|bf16|fp16   float32; float32 with TF32 matmuls (cuda); bf16 or fp16 autocast
 //   MG_CHECKPOINT=none|every-K|sqrt|selective   GPT recompute-on-backward (as memgrad train --checkpoint)
-//   MG_CPU_MATMUL=<variant>            the CPU matmul kernel variant (auto, openblas, eigen)
+//   MG_KERNEL_VARIANTS=cpu:matmul=eigen   kernel variants (core/variants.h), e.g. cuda:attention=simt
 //   MG_FUSED_ELEMENTWISE=0             the GPT block's element-wise chains as single ops (before/after)
 #include <algorithm>
 #include <chrono>
@@ -118,7 +118,6 @@ int main(int argc, char** argv) try {
   const std::string kind = argc > 1 ? argv[1] : "mlp";
   auto arg = [&](int i, int64_t fallback) { return argc > i ? int64_t(std::atoll(argv[i])) : fallback; };
   const bool gpt = kind == "gpt" || kind == "gpt-fused";
-  if (const char* v = std::getenv("MG_CPU_MATMUL")) mg::set_kernel_variant(mg::DeviceType::CPU, "matmul", v);
   if (!gpt && kind != "mlp") {
     std::fprintf(stderr, "usage: bench_train_step mlp|gpt|gpt-fused [steps] [sizes...]\n");
     return 2;

@@ -2,8 +2,11 @@
 #include <memgrad/core/variants.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <mutex>
+#include <sstream>
 
 #include <memgrad/core/error.h>
 
@@ -22,6 +25,30 @@ Registry& registry() {
   static Registry r;
   return r;
 }
+
+// The variant MG_KERNEL_VARIANTS names for `op` on `d` ("cuda:attention=simt,cpu:matmul=eigen"), as
+// an index into `names`; 0 (the default) where it names none. Backends register their variants while
+// the library loads, where an exception cannot be caught: a name that is not a variant is reported
+// on stderr and the default kept.
+int variant_from_env(DeviceType d, const std::string& op, const std::vector<std::string>& names) {
+  const char* env = std::getenv("MG_KERNEL_VARIANTS");
+  if (!env) return 0;
+  const std::string key = std::string(d == DeviceType::CUDA  ? "cuda"
+                                      : d == DeviceType::CPU ? "cpu"
+                                                             : "meta") +
+                          ":" + op;
+  std::stringstream list(env);
+  for (std::string item; std::getline(list, item, ',');) {
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos || item.substr(0, eq) != key) continue;
+    const std::string variant = item.substr(eq + 1);
+    auto pos = std::find(names.begin(), names.end(), variant);
+    if (pos != names.end()) return int(pos - names.begin());
+    std::fprintf(stderr, "memgrad: MG_KERNEL_VARIANTS: %s has no variant '%s'; keeping '%s'\n", key.c_str(),
+                 variant.c_str(), names.empty() ? "" : names.front().c_str());
+  }
+  return 0;
+}
 }  // namespace
 
 const std::atomic<int>& register_kernel_variants(DeviceType d, const std::string& op,
@@ -30,6 +57,7 @@ const std::atomic<int>& register_kernel_variants(DeviceType d, const std::string
   std::lock_guard<std::mutex> g(r.mu);
   Entry& e = r.entries[{d, op}];
   e.names = variants;
+  e.selected = variant_from_env(d, op, variants);
   return e.selected;
 }
 

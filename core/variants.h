@@ -1,6 +1,8 @@
 // Kernel variants: a backend kernel may offer several implementations under names ("eigen",
 // "openblas", "warp", ...), selectable per device type at run time so each stays testable and
-// benchable. The first registered is the default. Selection is process-wide.
+// benchable. The first registered is the default. Selection is process-wide; a process starts with
+// the ones MG_KERNEL_VARIANTS names, as device:op=variant pairs separated by commas (for example
+// MG_KERNEL_VARIANTS=cuda:attention=simt,cpu:matmul=eigen).
 #pragma once
 #include <atomic>
 #include <string>

@@ -124,6 +124,21 @@ TEST_CASE("kernel variants: the cpu registry") {
   CHECK(mg::kernel_variant_index(DeviceType::CPU, "matmul") == 0);
 }
 
+TEST_CASE("kernel variants: MG_KERNEL_VARIANTS picks the variant a kernel registers with") {
+  // Backends register while the library loads; a kernel registered now reads the variable the same way.
+  setenv("MG_KERNEL_VARIANTS", "cuda:env_probe=b,cpu:other=c,cpu:env_probe=c", 1);
+  mg::register_kernel_variants(DeviceType::CPU, "env_probe", {"a", "b", "c"});
+  CHECK(mg::kernel_variant(DeviceType::CPU, "env_probe") == "c");
+  mg::register_kernel_variants(DeviceType::CUDA, "env_probe", {"a", "b"});
+  CHECK(mg::kernel_variant(DeviceType::CUDA, "env_probe") == "b");
+  setenv("MG_KERNEL_VARIANTS", "cpu:env_probe=fastest", 1);  // not a variant: said on stderr, default kept
+  mg::register_kernel_variants(DeviceType::CPU, "env_probe", {"a", "b", "c"});
+  CHECK(mg::kernel_variant(DeviceType::CPU, "env_probe") == "a");
+  unsetenv("MG_KERNEL_VARIANTS");
+  mg::register_kernel_variants(DeviceType::CPU, "env_probe", {"a", "b", "c"});
+  CHECK(mg::kernel_variant(DeviceType::CPU, "env_probe") == "a");
+}
+
 TEST_CASE("kernel variants: every cpu matmul variant on every layout, with the same ledger") {
   mg::GeneratorStateGuard restore;
   mg::NoGradGuard no_grad;

@@ -5,7 +5,8 @@
 # Stages (the default: build check kernels train step recompute; --sanitize adds sanitize):
 #   build      configure and build test_gpu, the CPU suites, memgrad, bench_gpu_kernels, bench_train_step
 #   check      the gpu suite, then the CPU suite (ctest -LE gpu)
-#   sanitize   compute-sanitizer memcheck, racecheck and synccheck over the gpu suite
+#   sanitize   compute-sanitizer memcheck over the gpu suite; racecheck and synccheck over its cases
+#              whose kernels use shared memory
 #   kernels    bench_gpu_kernels (each kernel against the copy bandwidth and bf16 GEMM rate measured in
 #              the same run) and kernels.py (PyTorch on the same rows)
 #   train      memgrad train --device cuda: the default job (also under a 24 MiB budget: offload and
@@ -67,9 +68,16 @@ fi
 
 if want sanitize; then
   command -v compute-sanitizer > /dev/null || { echo "compute-sanitizer not found (CUDA toolkit bin/)" >&2; exit 1; }
+  # memcheck over every case; racecheck and synccheck (slower) over the ops whose kernels share memory
+  # within a block: attention, loss, norm, reduce and softmax. Each tool stops after SANITIZE_SECONDS
+  # (170: the three fit one call; exit 124 says it was cut short, and a call of its own may give more).
+  shared='*attention*,*entropy*,*nll*,*norm*,*softmax*,*sum*,*mean*,*max*,*min*,*var*,*std*,*prod*'
   for tool in memcheck racecheck synccheck; do
     stage "sanitize: $tool"
-    if timeout 540 compute-sanitizer --tool "$tool" --error-exitcode 1 "$build/tests/test_gpu" > "$out/$tool.log" 2>&1; then
+    filter=()
+    [ "$tool" = memcheck ] || filter=(-tc="$shared")
+    if timeout "${SANITIZE_SECONDS:-170}" compute-sanitizer --tool "$tool" --error-exitcode 1 "$build/tests/test_gpu" "${filter[@]}" \
+      > "$out/$tool.log" 2>&1; then
       echo "$tool clean"
     else
       echo "$tool: FAILED or timed out (exit $?)"

@@ -200,12 +200,20 @@ int main(int argc, char** argv) {
         attention(a, b, c).backward(up);
       };
       const std::string op = std::string("attention ") + dtype_name(t);
-      flop_row(op, "fused fwd", shape, fwd, [&] { scaled_dot_product_attention(q, k, v, {}, 0.0, true); });
-      flop_row(op, "fused fwd+bwd", shape, 3.5 * fwd, [&] {
-        with_grad([](const Tensor& a, const Tensor& b, const Tensor& c) {
-          return scaled_dot_product_attention(a, b, c, {}, 0.0, true);
+      // The default variant's rows, then (16-bit only: float32 always runs simt) each other variant's.
+      for (const std::string& variant : cuda::kernel_variants("attention")) {
+        const bool first = variant == cuda::kernel_variants("attention").front();
+        if (!first && t == kFloat32) continue;
+        cuda::set_kernel_variant("attention", variant);
+        const std::string tag = first ? "" : " (" + variant + ")";
+        flop_row(op, "fused fwd" + tag, shape, fwd, [&] { scaled_dot_product_attention(q, k, v, {}, 0.0, true); });
+        flop_row(op, "fused fwd+bwd" + tag, shape, 3.5 * fwd, [&] {
+          with_grad([](const Tensor& a, const Tensor& b, const Tensor& c) {
+            return scaled_dot_product_attention(a, b, c, {}, 0.0, true);
+          });
         });
-      });
+      }
+      cuda::set_kernel_variant("attention", cuda::kernel_variants("attention").front());
       flop_row(op, "explicit fwd", shape, fwd, [&] { explicit_attention(q, k, v); });
       flop_row(op, "explicit fwd+bwd", shape, 3.5 * fwd, [&] { with_grad(explicit_attention); });
     }

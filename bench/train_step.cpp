@@ -13,7 +13,6 @@
 //   MG_FUSED_ELEMENTWISE=0             the GPT block's element-wise chains as single ops (before/after)
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -74,28 +73,17 @@ Workload make_mlp(const std::vector<int64_t>& a, const Device& device) {
   return {"mlp", cfg, net, [net, x, y] { return cross_entropy(net->forward(x), y); }};
 }
 
-// MG_CHECKPOINT's policy on the GPT's blocks: every-K, sqrt (K = ceil(sqrt(n_layer))) or selective.
-void set_checkpoint(nn::GPTConfig& c, const std::string& policy) {
-  if (policy == "selective")
-    c.selective_recompute = true;
-  else if (policy == "sqrt")
-    c.checkpoint_every = int64_t(std::ceil(std::sqrt(double(c.n_layer))));
-  else if (policy.rfind("every-", 0) == 0 && std::atoll(policy.c_str() + 6) > 0)
-    c.checkpoint_every = std::atoll(policy.c_str() + 6);
-  else if (policy != "none")
-    throw ValueError("MG_CHECKPOINT: expected none, every-K, sqrt or selective, got " + policy);
-}
-
+// The GPT as the planner and memgrad train run it (plan::ChainModel), its blocks under MG_CHECKPOINT's
+// policy (plan::Policy::parse: the same names, segments and selective recompute as --checkpoint).
 Workload make_gpt(const std::vector<int64_t>& a, bool fused, const Device& device, const std::string& checkpoint) {
   nn::GPTConfig c;
   c.fused_attention = fused;
-  c.options = TensorOptions().device(device);
   const char* fuse = std::getenv("MG_FUSED_ELEMENTWISE");
   c.fused_elementwise = !fuse || std::strcmp(fuse, "0") != 0;
   c.n_layer = a[0], c.n_head = a[1], c.n_embd = a[2], c.vocab_size = a[3], c.block_size = a[5];
-  set_checkpoint(c, checkpoint);
+  const plan::Policy policy = plan::Policy::parse(checkpoint, c.n_layer);
   const int64_t batch = a[4], seq = a[5];
-  auto gpt = std::make_shared<nn::GPT>(c);
+  auto gpt = std::make_shared<plan::ChainModel>(plan::ModelSpec::gpt_model(c), device);
   Tensor idx, targets;
   {
     MemoryScope scope(Category::Input, "batch");
@@ -109,7 +97,9 @@ Workload make_gpt(const std::vector<int64_t>& a, bool fused, const Device& devic
   if (!c.fused_elementwise) std::strncat(cfg, ", unfused element-wise", sizeof cfg - std::strlen(cfg) - 1);
   if (checkpoint != "none")
     std::strncat(cfg, (", checkpoint " + checkpoint).c_str(), sizeof cfg - std::strlen(cfg) - 1);
-  return {"gpt", cfg, gpt, [gpt, idx, targets] { return gpt->loss(idx, targets); }};
+  // The module shares the chain's ownership, so the Workload keeps both alive.
+  std::shared_ptr<nn::Module> module(gpt, &gpt->module());
+  return {"gpt", cfg, module, [gpt, idx, targets, policy] { return gpt->loss(idx, targets, policy); }};
 }
 
 }  // namespace

@@ -31,6 +31,19 @@ Policy Policy::sqrt_n(int64_t n) {
   return p;
 }
 Policy Policy::selective_only() { return {"selective", {}, true}; }
+Policy Policy::parse(const std::string& name, int64_t n) {
+  if (name == "none") return none();
+  if (name == "sqrt") return sqrt_n(n);
+  if (name == "selective") return selective_only();
+  const std::string k_text = name.rfind("every-", 0) == 0 ? name.substr(6) : "";
+  MG_CHECK(!k_text.empty() && k_text.size() <= 18 && k_text.find_first_not_of("0123456789") == std::string::npos,
+           ValueError, "checkpoint ", name, ": expected none, every-K (K >= 1 blocks per segment), sqrt or selective");
+  const int64_t k = std::stoll(k_text);
+  MG_CHECK(k >= 1 && k <= n, ValueError, "checkpoint ", name, ": the model has only ", n, " blocks");
+  Policy p{"every " + std::to_string(k), {}, false};
+  for (int64_t b = 0; b < n; b += k) p.segments.push_back({b, std::min(n, b + k)});
+  return p;
+}
 int64_t Policy::recomputed_blocks() const {
   int64_t r = 0;
   for (auto& s : segments) r += s.end - s.begin;

@@ -48,6 +48,9 @@ struct Policy {
   static Policy uniform(int64_t n, int64_t k);  // k segments of near-equal length, all checkpointed
   static Policy sqrt_n(int64_t n);              // uniform(n, round(sqrt(n)))
   static Policy selective_only();
+  // By name, over n blocks: none, sqrt, selective, or every-K (segments of K blocks, 1 <= K <= n), as
+  // memgrad train|plan --checkpoint takes them (its "auto" is choose_segments). ValueError otherwise.
+  static Policy parse(const std::string& name, int64_t n);
   int64_t recomputed_blocks() const;
   std::string str() const;  // "[0,4) [4,8)" or "-"
 };

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <utility>
+#include <vector>
 
 #include <memgrad/plan/planner.h>
 
@@ -91,6 +93,23 @@ nn::GPTConfig tiny_gpt() {
 }
 
 }  // namespace
+
+TEST_CASE("plan: policies by name, as --checkpoint and bench_train_step's MG_CHECKPOINT take them") {
+  auto segments = [](const Policy& p) {
+    std::vector<std::pair<int64_t, int64_t>> s;
+    for (const auto& g : p.segments) s.push_back({g.begin, g.end});
+    return s;
+  };
+  using Segs = std::vector<std::pair<int64_t, int64_t>>;
+  CHECK(segments(Policy::parse("none", 5)).empty());
+  CHECK_FALSE(Policy::parse("none", 5).selective);
+  CHECK(Policy::parse("selective", 5).selective);
+  CHECK(segments(Policy::parse("sqrt", 10)) == Segs{{0, 3}, {3, 6}, {6, 10}});  // round(sqrt(10)) = 3 segments
+  CHECK(segments(Policy::parse("every-4", 10)) == Segs{{0, 4}, {4, 8}, {8, 10}});
+  CHECK(segments(Policy::parse("every-1", 2)) == Segs{{0, 1}, {1, 2}});
+  for (const char* bad : {"every-0", "every-11", "every-", "every-x", "every--1", "auto", "some"})
+    CHECK_THROWS_AS(Policy::parse(bad, 10), ValueError);
+}
 
 TEST_CASE("plan: MLP Activation peaks equal the hand arithmetic (none, sqrt(n), DP)") {
   const int64_t batch = 6, width = 50;

@@ -268,9 +268,6 @@ mg::plan::Policy policy(const StepFlags& s, const mg::plan::ModelSpec& spec, boo
   using mg::plan::Policy;
   const int64_t n = spec.num_blocks();
   const std::string& c = s.checkpoint;
-  if (c == "none") return Policy::none();
-  if (c == "sqrt") return Policy::sqrt_n(n);
-  if (c == "selective") return Policy::selective_only();
   if (c == "auto") {
     if (!s.budget) throw UsageError("--checkpoint auto needs --budget (e.g. --budget 256MiB)");
     const int64_t budget = int64_t(s.budget);
@@ -301,11 +298,11 @@ mg::plan::Policy policy(const StepFlags& s, const mg::plan::ModelSpec& spec, boo
         " B). Try a smaller --batch, --accum" +
         (s.precision.find("storage") == std::string::npos ? " or --precision bf16-storage" : "") + ".");
   }
-  const int64_t k = std::stoll(c.substr(6));  // every-K
-  if (k > n) throw UsageError("--checkpoint " + c + ": the model has only " + std::to_string(n) + " blocks");
-  Policy p{"every " + std::to_string(k), {}, false};
-  for (int64_t b = 0; b < n; b += k) p.segments.push_back({b, std::min(n, b + k)});
-  return p;
+  try {
+    return Policy::parse(c, n);
+  } catch (const mg::ValueError& e) {  // "checkpoint every-20: the model has only 12 blocks"
+    throw UsageError("--" + std::string(e.what()));
+  }
 }
 
 int64_t parameter_count(const mg::plan::ModelSpec& spec) {

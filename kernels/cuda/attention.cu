@@ -632,8 +632,11 @@ template <class T>
 bool use_mma(const Tensor& q, std::initializer_list<const Tensor*> operands) {
   const int64_t D = q.size(2);
   if (kernel_variant_index("attention") != 0 || D % 16 != 0 || D > kMaxHead) return false;
-  cudaFuncAttributes a{};
-  if (cudaFuncGetAttributes(&a, mma::forward_kernel<T, 64>) != cudaSuccess || a.ptxVersion < 80) return false;
+  static const bool built_for_mma = [] {  // asked once per dtype, not on every call
+    cudaFuncAttributes a{};
+    return cudaFuncGetAttributes(&a, mma::forward_kernel<T, 64>) == cudaSuccess && a.ptxVersion >= 80;
+  }();
+  if (!built_for_mma) return false;
   for (const Tensor* t : operands)
     if (!aligned(dptr<char>(*t), 4)) return false;
   return true;

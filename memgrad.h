@@ -36,6 +36,10 @@
 #include <memgrad/core/random.h>
 #include <memgrad/core/tensor.h>
 #include <memgrad/core/variants.h>
+#include <memgrad/data/dataset.h>
+#include <memgrad/data/loader.h>
+#include <memgrad/data/sampler.h>
+#include <memgrad/data/tokens.h>
 #include <memgrad/distributed/data_parallel.h>
 #include <memgrad/distributed/process_group.h>
 #include <memgrad/nn/gpt.h>

@@ -1,38 +1,9 @@
 #!/usr/bin/env bash
 # Checks of the memgrad command, one case per ctest entry:  test_cli.sh <memgrad binary> <case>
 set -uo pipefail
-bin=$1
-case_name=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work" || exit 1
+# shellcheck source=lib.sh
+source "$(dirname "$0")/lib.sh"
 small=(--n-layer 2 --n-head 2 --n-embd 32 --seq 16 --batch 4 --sample 0 --timeline '')
-
-fail() { echo "FAIL: $*"; exit 1; }
-# expect_exit CODE CMD...: runs CMD, shows its output, and checks its exit code.
-expect_exit() {
-  local want=$1
-  shift
-  "$@" >out.txt 2>&1
-  local got=$?
-  cat out.txt
-  [ "$got" -eq "$want" ] || fail "'$*' exited $got, expected $want"
-}
-expect_output() { grep -qE -- "$1" out.txt || fail "expected output matching '$1'"; }
-# The loss column of a --log CSV from step $2 on.
-losses_from() { awk -F, -v s="$2" 'NR > 1 && $1 >= s { print $1, $2 }' "$1"; }
-# same_losses A B TOL [FROM]: every step of A (from FROM on) is in B with the same loss, to a relative
-# TOL (0: to every printed digit).
-same_losses() {
-  awk -F, -v tol="$3" -v from="${4:-0}" '
-    FNR == 1 { file++; next }
-    file == 1 && $1 >= from { want[$1] = $2; n++ }
-    file == 2 && ($1 in want) { d = $2 - want[$1]; if (d < 0) d = -d; m = $2 < 0 ? -$2 : $2
-                                if (d > tol * (m > 1 ? m : 1)) bad = 1; seen++ }
-    END { exit bad || n == 0 || seen != n }' "$1" "$2" || fail "$1 and $2: losses differ beyond $3"
-}
-# Two processes under mpirun (as root, on shared cores), each with one OpenMP thread.
-mpi2() { OMP_NUM_THREADS=1 "$MG_MPIEXEC" -np 2 --allow-run-as-root --oversubscribe "$@"; }
 
 case $case_name in
   help)
@@ -67,7 +38,7 @@ case $case_name in
     # GPT-2's 1024 positions fit the 8 KB corpus (its held-out end grows to one window); 5000 do not.
     expect_exit 0 "$bin" train --n-layer 1 --n-head 1 --n-embd 16 --batch 1 --seq 1024 --steps 1 --sample 0 \
       --timeline '' --quiet
-    expect_output "held-out loss [0-9.]+ \(the corpus's last 1026 bytes\)"
+    expect_output "held-out loss [0-9.]+ over 1 window of 1024 tokens \(the corpus's last 1025 bytes\)"
     expect_exit 2 "$bin" train --seq 5000 --steps 1
     expect_output "too long for the [0-9]+-byte corpus"
     expect_exit 2 "$bin" train --device gpu
@@ -245,9 +216,10 @@ case $case_name in
       grep -q "^step" out.txt && fail "--save $save was checked only after training"
     done
     expect_exit 2 "$bin" train "${small[@]}" --steps 2 --timeline /nonexistent/t.html
-    # The batch (and the MLP's teacher) is in the ledger: a limit stops it at once, as out of memory.
-    expect_exit 3 timeout 60 "$bin" train --batch 100000000 --memory-limit 1GiB --timeline ''
-    expect_output "\(Input\)"
+    # The data loader's buffers (and the MLP's teacher) are in the ledger: a limit stops them at once, as out of
+    # memory (64 workers each reading 1024 batches of 4096 x 64 ahead would hold 256 GiB).
+    expect_exit 3 timeout 60 "$bin" train --batch 4096 --num-workers 64 --prefetch 1024 --memory-limit 1GiB --timeline ''
+    expect_output "for \"data.loader\" \(Input\)"
     expect_exit 3 timeout 60 "$bin" train --model mlp --width 1000000 --memory-limit 1GiB --timeline ''
     expect_output "for \"data.teacher\" \(Input\)"
     # A state whose metadata lies (same-length edits keep the header valid).

@@ -1,8 +1,9 @@
-// `memgrad train`: trains the planner's GPT on the embedded sonnets (byte-level tokens) or its MLP
-// on a synthetic teacher, showing loss, throughput and live memory, then the memory report.
+// `memgrad train`: trains the planner's GPT on --data or the embedded sonnets (data_source.h) or its
+// MLP on a synthetic teacher, showing loss, throughput and live memory, then the memory report.
 #pragma once
 #include <string>
 
+#include "data_source.h"
 #include "options.h"
 
 namespace memgrad_cli {
@@ -27,6 +28,7 @@ struct TrainFlags {
   int64_t sample = 200;        // GPT: bytes of text generated at the end
   bool quiet = false;
   bool profile = false;  // time by kernel over the steps after the first
+  DataFlags data;        // --data, --val-data, --show-batch
 };
 
 void add_train_flags(CLI::App& app, TrainFlags& f);

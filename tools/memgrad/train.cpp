@@ -484,7 +484,6 @@ int run_train(const TrainFlags& f) {
   print_breakdown(steps_run > 1 ? peaks[1] : peaks[0], at_peak, owners_at_peak, 12);
   const mg::MemoryStats s = mg::memory_stats(device);
   std::printf("  reserved by the caching allocator: %s now\n", mg::format_bytes(s.reserved).c_str());
-  data.print_memory();
   if (driver_before) print_outside_ledger(*driver_before, mg::cuda::device_memory(device.index));
 
   // The planner runs the same steps on meta, for this device and under the same limit.
@@ -521,6 +520,7 @@ int run_train(const TrainFlags& f) {
                 mg::format_bytes(int64_t(f.memory_limit)).c_str(), f.remat.c_str(), f.offload.c_str());
     std::printf("  %s\n", mg::budget::stats_report(device).c_str());
   }
+  data.print_memory();
   if (dp) {  // every rank's figures, gathered (the calls below are collective: every rank makes them)
     auto held = [&s, &base](mg::Category c) { return s.category(c) - base.category(c); };
     const std::vector<int64_t> mine = {peaks[0],

@@ -2,9 +2,9 @@
 # Layers only point down: each folder may include memgrad headers from the folders listed for it
 # and nothing above. The op entry points (core/ops/, and Tensor's methods in core/tensor.cpp) sit
 # above autograd, which records their history; the rest of core sits below everything. data/ (the
-# DataLoader) makes and copies tensors and nothing more, so it stands on core alone, beside the
-# layers above it: no library layer uses it (a plan counts a loader through the program it runs);
-# the memgrad command and user code do.
+# DataLoader) only makes, fills and copies tensors: it uses core alone (tensors, their factories, the
+# cuda runtime), and no library layer uses it (a plan counts a loader through the program it runs,
+# with data::plan_buffers); the memgrad command and user code do.
 #   tests/layering/check_layers.sh [source root]
 set -u
 root=${1:-$(cd "$(dirname "$0")/../.." && pwd)}

@@ -1,7 +1,6 @@
 #include <memgrad/data/loader.h>
 
 #include <chrono>
-#include <cstring>
 
 #include <memgrad/core/allocator.h>
 #include <memgrad/core/memory.h>

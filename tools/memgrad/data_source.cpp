@@ -257,8 +257,10 @@ void TrainData::print_memory() const {
 void print_loader_plan(const mg::plan::ModelSpec& spec, const StepFlags& s, mg::DeviceType target) {
   const mg::data::DataLoaderOptions o = loader_options(s, mg::Device(target));
   const auto [data, targets] = example_fields(spec, s);
-  print_loader_memory(o, mg::data::buffer_bytes(data, targets, o),
-                      target == mg::DeviceType::CPU ? ", in the plan below" : " (the device ones in the plan below)");
+  const char* note = target == mg::DeviceType::CPU        ? ", counted in the plan below"
+                     : mg::data::buffer_counts(o).staging ? " (the device ones counted in the plan below)"
+                                                          : " (host memory: not in the device's plan)";
+  print_loader_memory(o, mg::data::buffer_bytes(data, targets, o), note);
 }
 
 }  // namespace memgrad_cli

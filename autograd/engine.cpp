@@ -28,7 +28,7 @@ void accumulate(Tensor& slot, Tensor&& g) {
     slot = add(slot, g);
 }
 
-// Under a memory budget (core/budget.h): the offloaded tensors saved for `n`, and for the nodes
+// Under a memory budget (core/budget/budget.h): the offloaded tensors saved for `n`, and for the nodes
 // it is the last to send a gradient to (they run next), are fetched back before `n` runs.
 void prefetch_saved(Node& n, const std::unordered_map<Node*, int>& deps) {
   std::vector<std::weak_ptr<Storage>> reads = n.saved_storages();

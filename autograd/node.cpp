@@ -26,7 +26,7 @@ struct Origin {
 namespace {
 using detail::Origin;
 std::atomic<uint64_t> g_sequence{0};
-// Read on every save and record: initial-exec, as t_scopes in core/allocator.cpp (no __tls_get_addr call).
+// Read on every save and record: initial-exec, as t_scopes in core/memory/allocator.cpp (no __tls_get_addr call).
 __attribute__((
     tls_model("initial-exec"))) thread_local std::vector<std::pair<SavedTensorHooks::Pack, SavedTensorHooks::Unpack>>
     t_saved_hooks;

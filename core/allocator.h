@@ -89,6 +89,16 @@ void set_category(Block* b, Category c);
 void set_owner(Block* b, const std::string& owner);
 // The op whose allocations follow (for owner labels of op outputs); Op::none outside every OpScope.
 Op current_op();
+// The allocator's one call out of itself, installed by the memory budget (core/budget/). When a
+// request on a device the hook manages would pass the limit even after the cache was released, the
+// allocator calls relieve(d, bytes), without its lock held, until the request fits: relieve moves or
+// frees one storage's bytes and returns true, or returns false when `d` is no longer managed. It
+// raises MemoryBudgetError when nothing can leave, which the allocator counts as an out-of-memory.
+struct PressureHook {
+  bool (*manages)(const Device& d) = nullptr;
+  bool (*relieve)(const Device& d, size_t bytes) = nullptr;
+};
+void set_pressure_hook(const PressureHook& hook);
 // Test hook for failure paths: the `n`-th allocation from now on (1: the next), on any device,
 // throws OutOfMemoryError as a real one would (counted in num_ooms, recorded in the history);
 // n = 0 disarms it. allocations_until_failure() is what is left of the countdown (0: disarmed or fired).

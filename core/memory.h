@@ -142,7 +142,7 @@ std::string memory_summary(const Device& d = kCPU);
 
 // ---- history
 
-// Evict, Remat, Offload and Fetch mark what a memory budget (core/budget.h) did to a block of
+// Evict, Remat, Offload and Fetch mark what a memory budget (core/budget/budget.h) did to a block of
 // `bytes`: they come with the Free or Alloc event that changes the ledger.
 enum class MemoryEventKind : uint8_t {
   Alloc,

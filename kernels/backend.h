@@ -102,7 +102,7 @@ const char* kernel_name(Fn Backend::*fn) {
 // Runs `fn` of the backend for `device`; on meta, only the scratch the kernel of meta_target() would
 // allocate. Raises NotImplementedError naming the current op (OpScope) and the kernel when the
 // backend lacks it. Under a memory budget
-// (core/budget.h) the run goes through the budget runtime, which records how to recompute what it
+// (core/budget/budget.h) the run goes through the budget runtime, which records how to recompute what it
 // writes (kernels/budget_run.h). Under a KernelProfile (core/profile.h) the call is timed.
 template <class Fn, class... Args>
 void run(const Device& device, Fn Backend::*fn, Args&&... args) {

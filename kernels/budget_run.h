@@ -1,4 +1,4 @@
-// kernels::run under a memory budget (core/budget.h): the kernel's tensor arguments go to the
+// kernels::run under a memory budget (core/budget/budget.h): the kernel's tensor arguments go to the
 // budget runtime, which brings them back if evicted and records a replay of the call for the
 // storages it writes. The replay keeps the function pointer and every non-tensor argument by value
 // (random kernels get their seed and Philox offset as arguments, so a replay draws the same

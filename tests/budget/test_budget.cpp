@@ -1,4 +1,4 @@
-// The memory budget runtime (core/budget.h): under a limit well below the unconstrained peak,
+// The memory budget runtime (core/budget/budget.h): under a limit well below the unconstrained peak,
 // training evicts and recomputes (or offloads) and still gives the same losses, gradients and
 // parameters, bitwise, with dropout on. Each run starts from the same seed; the allocator's cache
 // is off so the limit binds on the bytes handed out (the cache would only add whole segments).
@@ -11,7 +11,7 @@
 #include <optional>
 #include <thread>
 
-#include <memgrad/core/budget.h>
+#include <memgrad/core/budget/budget.h>
 #include <memgrad/kernels/backend.h>
 #include <memgrad/memgrad.h>
 

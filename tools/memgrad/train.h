@@ -17,7 +17,7 @@ struct TrainFlags {
   int64_t warmup = 20;                   // steps of linear learning-rate warmup
   uint64_t memory_limit = 0;             // bytes (0: none)
   std::string remat = "none";            // none | dynamic: evict and recompute to stay under --memory-limit
-  std::string offload = "none";          // none | activations | optimizer | all: the host pool (core/budget.h)
+  std::string offload = "none";          // none | activations | optimizer | all: the host pool (core/budget/budget.h)
   std::string budget_cost = "measured";  // measured | modeled: how eviction prices and ages storages
   uint64_t seed = 1337;
   std::string save, resume;

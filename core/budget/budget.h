@@ -39,11 +39,6 @@
 
 namespace mg {
 
-// The budget is below the minimum a step needs; the message names that minimum and its parts.
-class MemoryBudgetError : public OutOfMemoryError {
-  using OutOfMemoryError::OutOfMemoryError;
-};
-
 namespace budget {
 
 enum class Remat : uint8_t { None, Dynamic };  // None: offload only (or a plain limit)

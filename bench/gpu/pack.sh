@@ -41,7 +41,9 @@ rm -rf "$stage"
 
 if [ $debs = 1 ]; then
   rm -rf .device && mkdir -p .device/debs
-  (cd .device/debs && apt-get download libeigen3-dev doctest-dev nlohmann-json3-dev libbenchmark-dev \
+  sandbox=()  # as root, apt's download user cannot write here: download as root, without its warning
+  [ "$(id -u)" = 0 ] && sandbox=(-o APT::Sandbox::User=root)
+  (cd .device/debs && apt-get "${sandbox[@]}" download libeigen3-dev doctest-dev nlohmann-json3-dev libbenchmark-dev \
     libbenchmark1debian libcli11-dev > /dev/null) || { echo "apt-get download failed: run apt-get update once" >&2; exit 1; }
 fi
 

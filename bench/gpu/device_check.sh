@@ -14,9 +14,10 @@
 #   5 extras    while time is left: torch.compile on the same step; `memgrad train` on GPT-2-124M
 #               (planned == measured, bytes outside the ledger)
 # What comes back in $OUT (at most 4 files; the tool returns 8): summary.txt (each stage's status,
-# the step and kernel tables of bench/gpu/summarize.py; printed at the end too), failures.txt (the
+# the step and kernel tables of bench/gpu/summarize.py; printed at the end), failures.txt (the
 # gpu suite's failed checks, the sanitizers' errors), results.tar.gz (every log and JSON). The
-# summary and the archive are rewritten after every stage, so a call cut short keeps what ran.
+# summary grows line by line and the archive is rewritten after every stage, so a call cut short
+# keeps what ran.
 # DRY_RUN=1: on a machine without a GPU or programs, each stage says what it would run (CI checks
 # this: tests/cuda/check_device_harness.sh).
 set -uo pipefail

@@ -32,12 +32,16 @@ struct AttentionMask {
   int64_t size[kMaxDims] = {}, stride[kMaxDims] = {};
   int64_t stride_q = 0, stride_k = 0;
   // Element (i, j) of head bh (bh counts the batch dims row-major).
-  MG_HD int64_t offset(int64_t bh, int64_t i, int64_t j) const {
-    int64_t off = i * stride_q + j * stride_k;
-    for (int d = nd - 1; d >= 0; --d) {
-      off += bh % size[d] * stride[d];
-      bh /= size[d];
-    }
+  MG_HD int64_t offset(int64_t bh, int64_t i, int64_t j) const { return head_offset(bh) + i * stride_q + j * stride_k; }
+  // Element (0, 0) of head bh: its divisions are worth computing once per head, not per score. The
+  // fixed trip count unrolls on the GPU (an index known only at run time copies the arrays to local memory).
+  MG_HD int64_t head_offset(int64_t bh) const {
+    int64_t off = 0;
+    for (int d = kMaxDims - 1; d >= 0; --d)
+      if (d < nd) {
+        off += bh % size[d] * stride[d];
+        bh /= size[d];
+      }
     return off;
   }
 };

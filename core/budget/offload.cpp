@@ -39,17 +39,17 @@ void add_host_bytes(DeviceBudget& db, int64_t n) {
 namespace {
 // cuda: transfers run on a side stream, after the work queued on the compute stream so far. A block
 // copied out goes back to the allocator at once, marked as used on the side stream (it is reused
-// only when the copy has finished); a copy in makes the compute stream wait for it, and its host
-// bytes are released once the copy has completed.
+// only when the copy has finished); a copy in makes the compute stream wait for it. Either way the
+// host bytes stay alive until the copy's completion event (not on cudaFreeHost's synchronising).
 struct SideStream {
   cuda::Stream stream;
-  std::vector<std::pair<cuda::Event, std::shared_ptr<void>>> in_flight;  // host bytes of copies in
+  std::vector<std::pair<cuda::Event, std::shared_ptr<void>>> in_flight;  // host bytes of copies
 };
 SideStream& side(const Device& d) {
   static auto* all = new std::map<int, SideStream>;
   auto it = all->find(d.index);
   if (it == all->end()) it = all->emplace(d.index, SideStream{cuda::Stream::create(d.index), {}}).first;
-  auto& f = it->second.in_flight;  // copies in that have completed free their host bytes
+  auto& f = it->second.in_flight;  // copies that have completed free their host bytes
   f.erase(std::remove_if(f.begin(), f.end(), [](const auto& e) { return e.first.query(); }), f.end());
   return it->second;
 }
@@ -67,11 +67,10 @@ void copy_on_side(Cell& c, void* host, bool out) {
     out ? cuda::copy_async(pinned, dev) : cuda::copy_async(dev, pinned);
   }
   memory::record_stream(c.block, s.stream);  // the block is reused only after the copy
-  if (out) return;
-  cuda::Event arrived;
-  arrived.record(s.stream);
-  c.arrival = arrived;  // waited for by the compute stream when a kernel touches the cell
-  s.in_flight.emplace_back(arrived, c.host);
+  cuda::Event done;
+  done.record(s.stream);
+  s.in_flight.emplace_back(done, c.host);
+  if (!out) c.arrival = done;  // waited for by the compute stream when a kernel touches the cell
 }
 }  // namespace
 

@@ -65,25 +65,10 @@ bool supported(cudnnStatus_t s, const char* op, const char* what) {
   return s == CUDNN_STATUS_SUCCESS;
 }
 
-// One handle per device, created on first use and kept for the process (its memory shows in
-// device_memory().outside_memgrad, like the cuBLAS handle's). A handle serves one host thread at a
-// time: callers hold `mu` from cudnnSetStream to the last call that enqueues work.
-struct Handle {
-  std::mutex mu;
-  cudnnHandle_t h = nullptr;
-};
+using Handle = LibraryHandle<cudnnHandle_t>;
 Handle& handle(int device) {
-  static std::mutex mu;
-  static auto* handles = new std::vector<std::unique_ptr<Handle>>();  // never destroyed (exit order)
-  std::lock_guard<std::mutex> g(mu);
-  if (handles->size() <= size_t(device)) handles->resize(size_t(device) + 1);
-  auto& slot = (*handles)[size_t(device)];
-  if (!slot) {
-    auto made = std::make_unique<Handle>();
-    check(cudnnCreate(&made->h), "conv2d", "cudnnCreate");  // on the current device (stream_for set it)
-    slot = std::move(made);
-  }
-  return *slot;
+  return library_handle<cudnnHandle_t>(device,
+                                       [](cudnnHandle_t* h) { check(cudnnCreate(h), "conv2d", "cudnnCreate"); });
 }
 
 template <class T, cudnnStatus_t (*Destroy)(T)>

@@ -4,8 +4,6 @@
 #include <cublas_v2.h>
 
 #include <climits>
-#include <mutex>
-#include <vector>
 
 #include <memgrad/kernels/blas_layout.h>
 #include <memgrad/kernels/cuda/cuda_kernels.h>
@@ -35,17 +33,6 @@ const char* status_name(cublasStatus_t s) {
 }
 void check(cublasStatus_t s, const char* what) {
   MG_CHECK(s == CUBLAS_STATUS_SUCCESS, DeviceError, "matmul: ", what, " failed: ", status_name(s));
-}
-
-// One handle per device, created on first use and kept for the process (its memory shows in
-// device_memory().outside_memgrad).
-cublasHandle_t handle(int device) {
-  static std::mutex mu;
-  static std::vector<cublasHandle_t> handles;
-  std::lock_guard<std::mutex> g(mu);
-  if (handles.size() <= size_t(device)) handles.resize(size_t(device) + 1, nullptr);
-  if (!handles[size_t(device)]) check(cublasCreate(&handles[size_t(device)]), "cublasCreate");
-  return handles[size_t(device)];
 }
 
 // A row-major R x C matrix (per batch) as cuBLAS sees it: column-major data, transposed or not,
@@ -97,8 +84,10 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
     MG_CHECK(v < INT_MAX, NotImplementedError, "matmul: cuBLAS takes 32-bit sizes, got [", B, ", ", M, ", ", K, "] @ [",
              B, ", ", K, ", ", N, "]");
   Operand x = operand(a, M, K), y = operand(b, K, N);
-  cublasHandle_t h = handle(out.device().index);
-  check(cublasSetStream(h, s), "cublasSetStream");
+  auto& hd = library_handle<cublasHandle_t>(out.device().index,
+                                            [](cublasHandle_t* h) { check(cublasCreate(h), "cublasCreate"); });
+  std::lock_guard<std::mutex> lock(hd.mu);  // another thread may set the handle's stream in between
+  check(cublasSetStream(hd.h, s), "cublasSetStream");
   cudaDataType_t type = t == kFloat16    ? CUDA_R_16F
                         : t == kBFloat16 ? CUDA_R_16BF
                         : t == kFloat64  ? CUDA_R_64F
@@ -111,7 +100,7 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   const void* alpha = t == kFloat64 ? static_cast<const void*>(&one_d) : &one_f;
   const void* beta = t == kFloat64 ? static_cast<const void*>(&zero_d) : &zero_f;
   // out^T (N x M, column-major) = op(b)^T (N x K) * op(a)^T (K x M)
-  check(cublasGemmStridedBatchedEx(h, y.op, x.op, int(N), int(M), int(K), alpha, dptr<char>(y.t), type, int(y.ld),
+  check(cublasGemmStridedBatchedEx(hd.h, y.op, x.op, int(N), int(M), int(K), alpha, dptr<char>(y.t), type, int(y.ld),
                                    y.batch_stride, dptr<char>(x.t), type, int(x.ld), x.batch_stride, beta,
                                    dptr<char>(out), type, int(std::max<int64_t>(N, 1)), M * N, int(B), compute,
                                    CUBLAS_GEMM_DEFAULT),

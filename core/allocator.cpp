@@ -197,8 +197,10 @@ History& history() {
   return *h;
 }
 
+// `previous_owner`: a Relabel's owner before (default: unchanged); `seg`: a segment event's segment.
 void record(DeviceState& s, MemoryEventKind kind, int64_t bytes, uint64_t address, const Block* b,
-            Category previous = Category::Other, const std::string& note = {}) {
+            Category previous = Category::Other, const std::string& note = {},
+            const std::string* previous_owner = nullptr, const Segment* seg = nullptr) {
   if (!g_recording.load(std::memory_order_relaxed)) return;
   MemoryEvent e;
   e.kind = kind;
@@ -212,6 +214,8 @@ void record(DeviceState& s, MemoryEventKind kind, int64_t bytes, uint64_t addres
     e.op = b->op ? b->op : "";
   }
   e.previous_category = previous;
+  if (kind == MemoryEventKind::Relabel) e.previous_owner = previous_owner ? *previous_owner : e.owner;
+  e.small_pool = seg && seg->small;
   e.note = note;
   e.allocated = s.stats.allocated;
   e.reserved = s.stats.reserved;
@@ -292,7 +296,7 @@ void free_segment(DeviceState& s, Segment* seg) {
   s.stats.reserved -= int64_t(seg->size);
   --s.stats.num_segments;
   ++s.stats.num_segment_frees;
-  record(s, MemoryEventKind::SegmentFree, int64_t(seg->size), seg->base, nullptr);
+  record(s, MemoryEventKind::SegmentFree, int64_t(seg->size), seg->base, nullptr, Category::Other, {}, nullptr, seg);
   source_free(s.device, seg->ptr);
   s.drop_chunk(seg->head);
   delete seg;
@@ -489,7 +493,7 @@ Segment* new_segment(DeviceState& s, const Block& b, bool small, const cuda::Str
       s.stats.peak_reserved = std::max(s.stats.peak_reserved, s.stats.reserved);
       ++s.stats.num_segments;
       ++s.stats.num_segment_allocs;
-      record(s, MemoryEventKind::SegmentAlloc, int64_t(n), seg->base, nullptr);
+      record(s, MemoryEventKind::SegmentAlloc, int64_t(n), seg->base, nullptr, Category::Other, {}, nullptr, seg);
       return seg;
     }
     if (attempt == 0) {
@@ -735,14 +739,15 @@ void record_stream(const Block* b, const cuda::Stream& stream) {
   c->uses.push_back(stream);
 }
 
-void record_event(const Device& d, MemoryEventKind kind, int64_t bytes, Category category, const std::string& owner) {
+void record_event(const Device& d, MemoryEventKind kind, int64_t bytes, uint64_t address, Category category,
+                  const std::string& owner) {
   if (!g_recording.load(std::memory_order_relaxed)) return;
   DeviceState& s = state(d);
   std::lock_guard<std::mutex> g(s.mu);
   Block b;
   b.category = category;
   b.owner_id = intern_owner(owner);
-  record(s, kind, bytes, 0, &b);
+  record(s, kind, bytes, address, &b);
 }
 
 void set_category(Block* b, Category c) {
@@ -764,8 +769,12 @@ void set_owner(Block* b, const std::string& owner) {
   std::lock_guard<std::mutex> g(s.mu);
   settle_peak(s);
   add_owner(s, b->owner_id, -int64_t(b->size));
+  const OwnerId before = b->owner_id;
   b->owner_id = id;
   add_owner(s, id, int64_t(b->size));
+  if (g_recording.load(std::memory_order_relaxed))  // the label is looked up only then
+    record(s, MemoryEventKind::Relabel, int64_t(b->size), reinterpret_cast<uintptr_t>(b->ptr), b, b->category, {},
+           &owner_label(before));
 }
 
 }  // namespace memory
@@ -916,8 +925,8 @@ std::vector<SegmentInfo> memory_segments(const Device& d) {
 
 std::vector<Device> devices_with_memory() {
   std::vector<Device> r;
-  for (size_t i = 0; i < g_states.size(); ++i)
-    if (DeviceState* s = g_states[i].load()) r.push_back(s->device);
+  for (size_t i = 0; i < g_states.size(); ++i)  // this thread's IsolatedAllocator counts too
+    if (DeviceState* s = t_isolated[i] ? t_isolated[i] : g_states[i].load()) r.push_back(s->device);
   return r;
 }
 

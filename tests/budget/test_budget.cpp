@@ -8,6 +8,7 @@
 #include <atomic>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <optional>
 #include <thread>
 
@@ -16,6 +17,7 @@
 #include <memgrad/memgrad.h>
 
 #include "expect_error.h"
+#include "timeline_page.h"
 
 using namespace mg;
 
@@ -263,11 +265,19 @@ TEST_CASE("budget: the history and the timeline show evictions and rematerializa
   CHECK(evicts == b.stats.evictions);
   CHECK(remats == b.stats.rematerializations);
   const std::string path = "/tmp/memgrad_budget_timeline.html";
-  write_memory_timeline(path);
+  memory::write_timeline(path);
   record_history(false);
-  std::ifstream f(path);
-  std::string html((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  CHECK(html.find(std::to_string(b.stats.evictions) + " evictions") != std::string::npos);
+  // The page marks each event, and flags the blocks they happened to.
+  const nlohmann::json run = timeline_page::data(timeline_page::read_file(path))["runs"][0];
+  std::remove(path.c_str());
+  std::map<std::string, int64_t> marks;
+  for (auto& k : run["marks"]["kind"]) ++marks[k.get<std::string>()];
+  CHECK(marks["evict"] == b.stats.evictions);
+  CHECK(marks["remat"] == b.stats.rematerializations);
+  int64_t evicted = 0, rematerialized = 0;
+  for (auto& f : run["blocks"]["flags"]) evicted += (f.get<int>() & 4) != 0, rematerialized += (f.get<int>() & 16) != 0;
+  CHECK(evicted == b.stats.evictions);
+  CHECK(rematerialized == b.stats.rematerializations);
   CHECK(budget::stats_report().find("evicted") != std::string::npos);
 }
 

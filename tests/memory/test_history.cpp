@@ -1,4 +1,4 @@
-// History, snapshot, summary and the HTML timeline.
+// History, snapshot and summary (the timeline page: test_timeline.cpp).
 #include <doctest/doctest.h>
 
 #include <cstdio>
@@ -139,38 +139,4 @@ TEST_CASE("summary: a table with the stats and the breakdown at the peak") {
   CHECK(format_bytes(0) == "0 B");
   CHECK(format_bytes(1536) == "1.50 KiB");
   CHECK(format_bytes(-(3 << 20)) == "-3.00 MiB");
-}
-
-TEST_CASE("timeline: a self-contained HTML page of a training step") {
-  empty_cache(kCPU);
-  record_history(true, 1 << 20);
-  mlp::train_step(kCPU, 64);
-  auto ev = memory_history();
-  int64_t peak = 0;
-  for (auto& e : ev)
-    if (e.device == kCPU) peak = std::max(peak, e.allocated);
-  std::string path = temp_path("timeline.html");
-  write_memory_timeline(path, kCPU, "MLP training step");
-  // MG_TIMELINE_OUT=docs/memory_timeline.html writes the example page kept in docs/.
-  if (const char* out = std::getenv("MG_TIMELINE_OUT"))
-    write_memory_timeline(out, kCPU, "3-layer MLP training step, batch 64");
-  record_history(false);
-  std::string html = read_file(path);
-  std::remove(path.c_str());
-  CHECK(html.rfind("<!DOCTYPE html>", 0) == 0);
-  CHECK(html.find("</html>") != std::string::npos);
-  CHECK(html.find("<svg") != std::string::npos);
-  CHECK(html.find("<polygon") != std::string::npos);
-  CHECK(html.find("peak " + format_bytes(peak)) != std::string::npos);
-  for (int c = 0; c < kNumCategories; ++c) CHECK(html.find(category_name(Category(c))) != std::string::npos);
-  for (const char* note : {">forward<", ">backward<", ">optimizer<", "fc1.weight"})
-    CHECK_MESSAGE(html.find(note) != std::string::npos, note);
-  // Nothing loaded from elsewhere.
-  for (const char* external : {"<script", "src=", "href=", "@import", "url("})
-    CHECK_MESSAGE(html.find(external) == std::string::npos, external);
-
-  std::string empty_path = temp_path("empty.html");
-  write_memory_timeline(empty_path, kMeta);
-  CHECK(read_file(empty_path).find("No allocation events") != std::string::npos);
-  std::remove(empty_path.c_str());
 }

@@ -87,19 +87,20 @@ void write_snapshot_timeline(const std::string& path, const std::vector<std::str
                              const std::string& device) {
   MG_CHECK(snapshots.size() == 1 || snapshots.size() == 2, ValueError,
            "write_snapshot_timeline: expected one snapshot, or two to compare, got ", snapshots.size());
-  std::vector<std::string> runs, titles;
+  std::vector<std::string> runs;
+  std::string title;
   for (const std::string& file : snapshots) {
     detail::Recording r = detail::read_recording(file, device);
     r.source = base_name(file);
     if (r.title.empty()) r.title = r.source;
-    titles.push_back(r.title);
+    title = snapshots.size() == 1 ? r.title : title.empty() ? r.source : title + " vs " + r.source;
     try {
       runs.push_back(detail::timeline_data(r));
     } catch (const ValueError& e) {
       throw IOError(file + ": " + e.what());
     }
   }
-  write_page(path, titles.size() == 1 ? titles[0] : titles[0] + " vs " + titles[1], runs);
+  write_page(path, snapshots.size() == 1 ? title : "Memory timelines compared: " + title, runs);
 }
 
 }  // namespace mg::memory

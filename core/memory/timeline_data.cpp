@@ -121,9 +121,9 @@ void undo(const Checker& c, size_t i, Layout& l) {
     if (!is_live) c.fail(i, "no live block there afterwards");
     const LiveBlock& b = live->second;
     if (b.bytes != e.bytes || b.category != e.category || b.owner != e.owner)
-      c.fail(i, "the block there afterwards is " + std::to_string(b.bytes) + " B of " + category_name(b.category) +
-                    " for \"" + b.owner + "\", not " + std::to_string(e.bytes) + " B of " + category_name(e.category) +
-                    " for \"" + e.owner + "\"");
+      c.fail(i, "it says " + std::to_string(e.bytes) + " B of " + category_name(e.category) + " for \"" + e.owner +
+                    "\", the events after it (and the layout at the end) " + std::to_string(b.bytes) + " B of " +
+                    category_name(b.category) + " for \"" + b.owner + "\"");
   };
   switch (e.kind) {
     case K::Alloc:

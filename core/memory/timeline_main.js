@@ -54,9 +54,8 @@ function columnX(chart, col) {
 // The instant under column `col`: each run's point drawn there (or the nearest one).
 function select(chart, col) {
   const x = columnX(chart, col), points = page.runs.map((run, i) => {
-    const rep = page.charts[i].reps ? page.charts[i].reps[col] : -1;
-    return rep >= 0 ? rep : Math.max(0, Math.min(run.n - 1, pointAt(page.X[i], run.n, x) < 0 && x >= page.X[i][run.n]
-      ? run.n - 1 : pointAt(page.X[i], run.n, x)));
+    const rep = page.charts[i].reps ? page.charts[i].reps[col] : -1, X = page.X[i];
+    return rep >= 0 ? rep : x < X[0] ? 0 : x >= X[run.n] ? run.n - 1 : pointAt(X, run.n, x);
   });
   showInstant(x, points);
 }
@@ -138,7 +137,7 @@ function summaryHtml(run, i) {
     : run.source ? '<p class="muted">from ' + esc(run.source) + '</p>' : '';
   if (!run.n) return h + '<p>No allocation events were recorded on ' + esc(run.device) + '.</p>';
   h += '<p>' + esc(run.device) + ': ' + fmtInt(run.events) + ' events recorded over ' + fmtMs(run.t[run.n - 1] - run.t[0]) +
-    ', ' + fmtInt(run.n) + ' of them changing the ledger' + (run.steps.length ? ', ' + run.steps.length + ' steps' : '') +
+    ', ' + fmtInt(run.n) + ' of them changing the ledger' + (run.steps.length ? ', ' + plural(run.steps.length, 'step') : '') +
     '. Peak <b>' + fmtBytes(run.allocated[run.peak]) + '</b> allocated at ' + esc(when(run, run.peak, run.ev[run.peak])) +
     '; reserved at most ' + fmtBytes(maxOf(run.reserved)) +
     (run.limit ? '; memory limit ' + fmtBytes(run.limit) : '') + '.</p>';
@@ -168,14 +167,14 @@ function buildHeader() {
   document.getElementById('reset').addEventListener('click', () => setView(page.full.x0, page.full.x1 - page.full.x0));
 }
 
-// tests/browser drives the page as a user would, through the location's hash:
-//   #selftest=hover:EVENT,click:peak|EVENT
-// zooms in on the point of history event EVENT (run A's), moves the mouse over the middle of the
-// band of its block's category (by the ledger's bytes there) and, after, clicks on the peak (or
-// on EVENT's point). The test reads the tooltip and the breakdown from the DOM.
+// tests/browser drives the page as a user would, through the location's hash, one step after the
+// other: #selftest=hover:EVENT,click:peak
+//   hover:EVENT  zooms in on the point of history event EVENT (run A's) and moves the mouse over
+//                the middle of its block's category band there (by the ledger's bytes)
+//   click:peak   zooms in on run A's peak (click:EVENT: on that event's point) and clicks there
+//   view:full    zooms out again
+//   mouse:X/Y    moves the mouse to (X, Y) on run A's chart (for screenshots)
 function selfTest(spec) {
-  const args = {};
-  for (const kv of spec.split(',')) args[kv.split(':')[0]] = kv.split(':')[1];
   const chart = page.charts[0], run = page.runs[0], X = page.X[0];
   const pointOf = (ev) => {
     const p = run.ev.indexOf(Number(ev));
@@ -192,15 +191,23 @@ function selfTest(spec) {
     const r = chart.over.canvas.getBoundingClientRect();
     chart.over.canvas.dispatchEvent(new MouseEvent(type, {clientX: r.left + px, clientY: r.top + py, bubbles: true}));
   };
-  if (args.hover !== undefined) {
-    const p = pointOf(args.hover), col = aim(p), b = liveAt(run, p).find((l) => run.blocks.allocEv[l.b] === Number(args.hover));
-    let below = 0;
-    for (let c = 0; c < b.cat; c++) below += run.cat[c][p];
-    fire('mousemove', M.left + col + 0.5, yOf(chart, below + run.cat[b.cat][p] / 2));
-  }
-  if (args.click !== undefined) {
-    const p = args.click === 'peak' ? run.peak : pointOf(args.click);
-    fire('click', M.left + aim(p) + 0.5, M.top + 5);
+  for (const [what, arg] of spec.split(',').map((kv) => kv.split(':'))) {
+    if (what === 'hover') {
+      const p = pointOf(arg), col = aim(p);
+      const b = liveAt(run, p).find((l) => run.blocks.allocEv[l.b] === Number(arg));
+      if (!b) throw new Error('selftest: event ' + arg + ' allocates no block');
+      let below = 0;
+      for (let c = 0; c < b.cat; c++) below += run.cat[c][p];
+      fire('mousemove', M.left + col + 0.5, yOf(chart, below + run.cat[b.cat][p] / 2));
+    } else if (what === 'click') {
+      fire('click', M.left + aim(arg === 'peak' ? run.peak : pointOf(arg)) + 0.5, M.top + 5);
+    } else if (what === 'view') {
+      setView(page.full.x0, page.full.x1 - page.full.x0);
+    } else if (what === 'mouse') {
+      fire('mousemove', ...arg.split('/').map(Number));
+    } else {
+      throw new Error('selftest: unknown step ' + what);
+    }
   }
   document.body.dataset.selftest = 'done';
 }

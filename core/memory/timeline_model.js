@@ -179,6 +179,9 @@ function fmtBytes(v) {  // as memgrad's format_bytes: "1.50 MiB"
 function fmtInt(v) {
   return Math.round(v).toString().replace(/\B(?=(\d{3})+(?!\d))/g, ',');
 }
+function plural(n, word) {  // "1 step", "3 steps"
+  return fmtInt(n) + ' ' + word + (n === 1 ? '' : 's');
+}
 function fmtSigned(v) {
   return (v > 0 ? '+' : '') + fmtBytes(v);
 }

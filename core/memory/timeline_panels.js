@@ -129,7 +129,7 @@ function detailsRun(ri, p) {
   return '<h2>At ' + esc(when(run, p, run.ev[p])) + '</h2>' +
     '<p>allocated <b>' + fmtBytes(bd.ledger) + '</b> (<span data-role="ledger" data-run="' + ri + '" data-bytes="' +
     bd.ledger + '">' + fmtInt(bd.ledger) + ' B</span>, the ledger\'s), reserved ' + fmtBytes(run.reserved[p]) + ', ' +
-    bd.blocks + ' live blocks</p><div class="tables">' + cats + owners + '</div>' + checkLine([bd]);
+    plural(bd.blocks, 'live block') + '</p><div class="tables">' + cats + owners + '</div>' + checkLine([bd]);
 }
 
 // "A (none.json)": how tables and charts name a run when two are compared.
@@ -217,7 +217,7 @@ function renderSegments(host, ri, p) {
   const reserved = sum((g) => S.size[g.s]), used = sum((g) => g.used);
   const sec = document.createElement('div');
   sec.innerHTML = '<h2>Segments' + (name ? ' of ' + esc(name) : '') + ' at event #' + fmtInt(run.ev[p]) + '</h2><p>' +
-    list.length + ' segments hold ' + fmtBytes(reserved) + ': ' + (list.length - small.length) + ' in the large pool (' +
+    plural(list.length, 'segment') + ' hold' + (list.length === 1 ? 's ' : ' ') + fmtBytes(reserved) + ': ' + (list.length - small.length) + ' in the large pool (' +
     fmtBytes(reserved - sum((g) => S.small[g.s] ? S.size[g.s] : 0)) + '), ' + small.length + ' in the small pool (' +
     fmtBytes(sum((g) => S.small[g.s] ? S.size[g.s] : 0)) + '). ' + fmtBytes(used) + ' allocated in them, ' +
     fmtBytes(reserved - used) + ' free inside segments; the largest free gap is ' +
@@ -256,8 +256,8 @@ function renderSegments(host, ri, p) {
     const off = (e.clientX - r.left - barX) / widthOf(g) * S.size[g.s];
     const l = g.blocks.find((x) => run.blocks.offset[x.b] <= off && off < run.blocks.offset[x.b] + run.blocks.bytes[x.b]);
     const head = '<div class="muted">segment ' + S.address[g.s] + ', ' + fmtBytes(S.size[g.s]) + ', ' +
-      (S.small[g.s] ? 'small' : 'large') + ' pool; ' + fmtBytes(g.used) + ' allocated in ' + g.blocks.length +
-      ' blocks</div>' + extraHtml(S.extra[g.s]);
+      (S.small[g.s] ? 'small' : 'large') + ' pool; ' + fmtBytes(g.used) + ' allocated in ' +
+      plural(g.blocks.length, 'block') + '</div>' + extraHtml(S.extra[g.s]);
     showTooltip((l ? blockHtml(run, l.b, p) + '<div class="muted">at offset ' + fmtInt(run.blocks.offset[l.b]) +
       '</div>' : off >= 0 && off < S.size[g.s] ? '<div>free</div>' : '') + head, {}, e.clientX, e.clientY);
   });

@@ -264,6 +264,20 @@ TEST_CASE("budget: the history and the timeline show evictions and rematerializa
     evicts += e.kind == MemoryEventKind::Evict, remats += e.kind == MemoryEventKind::Remat;
   CHECK(evicts == b.stats.evictions);
   CHECK(remats == b.stats.rematerializations);
+  // Each names its block: after an eviction, the block's next event is its free; before a remat, its alloc.
+  const std::vector<MemoryEvent> events = memory_history();
+  const auto beside = [&](size_t i, size_t step) -> const MemoryEvent* {  // step 1: the next, -1: the previous
+    for (size_t k = i + step; k < events.size(); k += step)
+      if (events[k].address == events[i].address && events[k].device == events[i].device &&
+          events[k].kind != MemoryEventKind::Relabel)
+        return &events[k];
+    return nullptr;
+  };
+  for (size_t i = 0; i < events.size(); ++i) {
+    if (events[i].kind == MemoryEventKind::Evict) CHECK((beside(i, 1) && beside(i, 1)->kind == MemoryEventKind::Free));
+    if (events[i].kind == MemoryEventKind::Remat)
+      CHECK((beside(i, size_t(-1)) && beside(i, size_t(-1))->kind == MemoryEventKind::Alloc));
+  }
   const std::string path = "/tmp/memgrad_budget_timeline.html";
   memory::write_timeline(path);
   record_history(false);

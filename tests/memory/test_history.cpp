@@ -140,3 +140,39 @@ TEST_CASE("summary: a table with the stats and the breakdown at the peak") {
   CHECK(format_bytes(1536) == "1.50 KiB");
   CHECK(format_bytes(-(3 << 20)) == "-3.00 MiB");
 }
+
+TEST_CASE("history: a relabel names the owner and category before; segment events name their pool") {
+  IsolatedAllocator fresh(kMeta);
+  record_history(true);
+  Block* b;
+  {
+    MemoryScope scope(Category::Temporary, "x");
+    b = memory::allocate(kMeta, 1000, Category::Other);
+  }
+  memory::set_owner(b, "x.grad");
+  memory::set_category(b, Category::Gradient);
+  memory::release(memory::allocate(kMeta, 3 << 20, Category::Other));
+  memory::release(b);
+  empty_cache(kMeta);
+  const std::vector<MemoryEvent> ev = memory_history();
+  record_history(false);
+  std::vector<const MemoryEvent*> relabels, segments;
+  for (auto& e : ev) {
+    if (e.kind == MemoryEventKind::Relabel) relabels.push_back(&e);
+    if (e.kind == MemoryEventKind::SegmentAlloc || e.kind == MemoryEventKind::SegmentFree) segments.push_back(&e);
+  }
+  REQUIRE(relabels.size() == 2);
+  CHECK(relabels[0]->owner == "x.grad");
+  CHECK(relabels[0]->previous_owner == "x");
+  CHECK(relabels[0]->category == Category::Temporary);
+  CHECK(relabels[0]->previous_category == Category::Temporary);
+  CHECK(relabels[0]->allocated == 1024);
+  CHECK(relabels[1]->owner == "x.grad");
+  CHECK(relabels[1]->previous_owner == "x.grad");
+  CHECK(relabels[1]->category == Category::Gradient);
+  CHECK(relabels[1]->previous_category == Category::Temporary);
+  REQUIRE(segments.size() == 4);  // the small segment, the large one, and both returned by empty_cache
+  for (auto* s : segments) CHECK(s->small_pool == (s->bytes == memory::kSmallSegment));
+  CHECK(segments[0]->small_pool);
+  CHECK_FALSE(segments[1]->small_pool);
+}

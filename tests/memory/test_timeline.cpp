@@ -106,6 +106,28 @@ TEST_CASE("timeline: blocks made before the recording come from the allocator's 
   CHECK(b.by_category[size_t(Category::Parameter)] == params);
 }
 
+TEST_CASE("timeline: a ring buffer that dropped the oldest events still adds up") {
+  IsolatedAllocator fresh(kCPU);
+  record_history(true, 60);  // far fewer than the step makes
+  mlp::train_step(kCPU, 64);
+  const MemoryStats stats = memory_stats(kCPU);
+  const std::string path = temp_path("ring.html");
+  memory::write_timeline(path, kCPU);
+  record_history(false);
+  const json run = timeline_page::data(timeline_page::read_file(path))["runs"][0];
+  std::remove(path.c_str());
+  CHECK(run["events"] == 60);
+  CHECK(run["before"].get<int64_t>() > 0);  // what the dropped events had allocated
+  const auto allocated = timeline_page::sums(run["points"]["allocated"]);
+  REQUIRE(!allocated.empty());
+  CHECK(allocated.back() == stats.allocated);
+  for (size_t p = 0; p < allocated.size(); ++p) {
+    int64_t sum = 0;
+    for (auto& [owner, bytes] : timeline_page::breakdown(run, int64_t(p)).by_owner) sum += bytes;
+    REQUIRE(sum == allocated[p]);
+  }
+}
+
 TEST_CASE("timeline: a snapshot draws the same page as the live history, and two are compared") {
   IsolatedAllocator fresh(kCPU);
   record_step(32);
@@ -131,7 +153,8 @@ TEST_CASE("timeline: a snapshot draws the same page as the live history, and two
   const json two = timeline_page::data(timeline_page::read_file(out));
   REQUIRE(two["runs"].size() == 2);
   CHECK(two["runs"][1]["title"] == "memgrad_test_b.json");  // no title: the file's name
-  CHECK(timeline_page::read_file(out).find("<title>step vs memgrad_test_b.json</title>") != std::string::npos);
+  CHECK(timeline_page::read_file(out).find("<title>Memory timelines compared: memgrad_test_a.json vs "
+                                           "memgrad_test_b.json</title>") != std::string::npos);
   for (auto& f : {live, a, b, out}) std::remove(f.c_str());
 }
 

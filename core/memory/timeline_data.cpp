@@ -38,7 +38,7 @@ namespace {
 // Block flags (timeline.js has the same list).
 enum : int {
   kFlagSaved = 1,       // an Activation (saved for backward) at some point of its life
-  kFlagRecomputed = 2,  // made by a checkpoint segment's recompute (owner path has "recompute")
+  kFlagRecomputed = 2,  // made by a recompute (its owner path has "recompute": a checkpoint segment, budget scratch)
   kFlagEvicted = 4,     // freed by a memory budget's eviction
   kFlagOffloaded = 8,   // freed after its bytes went to the host pool
   kFlagRemat = 16,      // made again by a memory budget's rematerialization
@@ -85,10 +85,11 @@ struct Checker {
     if (e.kind != K::Annotation && e.kind != K::Oom) where += " at " + hex(e.address);
     throw ValueError(where + "): " + what);
   }
-  void same(size_t i, const char* what, int64_t have, int64_t want) const {
-    if (have != want)
-      fail(i, std::string(what) + " " + std::to_string(want) + " does not match the " + std::to_string(have) +
-                  " the other events leave");
+  // Event i records `recorded` bytes of `what`; the blocks (or segments) live then add up to `live`.
+  void same(size_t i, const std::string& what, int64_t live, int64_t recorded) const {
+    if (live != recorded)
+      fail(i, "it records " + std::to_string(recorded) + " " + what +
+                  " bytes, the blocks and segments live then add up to " + std::to_string(live));
   }
 };
 
@@ -167,13 +168,10 @@ Layout initial_layout(const Recording& r) {
   for (size_t i = r.events.size(); i-- > 0;) {
     const MemoryEvent& e = r.events[i];
     for (int k = 0; k < kNumCategories; ++k)
-      c.same(i, (std::string(category_name(Category(k))) + " bytes").c_str(), l.by_category[size_t(k)],
-             e.by_category[size_t(k)]);
+      c.same(i, category_name(Category(k)), l.by_category[size_t(k)], e.by_category[size_t(k)]);
     c.same(i, "reserved", l.reserved, e.reserved);
     undo(c, i, l);
   }
-  for (int64_t b : l.by_category)
-    if (b < 0) throw ValueError("the history takes more bytes away than were ever there");
   return l;
 }
 
@@ -247,9 +245,9 @@ struct Build {
   std::vector<std::string> strings;
   std::unordered_map<std::string, int> string_ids;
   struct Block {
-    int64_t start, end = -2, bytes, requested;
-    int op, flags = 0, seg;
-    int64_t offset, alloc_ev, free_ev = -1;
+    int64_t start = -1, end = -2, bytes = 0, requested = 0;  // end -2: live at the end
+    int op = 0, flags = 0, seg = 0;
+    int64_t offset = 0, alloc_ev = -1, free_ev = -1;
     std::vector<std::array<int64_t, 3>> changes;  // point, category, owner
   };
   std::vector<Block> blocks;
@@ -292,23 +290,15 @@ void Build::open_block(const Checker& c, size_t i, uint64_t a, const LiveBlock& 
   --seg;
   const Segment& s = segments[size_t(seg->second)];
   if (a + uint64_t(b.bytes) > s.address + uint64_t(s.size)) c.fail(i, "the block lies in no segment");
-  auto next = live.lower_bound(a);
-  if ((next != live.end() && next->first < a + uint64_t(b.bytes)) || (next != live.begin() && [&] {
-        const Block& p = blocks[size_t(std::prev(next)->second)];
-        return std::prev(next)->first + uint64_t(p.bytes) > a;
-      }()))
-    c.fail(i, "the block overlaps a live one");
-  Block nb{start,
-           -2,
-           b.bytes,
-           b.requested,
-           string_id(b.op),
-           int(flags_of(b.owner, b.category)),
-           seg->second,
-           int64_t(a - s.address),
-           alloc_ev,
-           -1,
-           {}};
+  const auto next = live.lower_bound(a);
+  const bool overlaps_next = next != live.end() && next->first < a + uint64_t(b.bytes);
+  const bool overlaps_previous =
+      next != live.begin() && std::prev(next)->first + uint64_t(blocks[size_t(std::prev(next)->second)].bytes) > a;
+  if (overlaps_next || overlaps_previous) c.fail(i, "the block overlaps a live one");
+  Block nb;
+  nb.start = start, nb.bytes = b.bytes, nb.requested = b.requested, nb.op = string_id(b.op);
+  nb.flags = int(flags_of(b.owner, b.category)), nb.seg = seg->second, nb.offset = int64_t(a - s.address);
+  nb.alloc_ev = alloc_ev;
   nb.changes.push_back({start, int64_t(b.category), string_id(b.owner)});
   live[a] = int(blocks.size());
   blocks.push_back(std::move(nb));

@@ -4,7 +4,7 @@
 
 const FLAGS = [  // bit, what it says about a block (timeline_data.cpp's kFlag*)
   [1, 'saved for backward (an Activation)'],
-  [2, 'recomputed in a checkpoint segment'],
+  [2, 'made by a recompute (its owner is under "recompute": a checkpoint segment\'s backward)'],
   [4, 'evicted by the memory budget'],
   [8, 'offloaded to host memory'],
   [16, 'rematerialized by the memory budget'],

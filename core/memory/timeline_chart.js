@@ -33,7 +33,7 @@ function makeChart(host, kind, index, width, height, label) {
     l.textContent = label;
     box.appendChild(l);
   }
-  const extra = kind === 'run' && page.runs[index].marks.some((m) => BUDGET_KINDS.includes(m.kind)) ? 24 : 0;
+  const extra = kind === 'run' && page.runs[index].marks.some((m) => BUDGET_KINDS.includes(m.kind)) ? 36 : 0;
   const chart = {kind, index, box, base, over, width, height, W: width - M.left - M.right,
     H: height - M.top - M.bottom - extra, budgetRows: extra > 0, reps: null, repsBy: []};
   if (kind === 'diff') chart.H = Math.floor(chart.H / 2);  // gains above the baseline, savings below
@@ -182,7 +182,7 @@ function drawMarks(chart, ctx, run, X) {
     } else if (BUDGET_KINDS.includes(m.kind) && chart.budgetRows) {
       const row = BUDGET_KINDS.indexOf(m.kind);
       ctx.fillStyle = BUDGET_COLORS[m.kind];
-      ctx.fillRect(px, chart.y0 + 6 + row * 6, 1, 5);
+      ctx.fillRect(px, chart.y0 + 6 + row * 8, 1, 7);
     }
   }
   if (chart.budgetRows) {
@@ -190,7 +190,7 @@ function drawMarks(chart, ctx, run, X) {
     ctx.font = '9px system-ui, sans-serif';
     BUDGET_KINDS.forEach((k, row) => {
       ctx.fillStyle = BUDGET_COLORS[k];
-      ctx.fillText(k, M.left - 4, chart.y0 + 11 + row * 6);
+      ctx.fillText(k, M.left - 4, chart.y0 + 12 + row * 8);
     });
     ctx.font = '11px system-ui, sans-serif';
   }

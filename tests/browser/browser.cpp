@@ -51,11 +51,12 @@ std::string find_chromium() {
 Page open(const std::string& path, const std::string& hash) {
   char profile[] = "/tmp/memgrad_chromium_XXXXXX";  // its own profile: tests may run side by side
   if (!::mkdtemp(profile)) throw std::runtime_error("browser: cannot make a profile folder");
-  // --no-sandbox: CI runs as root, where chromium's sandbox refuses to start.
-  const std::string command = "timeout 120 '" + find_chromium() +
-                              "' --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1400,1000 "
-                              "--user-data-dir=" +
-                              profile + " --dump-dom 'file://" + path + hash + "' 2>/dev/null";
+  // --no-sandbox: CI runs as root, where chromium's sandbox refuses to start; --disable-dev-shm-usage:
+  // containers often have a /dev/shm too small for it.
+  const std::string flags =
+      "--headless --no-sandbox --disable-gpu --disable-dev-shm-usage --hide-scrollbars --window-size=1400,1000";
+  const std::string command = "timeout 120 '" + find_chromium() + "' " + flags + " --user-data-dir=" + profile +
+                              " --dump-dom 'file://" + path + hash + "' 2>/dev/null";
   const auto t0 = std::chrono::steady_clock::now();
   FILE* p = ::popen(command.c_str(), "r");
   if (!p) throw std::runtime_error("browser: cannot run " + command);

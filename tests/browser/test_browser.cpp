@@ -3,6 +3,8 @@
 // are the ledger's; two runs compare category by category; a page of 100,000 events opens.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <regex>
 
@@ -16,7 +18,9 @@ using namespace mg;
 
 namespace {
 
-std::string temp_path(const std::string& name) { return std::string(P_tmpdir) + "/memgrad_browser_" + name; }
+std::string temp_path(const std::string& name) {  // other checkouts may run the same tests at the same time
+  return std::string(P_tmpdir) + "/memgrad_browser_" + std::to_string(::getpid()) + "_" + name;
+}
 
 std::string thousands(int64_t v) {
   std::string s = std::to_string(v);

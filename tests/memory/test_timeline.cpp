@@ -2,6 +2,8 @@
 // back, and snapshots refused. What the page's script shows in a browser: tests/browser.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -17,7 +19,9 @@ using nlohmann::json;
 
 namespace {
 
-std::string temp_path(const std::string& name) { return std::string(P_tmpdir) + "/memgrad_test_" + name; }
+// Named by the process too: other checkouts may run the same tests at the same time.
+std::string temp_name(const std::string& name) { return "memgrad_test_" + std::to_string(::getpid()) + "_" + name; }
+std::string temp_path(const std::string& name) { return std::string(P_tmpdir) + "/" + temp_name(name); }
 
 // An MLP training step recorded from an empty allocator, with its stats at the end.
 struct RecordedStep {
@@ -139,7 +143,7 @@ TEST_CASE("timeline: a snapshot draws the same page as the live history, and two
   memory::write_snapshot_timeline(out, {a});
   json from_file = timeline_page::data(timeline_page::read_file(out))["runs"][0];
   json from_live = timeline_page::data(timeline_page::read_file(live))["runs"][0];
-  CHECK(from_file["source"] == "memgrad_test_a.json");
+  CHECK(from_file["source"] == temp_name("a.json"));
   from_file.erase("source"), from_live.erase("source");
   CHECK(from_file == from_live);
 
@@ -152,9 +156,9 @@ TEST_CASE("timeline: a snapshot draws the same page as the live history, and two
   memory::write_snapshot_timeline(out, {a, b});
   const json two = timeline_page::data(timeline_page::read_file(out));
   REQUIRE(two["runs"].size() == 2);
-  CHECK(two["runs"][1]["title"] == "memgrad_test_b.json");  // no title: the file's name
-  CHECK(timeline_page::read_file(out).find("<title>Memory timelines compared: memgrad_test_a.json vs "
-                                           "memgrad_test_b.json</title>") != std::string::npos);
+  CHECK(two["runs"][1]["title"] == temp_name("b.json"));  // no title: the file's name
+  CHECK(timeline_page::read_file(out).find("<title>Memory timelines compared: " + temp_name("a.json") + " vs " +
+                                           temp_name("b.json") + "</title>") != std::string::npos);
   for (auto& f : {live, a, b, out}) std::remove(f.c_str());
 }
 

@@ -81,8 +81,10 @@ void release(Block* b);
 // Marks live block `b` as used on `stream` besides its own (see cuda::record_stream): at release,
 // it waits for the work queued on `stream` by then before it can be reused.
 void record_stream(const Block* b, const cuda::Stream& stream);
-// Adds a budget event (Evict, Remat, Offload, Fetch) about bytes of `category` and `owner` to the history.
-void record_event(const Device& d, MemoryEventKind kind, int64_t bytes, Category category, const std::string& owner);
+// Adds a budget event (Evict, Remat, Offload, Fetch) about the block at `address` (bytes of `category`
+// and `owner`) to the history.
+void record_event(const Device& d, MemoryEventKind kind, int64_t bytes, uint64_t address, Category category,
+                  const std::string& owner);
 // Moves a live block to another category (e.g. Temporary -> Activation when autograd saves it).
 void set_category(Block* b, Category c);
 // Moves a live block to another owner label (e.g. a gradient buffer becomes "<param>.grad").

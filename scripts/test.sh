@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test suite: installs missing Debian packages, builds everything in build/ (Release; the
-# CUDA backend when nvcc is found), then runs ctest. Labels: unit, gpu (skip without a GPU), slow.
+# CUDA backend when nvcc is found), then runs ctest. Labels: unit, gpu (skip without a GPU), browser
+# (the memory timeline page in headless chromium; skips without chromium), slow.
 # Without ctest arguments it then builds the fuzz targets with clang in <build>-fuzz and runs each
 # briefly (label fuzz; MG_FUZZ=OFF skips them).
 #   scripts/test.sh [ctest args, e.g. -L unit]      build directory: $MG_BUILD_DIR (default build)
@@ -14,6 +15,7 @@ if [ "$fuzz" = ON ]; then
 else
   mg_install_packages "${MG_PACKAGES[@]}"
 fi
+mg_try_install_packages "${MG_BROWSER_PACKAGES[@]}"  # the browser test; it skips without chromium
 
 if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH=/usr/local/cuda/bin:$PATH

@@ -25,7 +25,8 @@ DeviceBudget& device_budget(const Device& d) {
 }
 
 void record_event(const Cell& c, MemoryEventKind kind) {
-  memory::record_event(c.device, kind, int64_t(memory::round_size(c.nbytes)), c.category, c.owner);
+  memory::record_event(c.device, kind, int64_t(memory::round_size(c.nbytes)), reinterpret_cast<uintptr_t>(c.ptr()),
+                       c.category, c.owner);
 }
 
 // ---- moving bytes

@@ -163,11 +163,14 @@ enum class OomCause { Limit, DeviceRefused, TooLarge, Injected };
 
 extern std::atomic<bool> g_recording;
 void add_event(DeviceState& s, MemoryEventKind kind, int64_t bytes, uint64_t address, const Block* b, Category previous,
-               const std::string& note);
-// Adds an event to the history when it is recording (a relaxed load otherwise).
+               const std::string& note, const std::string* previous_owner, const Segment* seg);
+// Adds an event to the history when it is recording (a relaxed load otherwise). `previous_owner`: a
+// Relabel's owner before (default: unchanged); `seg`: a segment event's segment.
 inline void record(DeviceState& s, MemoryEventKind kind, int64_t bytes, uint64_t address, const Block* b,
-                   Category previous = Category::Other, const std::string& note = {}) {
-  if (g_recording.load(std::memory_order_relaxed)) add_event(s, kind, bytes, address, b, previous, note);
+                   Category previous = Category::Other, const std::string& note = {},
+                   const std::string* previous_owner = nullptr, const Segment* seg = nullptr) {
+  if (g_recording.load(std::memory_order_relaxed))
+    add_event(s, kind, bytes, address, b, previous, note, previous_owner, seg);
 }
 
 // ---- pools.cpp

@@ -105,8 +105,8 @@ IsolatedAllocator::~IsolatedAllocator() {
 
 std::vector<Device> devices_with_memory() {
   std::vector<Device> r;
-  for (size_t i = 0; i < g_states.size(); ++i)
-    if (DeviceState* s = g_states[i].load()) r.push_back(s->device);
+  for (size_t i = 0; i < g_states.size(); ++i)  // this thread's IsolatedAllocator counts too
+    if (DeviceState* s = t_isolated[i] ? t_isolated[i] : g_states[i].load()) r.push_back(s->device);
   return r;
 }
 

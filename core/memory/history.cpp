@@ -26,7 +26,7 @@ History& history() {
 std::atomic<bool> g_recording{false};
 
 void add_event(DeviceState& s, MemoryEventKind kind, int64_t bytes, uint64_t address, const Block* b, Category previous,
-               const std::string& note) {
+               const std::string& note, const std::string* previous_owner, const Segment* seg) {
   MemoryEvent e;
   e.kind = kind;
   e.device = s.device;
@@ -39,6 +39,8 @@ void add_event(DeviceState& s, MemoryEventKind kind, int64_t bytes, uint64_t add
     e.op = b->op ? b->op : "";
   }
   e.previous_category = previous;
+  if (kind == MemoryEventKind::Relabel) e.previous_owner = previous_owner ? *previous_owner : e.owner;
+  e.small_pool = seg && seg->small;
   e.note = note;
   e.allocated = s.stats.allocated;
   e.reserved = s.stats.reserved;
@@ -65,7 +67,7 @@ const char* event_kind_name(MemoryEventKind k) {
   return names[size_t(k)];
 }
 
-void memory::record_event(const Device& d, MemoryEventKind kind, int64_t bytes, Category category,
+void memory::record_event(const Device& d, MemoryEventKind kind, int64_t bytes, uint64_t address, Category category,
                           const std::string& owner) {
   if (!g_recording.load(std::memory_order_relaxed)) return;
   DeviceState& s = state(d);
@@ -73,7 +75,7 @@ void memory::record_event(const Device& d, MemoryEventKind kind, int64_t bytes, 
   Block b;
   b.category = category;
   b.owner_id = intern_owner(owner);
-  record(s, kind, bytes, 0, &b);
+  record(s, kind, bytes, address, &b);
 }
 
 void record_history(bool on, size_t max_entries) {

@@ -121,8 +121,12 @@ void memory::set_owner(Block* b, const std::string& owner) {
   std::lock_guard<std::mutex> g(s.mu);
   settle_peak(s);
   add_owner(s, b->owner_id, -int64_t(b->size));
+  const OwnerId before = b->owner_id;
   b->owner_id = id;
   add_owner(s, id, int64_t(b->size));
+  if (g_recording.load(std::memory_order_relaxed))  // the label is looked up only then
+    record(s, MemoryEventKind::Relabel, int64_t(b->size), reinterpret_cast<uintptr_t>(b->ptr), b, b->category, {},
+           &owner_label(before));
 }
 
 }  // namespace mg

@@ -17,7 +17,7 @@ void free_segment(DeviceState& s, Segment* seg) {
   s.stats.reserved -= int64_t(seg->size);
   --s.stats.num_segments;
   ++s.stats.num_segment_frees;
-  record(s, MemoryEventKind::SegmentFree, int64_t(seg->size), seg->base, nullptr);
+  record(s, MemoryEventKind::SegmentFree, int64_t(seg->size), seg->base, nullptr, Category::Other, {}, nullptr, seg);
   source_free(s.device, seg->ptr);
   s.drop_chunk(seg->head);
   delete seg;
@@ -118,7 +118,7 @@ Segment* new_segment(DeviceState& s, const Block& b, bool small, const cuda::Str
       s.stats.peak_reserved = std::max(s.stats.peak_reserved, s.stats.reserved);
       ++s.stats.num_segments;
       ++s.stats.num_segment_allocs;
-      record(s, MemoryEventKind::SegmentAlloc, int64_t(n), seg->base, nullptr);
+      record(s, MemoryEventKind::SegmentAlloc, int64_t(n), seg->base, nullptr, Category::Other, {}, nullptr, seg);
       return seg;
     }
     if (attempt == 0) {

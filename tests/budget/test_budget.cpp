@@ -8,6 +8,7 @@
 #include <atomic>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <optional>
 #include <thread>
 
@@ -16,6 +17,7 @@
 #include <memgrad/memgrad.h>
 
 #include "expect_error.h"
+#include "timeline_page.h"
 
 using namespace mg;
 
@@ -262,12 +264,34 @@ TEST_CASE("budget: the history and the timeline show evictions and rematerializa
     evicts += e.kind == MemoryEventKind::Evict, remats += e.kind == MemoryEventKind::Remat;
   CHECK(evicts == b.stats.evictions);
   CHECK(remats == b.stats.rematerializations);
+  // Each names its block: after an eviction, the block's next event is its free; before a remat, its alloc.
+  const std::vector<MemoryEvent> events = memory_history();
+  const auto beside = [&](size_t i, size_t step) -> const MemoryEvent* {  // step 1: the next, -1: the previous
+    for (size_t k = i + step; k < events.size(); k += step)
+      if (events[k].address == events[i].address && events[k].device == events[i].device &&
+          events[k].kind != MemoryEventKind::Relabel)
+        return &events[k];
+    return nullptr;
+  };
+  for (size_t i = 0; i < events.size(); ++i) {
+    if (events[i].kind == MemoryEventKind::Evict) CHECK((beside(i, 1) && beside(i, 1)->kind == MemoryEventKind::Free));
+    if (events[i].kind == MemoryEventKind::Remat)
+      CHECK((beside(i, size_t(-1)) && beside(i, size_t(-1))->kind == MemoryEventKind::Alloc));
+  }
   const std::string path = "/tmp/memgrad_budget_timeline.html";
-  write_memory_timeline(path);
+  memory::write_timeline(path);
   record_history(false);
-  std::ifstream f(path);
-  std::string html((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  CHECK(html.find(std::to_string(b.stats.evictions) + " evictions") != std::string::npos);
+  // The page marks each event, and flags the blocks they happened to.
+  const nlohmann::json run = timeline_page::data(timeline_page::read_file(path))["runs"][0];
+  std::remove(path.c_str());
+  std::map<std::string, int64_t> marks;
+  for (auto& k : run["marks"]["kind"]) ++marks[k.get<std::string>()];
+  CHECK(marks["evict"] == b.stats.evictions);
+  CHECK(marks["remat"] == b.stats.rematerializations);
+  int64_t evicted = 0, rematerialized = 0;
+  for (auto& f : run["blocks"]["flags"]) evicted += (f.get<int>() & 4) != 0, rematerialized += (f.get<int>() & 16) != 0;
+  CHECK(evicted == b.stats.evictions);
+  CHECK(rematerialized == b.stats.rematerializations);
   CHECK(budget::stats_report().find("evicted") != std::string::npos);
 }
 

@@ -22,6 +22,7 @@ struct TrainFlags {
   uint64_t seed = 1337;
   std::string save, resume;
   std::string timeline = "memgrad-timeline.html";
+  std::string snapshot;        // the same history as JSON, for `memgrad view`
   int64_t timeline_steps = 3;  // steps recorded in the timeline
   std::string log;             // CSV of step, loss, tokens/s, allocated
   int64_t log_every = 0;       // 0: about 20 lines (a live bar on a terminal)

@@ -456,7 +456,7 @@ optim::StateDict DataParallel::state_dict(const optim::Optimizer& opt) const {
     } else if (m.options.zero_stage_ == 0) {
       out[key] = it->second;
     } else {  // every rank's slice, padded to the slice size c, gathered and trimmed
-      const TensorOptions o = TensorOptions(DType(dtype)).device(p.tensor.device());
+      const TensorOptions o = TensorOptions(dtype_from_code(dtype)).device(p.tensor.device());
       Tensor mine = zeros({p.chunk}, o), all = empty({p.chunk * m.size}, o);
       if (it != local.end()) mine.narrow(0, 0, it->second.numel()).copy_(it->second.reshape({-1}));
       m.group->all_gather(all, mine).wait();

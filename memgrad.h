@@ -44,7 +44,9 @@
 #include <memgrad/nn/loss.h>
 #include <memgrad/nn/module.h>
 #include <memgrad/nn/safetensors.h>
+#include <memgrad/optim/adafactor.h>
 #include <memgrad/optim/adam.h>
+#include <memgrad/optim/adam8bit.h>
 #include <memgrad/optim/clip.h>
 #include <memgrad/optim/optimizer.h>
 #include <memgrad/optim/scheduler.h>

@@ -66,6 +66,8 @@ const std::map<std::string, std::set<std::string>>& write_table() {
       {"conv2d_backward_weight", {"grad_weight"}},
       {"sgd_update", {}},
       {"adam_update", {}},
+      {"adam8bit_update", {}},
+      {"adafactor_update", {}},
       {"non_finite_check_and_unscale", {"found_inf"}},
   };
   return t;

@@ -1,0 +1,74 @@
+// The 8-bit Adam and Adafactor on CUDA against the CPU: AdamW8bit's codes, absmax and parameters bit
+// for bit (neither device contracts multiply-adds in its kernel), Adafactor to float32 rounding (its
+// sums add in another order).
+#include <memory>
+
+#include "gpu_util.h"
+
+using namespace gpu_test;
+
+namespace {
+
+// Steps cpu and cuda copies of parameters of `shapes` (dtype t) with the same gradients; returns
+// both optimizers' state dicts and parameters.
+template <class Make>
+void run_both(const std::vector<Shape>& shapes, DType t, int steps, Make make, std::vector<Tensor> (&params)[2],
+              optim::StateDict (&state)[2]) {
+  manual_seed(30);
+  std::vector<Tensor> init;
+  for (const Shape& s : shapes) init.push_back(randn(s).to(t));
+  std::vector<std::vector<Tensor>> grads;
+  for (int k = 0; k < steps; ++k) {
+    grads.emplace_back();
+    for (const Shape& s : shapes) grads.back().push_back(randn(s).to(t));
+  }
+  for (int d = 0; d < 2; ++d) {
+    const Device dev = d ? kGPU : kCPU;
+    params[d].clear();
+    for (const Tensor& x : init) params[d].push_back(x.to(dev).clone().requires_grad_());
+    auto opt = make(params[d]);
+    for (int k = 0; k < steps; ++k) {
+      for (size_t i = 0; i < shapes.size(); ++i) params[d][i].set_grad(grads[size_t(k)][i].to(dev));
+      opt->step();
+    }
+    state[d] = opt->state_dict();
+  }
+}
+
+}  // namespace
+
+TEST_CASE("cuda: AdamW8bit equals the cpu bit for bit, every dtype, odd sizes, 8-bit and 32-bit state") {
+  const std::vector<Shape> shapes = {{1}, {255}, {256}, {257}, {3, 1000}, {4096}, {(1 << 20) + 7}, {0}};
+  for (DType t : {kFloat32, kFloat16, kBFloat16, kFloat64}) {
+    CAPTURE(t);
+    std::vector<Tensor> params[2];
+    optim::StateDict state[2];
+    run_both(
+        shapes, t, 4,
+        [](const std::vector<Tensor>& p) {
+          return std::make_unique<optim::AdamW8bit>(p, optim::AdamW8bitOptions(1e-2).min_8bit_size(256));
+        },
+        params, state);
+    for (size_t i = 0; i < shapes.size(); ++i) expect_equal(params[1][i].detach(), params[0][i].detach(), "param");
+    REQUIRE(state[0].size() == state[1].size());
+    for (auto& [key, want] : state[0]) expect_equal(state[1].at(key), want, key);
+  }
+}
+
+TEST_CASE("cuda: Adafactor matches the cpu (factored, batched, vector, first moment, weight decay)") {
+  const std::vector<Shape> shapes = {{7, 5}, {2, 3, 300}, {70000}, {1}, {1000, 257}, {0, 4}};
+  for (DType t : {kFloat32, kFloat64, kBFloat16}) {
+    CAPTURE(t);
+    std::vector<Tensor> params[2];
+    optim::StateDict state[2];
+    run_both(
+        shapes, t, 4,
+        [](const std::vector<Tensor>& p) {
+          return std::make_unique<optim::Adafactor>(p, optim::AdafactorOptions(0.05).beta1(0.9).weight_decay(0.01));
+        },
+        params, state);
+    const Tol tol = t == kFloat64 ? Tol{1e-12, 1e-14} : t == kFloat32 ? Tol{2e-5, 1e-6} : tol_for(t);
+    for (size_t i = 0; i < shapes.size(); ++i) expect_close(params[1][i].detach(), params[0][i].detach(), tol, "param");
+    for (auto& [key, want] : state[0]) expect_close(state[1].at(key), want, tol, key);
+  }
+}

@@ -48,6 +48,7 @@
 #include <memgrad/optim/adam.h>
 #include <memgrad/optim/adam8bit.h>
 #include <memgrad/optim/clip.h>
+#include <memgrad/optim/in_backward.h>
 #include <memgrad/optim/optimizer.h>
 #include <memgrad/optim/scheduler.h>
 #include <memgrad/optim/sgd.h>

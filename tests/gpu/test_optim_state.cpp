@@ -1,6 +1,6 @@
 // The 8-bit Adam and Adafactor on CUDA against the CPU: AdamW8bit's codes, absmax and parameters bit
 // for bit (neither device contracts multiply-adds in its kernel), Adafactor to float32 rounding (its
-// sums add in another order).
+// sums add in another order), and the scratch a cuda plan books.
 #include <memory>
 
 #include "gpu_util.h"
@@ -70,5 +70,26 @@ TEST_CASE("cuda: Adafactor matches the cpu (factored, batched, vector, first mom
     const Tol tol = t == kFloat64 ? Tol{1e-12, 1e-14} : t == kFloat32 ? Tol{2e-5, 1e-6} : tol_for(t);
     for (size_t i = 0; i < shapes.size(); ++i) expect_close(params[1][i].detach(), params[0][i].detach(), tol, "param");
     for (auto& [key, want] : state[0]) expect_close(state[1].at(key), want, tol, key);
+  }
+}
+
+TEST_CASE("cuda: a plan for cuda books Adafactor's scratch as its CUDA kernels allocate it") {
+  for (bool in_backward : {false, true}) {
+    plan::StepOptions o;
+    o.optimizer = plan::OptimizerKind::Adafactor;
+    o.step_in_backward = in_backward;
+    const plan::ModelSpec mlp = plan::ModelSpec::mlp(3, 300);
+    plan::PlanOptions target;
+    target.device = DeviceType::CUDA;
+    const plan::StepReport p = plan::plan(mlp, {8, 1}, o, {}, target);
+    plan::StepContext ctx = plan::context({8, 1});
+    ctx.device = kGPU;
+    plan::PlanOptions steps;
+    steps.steps = p.steps;
+    const plan::StepReport m = plan::measure(plan::program(mlp, {8, 1}, o), ctx, steps);
+    CHECK(m.peak == p.peak);
+    CHECK(m.first_peak == p.first_peak);
+    CHECK(m.peak_of(Category::Workspace) == p.peak_of(Category::Workspace));
+    CHECK(p.peak_of(Category::Workspace) > 0);
   }
 }

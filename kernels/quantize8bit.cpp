@@ -37,6 +37,8 @@ DynamicMap make_map(bool is_signed) {
   for (int i = 0; i < kCodes; ++i) m.value[i] = data[size_t(i)];
   for (int i = 0; i + 1 < kCodes; ++i) m.mid[i] = (m.value[i] + m.value[i + 1]) * 0.5f;
   m.mid[kCodes - 1] = std::numeric_limits<float>::infinity();
+  m.negatives = 0;
+  while (m.negatives < kCodes && std::signbit(m.value[m.negatives])) ++m.negatives;
   return m;
 }
 

@@ -18,6 +18,7 @@ inline constexpr int kCodes = 256;
 struct DynamicMap {
   float value[kCodes];
   float mid[kCodes];
+  int negatives;  // the values with their sign bit set: codes [0, negatives)
 };
 // bitsandbytes.functional.create_dynamic_map(signed) with its defaults (7 exponent bits, 8 bits):
 // for each decade 10^-6 .. 10^0, the means of linspace(0.1, 1, k + 1) scaled to it (k = 2^i codes
@@ -27,24 +28,34 @@ struct DynamicMap {
 const DynamicMap& dynamic_map(bool is_signed);
 
 // The code of the map value nearest x: the number of midpoints below x, so a tie goes to the
-// lower code; NaN gives 0. Eight steps of a branch-free binary search.
+// lower code; NaN gives 0. Eight steps of a branch-free binary search, each one search_step (the CPU
+// takes each step for a block of values at once, so that the loads become vector gathers).
+MG_HD int search_step(const float* mid, int k, int s, float x) { return k + (mid[k + s - 1] < x ? s : 0); }
 MG_HD uint8_t nearest_code(const float* mid, float x) {
   int k = 0;
-  for (int s = kCodes / 2; s > 0; s >>= 1) k += mid[k + s - 1] < x ? s : 0;
+  for (int s = kCodes / 2; s > 0; s >>= 1) k = search_step(mid, k, s, x);
   return uint8_t(k);
 }
+// The value a moment is quantized as: m / absmax, or 0 in an all-zero block (absmax 0).
+MG_HD float normalized(float m, float absmax) { return absmax > 0 ? m / absmax : 0.0f; }
 
-// The first moment's code as bitsandbytes stores it: the nearest code of m / absmax, moved one
-// code towards m's sign when that value has the other sign (so a small negative moment never
-// becomes zero). absmax 0 (an all-zero block) stores zero's code.
-MG_HD bool sign_bit(float x) { return x < 0.0f || (x == 0.0f && 1.0f / x < 0.0f); }  // -0 too
+// The first moment's code as bitsandbytes stores it: the nearest code, moved one code towards m's
+// sign when that value has the other sign (so a small negative moment never becomes zero).
+MG_HD bool sign_bit(float x) {  // -0 too
+#ifdef __CUDA_ARCH__
+  return signbit(x);
+#else
+  return std::signbit(x);
+#endif
+}
+MG_HD uint8_t keep_sign(const DynamicMap& map, int code, float m) {  // branch-free: signs are coin flips
+  return uint8_t(code + int((code < map.negatives) != sign_bit(m)) * (m > 0 ? 1 : -1));
+}
 MG_HD uint8_t quantize_signed(const DynamicMap& map, float m, float absmax) {
-  int c = nearest_code(map.mid, absmax > 0 ? m / absmax : 0.0f);
-  if (sign_bit(map.value[c]) != sign_bit(m)) c += m > 0 ? 1 : -1;
-  return uint8_t(c);
+  return keep_sign(map, nearest_code(map.mid, normalized(m, absmax)), m);
 }
 MG_HD uint8_t quantize_unsigned(const DynamicMap& map, float v, float absmax) {
-  return nearest_code(map.mid, absmax > 0 ? v / absmax : 0.0f);
+  return nearest_code(map.mid, normalized(v, absmax));
 }
 
 // Per-tensor constants of bitsandbytes' Adam step t (its 8-bit block-wise kernel, and its 32-bit

@@ -289,7 +289,7 @@ struct Trainer::InBackward {
   // The last micro-batch's backward of `scaled` (the loss, scaled when there is a scaler): steps
   // inside it and returns true, or only accumulates and returns false (the caller steps after it).
   // `again` runs the micro-batch's forward again (same random numbers) and returns its scaled loss.
-  bool backward(const Tensor& scaled, const std::function<Tensor()>& again, amp::GradScaler* scaler,
+  bool backward(Tensor scaled, const std::function<Tensor()>& again, amp::GradScaler* scaler,
                 amp::MasterWeights* masters, const StepOptions& options) {
     using Mode = optim::StepInBackward::Mode;
     const bool clip = options.clip_norm > 0;
@@ -320,6 +320,9 @@ struct Trainer::InBackward {
       if (clip) clipper.add(i, g);
     });
     scaled.backward();
+    // The first graph goes before the second forward: its gradient accumulators, older than every
+    // node of the second, would otherwise be reused and run last, holding every gradient till the end.
+    scaled = Tensor();
     if (scaler && !scaler->record_unscaled(found)) return true;  // skipped, as GradScaler::step skips
     // Pass 2: the forward again and the same gradients, scaled by the factors now known, each stepped
     // and freed. (Not a second backward through a retained graph: that would keep every saved tensor
@@ -377,7 +380,7 @@ double run_step(nn::Module& model, optim::Optimizer* opt, amp::GradScaler* scale
       loss = run_forward();
       total += loss.is_meta() ? std::numeric_limits<double>::quiet_NaN() : loss.item<double>();
       if (dp) dp->prepare_backward(i + 1 == options.accum);
-      const Tensor scaled = scaler ? scaler->scale(loss) : loss;
+      Tensor scaled = scaler ? scaler->scale(loss) : loss;
       if (!in_backward) {
         scaled.backward();
       } else if (i + 1 < options.accum) {
@@ -385,10 +388,11 @@ double run_step(nn::Module& model, optim::Optimizer* opt, amp::GradScaler* scale
         scaled.backward();
       } else {
         auto again = [&] {
+          loss = Tensor();  // (the first graph's last reference)
           loss = run_forward();
           return scaler ? scaler->scale(loss) : loss;
         };
-        stepped = in_backward->backward(scaled, again, scaler, masters, options);
+        stepped = in_backward->backward(std::move(scaled), again, scaler, masters, options);
       }
       if (dp) dp->finish_backward();
       MG_CHECK(rng.offset() - start <= kMicroBatchCounters, ValueError, "plan::train_step: a micro-batch drew ",

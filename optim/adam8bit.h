@@ -10,6 +10,9 @@
 // parameter's shape) with exp_avg.absmax and exp_avg_sq.absmax (float32 [ceil(numel / 256)]), or
 // exp_avg and exp_avg_sq in float32 below the threshold.
 //
+// Under ZeRO stages 1-2 a rank steps flat slices, so the blocks of 256 start at its slice; such
+// state cannot be gathered into one state_dict (DataParallel says so).
+//
 // As in bitsandbytes, the update differs from torch.optim.Adam in small ways: eps is added to
 // sqrt(v) before the bias correction is divided out (eps * sqrt(1 - beta2^t) after), weight decay
 // is decoupled for Adam8bit too and applied after the update (p *= 1 - lr * wd), and in a quantized

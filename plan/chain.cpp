@@ -459,6 +459,12 @@ Trainer::Trainer(nn::Module& model, const StepOptions& options, const OptimizerF
     params = masters_->named_parameters();
   }
   opt_ = make ? make(params) : make_optimizer(options.optimizer, params);
+  // ZeRO's slices are flat pieces of parameters: Adafactor would factor nothing and take its
+  // relative step and clipping over a piece instead of the parameter.
+  MG_CHECK(!opt_ || options.zero_stage == 0 || opt_->type() != "Adafactor", ValueError,
+           "plan::Trainer: Adafactor does not run under ZeRO stage ", options.zero_stage,
+           " (its moments are factored and its step scaled per parameter, and a rank holds flat slices); use ZeRO "
+           "stage 0");
   if (options.grad_scaler) scaler_.emplace(options.scaler);
   if (!options.step_in_backward) return;
   MG_CHECK(opt_, ValueError, "plan::Trainer: step_in_backward needs an optimizer, got OptimizerKind::None");

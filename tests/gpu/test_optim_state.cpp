@@ -2,6 +2,7 @@
 // for bit (neither device contracts multiply-adds in its kernel), Adafactor to float32 rounding (its
 // sums add in another order), and the scratch a cuda plan books.
 #include <memory>
+#include <optional>
 
 #include "gpu_util.h"
 
@@ -9,30 +10,34 @@ using namespace gpu_test;
 
 namespace {
 
-// Steps cpu and cuda copies of parameters of `shapes` (dtype t) with the same gradients; returns
-// both optimizers' state dicts and parameters.
+// Steps cpu and cuda copies of parameters of `shapes` (dtype t) with the same gradients, and
+// compares the parameters and every state tensor: bit for bit, or within `tol` when given.
 template <class Make>
-void run_both(const std::vector<Shape>& shapes, DType t, int steps, Make make, std::vector<Tensor> (&params)[2],
-              optim::StateDict (&state)[2]) {
+void check_parity(const std::vector<Shape>& shapes, DType t, Make make, std::optional<Tol> tol = std::nullopt) {
   manual_seed(30);
   std::vector<Tensor> init;
   for (const Shape& s : shapes) init.push_back(randn(s).to(t));
-  std::vector<std::vector<Tensor>> grads;
-  for (int k = 0; k < steps; ++k) {
-    grads.emplace_back();
-    for (const Shape& s : shapes) grads.back().push_back(randn(s).to(t));
-  }
+  std::vector<std::vector<Tensor>> grads(4);
+  for (auto& step : grads)
+    for (const Shape& s : shapes) step.push_back(randn(s).to(t));
+  std::vector<Tensor> params[2];
+  optim::StateDict state[2];
   for (int d = 0; d < 2; ++d) {
     const Device dev = d ? kGPU : kCPU;
-    params[d].clear();
     for (const Tensor& x : init) params[d].push_back(x.to(dev).clone().requires_grad_());
     auto opt = make(params[d]);
-    for (int k = 0; k < steps; ++k) {
-      for (size_t i = 0; i < shapes.size(); ++i) params[d][i].set_grad(grads[size_t(k)][i].to(dev));
+    for (auto& step : grads) {
+      for (size_t i = 0; i < shapes.size(); ++i) params[d][i].set_grad(step[i].to(dev));
       opt->step();
     }
     state[d] = opt->state_dict();
   }
+  auto compare = [&](const Tensor& got, const Tensor& want, const std::string& what) {
+    tol ? expect_close(got, want, *tol, what) : expect_equal(got, want, what);
+  };
+  for (size_t i = 0; i < shapes.size(); ++i) compare(params[1][i].detach(), params[0][i].detach(), "param");
+  REQUIRE(state[0].size() == state[1].size());
+  for (auto& [key, want] : state[0]) compare(state[1].at(key), want, key);
 }
 
 }  // namespace
@@ -41,17 +46,9 @@ TEST_CASE("cuda: AdamW8bit equals the cpu bit for bit, every dtype, odd sizes, 8
   const std::vector<Shape> shapes = {{1}, {255}, {256}, {257}, {3, 1000}, {4096}, {(1 << 20) + 7}, {0}};
   for (DType t : {kFloat32, kFloat16, kBFloat16, kFloat64}) {
     CAPTURE(t);
-    std::vector<Tensor> params[2];
-    optim::StateDict state[2];
-    run_both(
-        shapes, t, 4,
-        [](const std::vector<Tensor>& p) {
-          return std::make_unique<optim::AdamW8bit>(p, optim::AdamW8bitOptions(1e-2).min_8bit_size(256));
-        },
-        params, state);
-    for (size_t i = 0; i < shapes.size(); ++i) expect_equal(params[1][i].detach(), params[0][i].detach(), "param");
-    REQUIRE(state[0].size() == state[1].size());
-    for (auto& [key, want] : state[0]) expect_equal(state[1].at(key), want, key);
+    check_parity(shapes, t, [](const std::vector<Tensor>& p) {
+      return std::make_unique<optim::AdamW8bit>(p, optim::AdamW8bitOptions(1e-2).min_8bit_size(256));
+    });
   }
 }
 
@@ -59,17 +56,13 @@ TEST_CASE("cuda: Adafactor matches the cpu (factored, batched, vector, first mom
   const std::vector<Shape> shapes = {{7, 5}, {2, 3, 300}, {70000}, {1}, {1000, 257}, {0, 4}};
   for (DType t : {kFloat32, kFloat64, kBFloat16}) {
     CAPTURE(t);
-    std::vector<Tensor> params[2];
-    optim::StateDict state[2];
-    run_both(
-        shapes, t, 4,
+    const Tol tol = t == kFloat64 ? Tol{1e-12, 1e-14} : t == kFloat32 ? Tol{2e-5, 1e-6} : tol_for(t);
+    check_parity(
+        shapes, t,
         [](const std::vector<Tensor>& p) {
           return std::make_unique<optim::Adafactor>(p, optim::AdafactorOptions(0.05).beta1(0.9).weight_decay(0.01));
         },
-        params, state);
-    const Tol tol = t == kFloat64 ? Tol{1e-12, 1e-14} : t == kFloat32 ? Tol{2e-5, 1e-6} : tol_for(t);
-    for (size_t i = 0; i < shapes.size(); ++i) expect_close(params[1][i].detach(), params[0][i].detach(), tol, "param");
-    for (auto& [key, want] : state[0]) expect_close(state[1].at(key), want, tol, key);
+        tol);
   }
 }
 

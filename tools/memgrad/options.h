@@ -48,8 +48,8 @@ struct ModelFlags {
 };
 
 struct StepFlags {
-  int64_t batch = 0, seq = 0;  // seq is the GPT's block size too
-  std::string optimizer = "adamw";
+  int64_t batch = 0, seq = 0;       // seq is the GPT's block size too
+  std::string optimizer = "adamw";  // sgd | adam | adamw | adam8bit | adamw8bit | adafactor
   double momentum = 0.0;            // sgd
   std::string precision = "fp32";   // fp32 | fp16 | bf16 (autocast) | fp16-storage | bf16-storage
   std::string checkpoint = "none";  // none | every-K | sqrt | selective | auto
@@ -61,6 +61,7 @@ struct StepFlags {
   int zero = 0;
   uint64_t bucket_cap = uint64_t(25) << 20;
   int64_t world_size = 1, rank = 0;
+  bool step_in_backward = false;  // each parameter stepped as its gradient completes (StepOptions)
 };
 
 void add_model_flags(CLI::App& app, ModelFlags& m);

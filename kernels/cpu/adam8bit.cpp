@@ -45,7 +45,8 @@ void quantized(T* p, const T* g, uint8_t* cm, uint8_t* cv, float* am, float* av,
     }
     float max_m = 0, max_v = 0;  // NaN-free: fmax's result, max over |m| and |v|
 #pragma omp simd reduction(max : max_m, max_v)
-    for (int64_t i = 0; i < len; ++i) max_m = std::max(max_m, std::fabs(m[i])), max_v = std::max(max_v, std::fabs(v[i]));
+    for (int64_t i = 0; i < len; ++i)
+      max_m = std::max(max_m, std::fabs(m[i])), max_v = std::max(max_v, std::fabs(v[i]));
     am[b] = max_m, av[b] = max_v;
 #pragma omp simd
     for (int64_t i = 0; i < len; ++i) x[i] = normalized(m[i], max_m);

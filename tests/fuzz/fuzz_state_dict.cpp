@@ -1,7 +1,8 @@
 // libFuzzer target: an optimizer's load_state_dict on a state read from arbitrary safetensors
 // bytes (the seeds are real SGD, Adam and AdamW states; AdamW8bit and Adafactor read them too). The
 // first byte picks the optimizer. A refused dict must raise mg::Error and change nothing; an
-// accepted one must round-trip through state_dict and allow a step. Built with -DMG_FUZZ=ON (clang); tests/fuzz/README.md.
+// accepted one must round-trip through state_dict and allow a step. Built with -DMG_FUZZ=ON
+// (clang); tests/fuzz/README.md.
 #include <cstdint>
 #include <map>
 #include <memory>

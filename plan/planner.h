@@ -111,7 +111,16 @@ struct StepOptions {
   int64_t world_size = 1, rank = 0;
   int zero_stage = 0;
   int64_t bucket_bytes = int64_t(25) << 20;
-  bool data_parallel() const { return world_size > 1 || zero_stage > 0; }
+  // ZeRO stage 3 (distributed::ParameterUnits): the module paths whose parameters form a unit each
+  // (a ChainModel's blocks, ChainModel::unit_names(), which program() and the memgrad command fill
+  // in), and whether the next unit is gathered while one runs. offload_params: the parameters,
+  // their gradients and optimizer state live in host memory and visit the device unit by unit,
+  // stage 3's schedule at any world size (zero_stage must be 0 or 3); the optimizer steps on the host.
+  std::vector<std::string> units{};
+  bool unit_prefetch = true;
+  bool offload_params = false;
+  bool data_parallel() const { return world_size > 1 || zero_stage > 0 || offload_params; }
+  int sharding_stage() const { return offload_params ? 3 : zero_stage; }  // the DataParallel's stage
 };
 
 // The optimizer plans build for `kind` over `params` (null for None), with the planner's
@@ -261,8 +270,13 @@ class ChainModel {
   const ModelSpec& spec() const { return spec_; }
   nn::Module& module() const { return *module_; }
   const Chain& chain() const { return chain_; }
-  // input and target: MLP [batch, width] float32; GPT int64 token ids [batch, seq_len].
-  Tensor loss(const Tensor& input, const Tensor& target, const Policy& policy) const;
+  // input and target: MLP [batch, width] float32; GPT int64 token ids [batch, seq_len]. With `dp`
+  // (ZeRO-3, parameter offload) each block runs as its unit (DataParallel::run_unit).
+  Tensor loss(const Tensor& input, const Tensor& target, const Policy& policy,
+              distributed::DataParallel* dp = nullptr) const;
+  // The module paths of the blocks ("h.0", ... for the GPT; "layers.0", ... for the MLP): the units
+  // of ZeRO-3 and parameter offload; the rest (embeddings, final norm) is their root unit.
+  std::vector<std::string> unit_names() const;
   Tensor head(const Tensor& input) const;
   Tensor tail(const Tensor& x, const Tensor& target) const;
   // A fresh zero input and target of `shape` (what a plan feeds each micro-batch).

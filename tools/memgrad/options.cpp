@@ -201,10 +201,14 @@ void add_step_flags(CLI::App& app, StepFlags& s) {
 
 void add_data_parallel_flags(CLI::App& app, StepFlags& s) {
   app.add_option("--zero", s.zero,
-                 "data parallelism: ZeRO stage 0 (all-reduce gradients), 1 (shard optimizer state) or 2 (shard "
-                 "gradients too); train runs the ranks mpirun starts")
-      ->check(CLI::Range(0, 2))
+                 "data parallelism: ZeRO stage 0 (all-reduce gradients), 1 (shard optimizer state), 2 (shard "
+                 "gradients too) or 3 (shard the parameters: each block gathered for its forward and backward only); "
+                 "train runs the ranks mpirun starts")
+      ->check(CLI::Range(0, 3))
       ->capture_default_str();
+  app.add_flag("!--no-unit-prefetch", s.unit_prefetch,
+               "--zero 3 and --offload params: gather each block only when it runs, not while the one before runs "
+               "(shows what prefetching hides)");
   app.add_option("--bucket-cap", s.bucket_cap, "data parallelism: gradient bucket size, e.g. 25MiB")
       ->transform(CLI::AsSizeValue(true))
       ->check(CLI::PositiveNumber);
@@ -250,6 +254,7 @@ mg::plan::StepOptions step_options(const StepFlags& s) {
   o.precision = mg::plan::parse_precision(s.precision);
   o.grad_scaler = s.precision.rfind("fp16", 0) == 0;
   o.world_size = s.world_size, o.rank = s.rank, o.zero_stage = s.zero, o.bucket_bytes = int64_t(s.bucket_cap);
+  o.offload_params = s.offload_params, o.unit_prefetch = s.unit_prefetch;
   o.optimizer = s.optimizer == "sgd"    ? (s.momentum > 0 ? OptimizerKind::SGDMomentum : OptimizerKind::SGD)
                 : s.optimizer == "adam" ? OptimizerKind::Adam
                                         : OptimizerKind::AdamW;

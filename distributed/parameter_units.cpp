@@ -282,7 +282,9 @@ struct ParameterUnits::Impl {
     }
     u.launched = true;
     reducing.push_back(k);
-    while (reducing.size() > 2) complete(reducing.front());  // at most two reductions in flight
+    // One reduction in flight while the next unit's backward runs (with one rank nothing is in flight:
+    // the gradient goes to its shard at once, and its buffer with it).
+    while (reducing.size() > (size > 1 ? 1u : 0u)) complete(reducing.front());
   }
 
   // The reduced chunk joins this rank's gradient shard (in host memory when offloaded).

@@ -27,7 +27,7 @@
 //   post-accumulate   (every parameter of unit k has its gradient) releases the unit's parameters and,
 //                     in unit order (k = n-1 .. 0, then the root), reduce-scatters the flat gradient: the
 //                     reduced chunk is added to this rank's gradient shard (copied to host memory when
-//                     offloaded), at most two reductions in flight
+//                     offloaded), one reduction in flight while the next unit's backward runs
 //   finish_backward   completes the reductions and hands each parameter's piece its gradient
 // A checkpoint segment's recompute runs its units again through run(), so they are gathered again. A
 // prefetch is an all-gather that runs while the current unit computes: on the MPI group's thread

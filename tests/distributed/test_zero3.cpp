@@ -33,6 +33,7 @@ struct Config {
 plan::StepOptions step_options(const Config& c, const plan::ChainModel& chain) {
   plan::StepOptions o;
   o.accum = c.accum, o.clip_norm = c.clip, o.precision = c.precision;
+  o.grad_scaler = c.precision == plan::Precision::Float16Storage || c.precision == plan::Precision::Float16;
   o.zero_stage = c.zero, o.offload_params = c.offload, o.unit_prefetch = c.prefetch;
   o.units = chain.unit_names();
   if (c.group) o.world_size = c.group->size(), o.rank = c.group->rank();
@@ -151,6 +152,16 @@ TEST_CASE("ZeRO-3 and parameter offload at world size 1 train as plain training 
       // summed over the same tensors in the same order.
       check_same(train(c, 2), reference, true, "clipping, accumulation");
     }
+  }
+  // Autocast (float32 units, half copies made by autocast per forward) and half storage with float32
+  // masters and loss scaling (the scaler unscales each piece's gradient; found inf on any piece skips).
+  for (plan::Precision precision : {plan::Precision::BFloat16, plan::Precision::Float16Storage}) {
+    INFO(plan::precision_name(precision));
+    Config plain;
+    plain.accum = 2, plain.clip = 1.0, plain.precision = precision, plain.policy = plan::Policy::sqrt_n(2);
+    Config sharded = plain;
+    sharded.zero = 3;
+    check_same(train(sharded, 2), train(plain, 2), true, "sharded");
   }
 }
 

@@ -3,9 +3,11 @@
 #   memory  every rank's step peaks and reserved peak, measured and planned on meta, and the bytes it holds
 #           after a step beside ZeRO's formula, at stages 0-3 on 2 and 4 ranks, for the default GPT and a
 #           larger one (LARGE flags) whose parameters outweigh its activations
-#   time    per step of the larger GPT: the time blocked on gathers, reductions and host copies, with the
-#           next unit prefetched and not (--no-unit-prefetch), for --zero 3 on 2 ranks and --offload params
-#           in one process; rounds alternate the configurations, medians shown
+#   time    per step of the larger GPT: rank 0's time blocked on communication, of it waiting for units to
+#           arrive (all-gathers, copies to the device) and for their gradients to leave (reduce-scatters,
+#           copies to host memory), with the next unit prefetched and not (--no-unit-prefetch), for
+#           --zero 3 on 2 ranks and --offload params in one process, and the copies' own time; rounds
+#           alternate the configurations, medians shown
 #   bench/run_zero3.sh memory|time          build directory: $MG_BUILD_DIR (default build-bench)
 #   ROUNDS=3 STEPS=5 LARGE="--model custom --n-layer 8 --n-head 8 --n-embd 512 --seq 64 --batch 2"
 # Each rank gets OMP_NUM_THREADS = nproc / ranks (at least 1).
@@ -70,21 +72,22 @@ if [ "$mode" = memory ]; then
   exit 0
 fi
 
-# time: "units: per step ... blocked X on gathers, Y on reductions, Z on copies (...)" and the copy thread's
-# time; the step time from "trained N steps in T".
+# time: the step from "trained N steps in T"; rank 0's time blocked on all communication from
+# "communication: ... X of Y"; from "units: ... blocked X waiting for units to arrive, Y for their gradients to
+# leave" and "the copies ... took Z per step".
 record() {
   awk -v steps="$steps" '
     function ms(v, u) { return u ~ /^s/ ? v * 1000 : v }
     /^trained/ { t = ms($5, $6) / steps }
+    /^communication:/ { for (i = 1; i <= NF; ++i) if ($i == "gathers") b = ms($(i + 1), $(i + 2)) / steps }
     /^units:/ {
       for (i = 1; i <= NF; ++i) {
-        if ($(i + 2) == "on" && $(i + 3) ~ /^gathers/) g = ms($i, $(i + 1))
-        if ($(i + 2) == "on" && $(i + 3) ~ /^reductions/) r = ms($i, $(i + 1))
-        if ($(i + 2) == "on" && $(i + 3) ~ /^copies/) c = ms($i, $(i + 1))
+        if ($i == "blocked") g = ms($(i + 1), $(i + 2))
+        if ($i == "for" && $(i + 2) == "gradients") r = ms($(i - 2), $(i - 1))
       }
     }
-    /the copies took/ { k = ms($4, $5) }
-    END { printf "%.1f %.1f %.1f %.1f %.1f\n", t, g, r, c, k }' "$out/log" >>"$out/$1"
+    /copies between host and device took/ { for (i = 1; i <= NF; ++i) if ($i == "took") k = ms($(i + 1), $(i + 2)) }
+    END { printf "%.1f %.1f %.1f %.1f %.1f\n", t, b, g, r, k }' "$out/log" >>"$out/$1"
 }
 for ((round = 1; round <= rounds; ++round)); do
   for prefetch in on off; do
@@ -97,10 +100,10 @@ for ((round = 1; round <= rounds; ++round)); do
 done
 median() { sort -n -k"$2" "$1" | awk -v k="$2" '{ v[NR] = $k } END { print v[int((NR + 1) / 2)] }'; }
 echo "memgrad train ${large[*]} --steps $steps; $rounds rounds, medians of ms per step (rank 0)"
-echo "| run | step | blocked on gathers | on reductions | on copies | copies took (copy thread) |"
+echo "| run | step | blocked on communication | of it: units arriving | gradients leaving | copies took (copy thread) |"
 echo "|---|---|---|---|---|---|"
 row() { echo "| $1 | $(median "$out/$2" 1) | $(median "$out/$2" 2) | $(median "$out/$2" 3) | $(median "$out/$2" 4) | $(median "$out/$2" 5) |"; }
-row "2 ranks, --zero 2 (for reference; its waits are in 'communication')" zero2
+row "2 ranks, --zero 2 (for reference)" zero2
 row "2 ranks, --zero 3, prefetch" zero3_on
 row "2 ranks, --zero 3, --no-unit-prefetch" zero3_off
 row "1 process, --offload params, prefetch" offload_on

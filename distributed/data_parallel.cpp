@@ -448,7 +448,7 @@ void DataParallel::gather_parameters() {
 double DataParallel::communication_seconds() const {
   if (!impl_->units) return impl_->blocked;
   const UnitStats& s = impl_->units->stats();
-  return impl_->blocked + s.gather_wait + s.reduce_wait + s.copy_wait;
+  return impl_->blocked + s.gather_wait + s.reduce_wait;
 }
 
 // ---- state dicts and the shard table

@@ -130,11 +130,11 @@ struct ParameterUnits::Impl {
     // Why the bytes stay: its forward runs; gathered ahead of its forward or backward; its backward
     // is under way (or, the root and the last unit, is still to come); gather_all.
     bool running = false, prefetched = false, backward = false, whole = false;
-    int ready = 0;          // parameters whose gradient is complete in this backward
-    bool done = false;      // its backward is complete
-    bool launched = false;  // its reduction was launched in this backward
-    Tensor reduced;         // the reduction's output (grad_flat itself when N == 1)
-    Work reduction;
+    int ready = 0;      // parameters whose gradient is complete in this backward
+    bool done = false;  // its backward is complete
+    Tensor reduced;     // the reduction's output (grad_flat itself when N == 1)
+    Tensor outgoing;    // offloaded: the reduced chunk's copy in host memory
+    Work reduction;     // the reduce-scatter; with one rank and offload, the copy out
   };
   enum class Phase { Idle, Forward, Backward };
 
@@ -155,11 +155,10 @@ struct ParameterUnits::Impl {
   // Reduction order: the blocks from the last, then the root (the order backward completes them).
   size_t order(size_t i) const { return i < blocks() ? blocks() - 1 - i : root(); }
 
-  Tensor wait_copy(Work w) {
+  void wait_for(Work w, double* seconds) {
     const auto t0 = Clock::now();
     w.wait();
-    stats.copy_wait += seconds_since(t0);
-    return Tensor();
+    *seconds += seconds_since(t0);
   }
 
   // ---- gathering
@@ -179,7 +178,7 @@ struct ParameterUnits::Impl {
     } else if (size == 1) {
       u.gather = copier->copy(u.flat, u.shard, &stats.copy_seconds);
     } else {  // the shard reaches the device before the all-gather is issued, in the same order on every rank
-      wait_copy(copier->copy(mine, u.shard, &stats.copy_seconds));
+      wait_for(copier->copy(mine, u.shard, &stats.copy_seconds), &stats.gather_wait);
       u.gather = group->all_gather(u.flat, mine);
     }
     if (options.offload) stats.copied_bytes += int64_t(u.shard.nbytes());
@@ -190,11 +189,9 @@ struct ParameterUnits::Impl {
 
   void finish_gather(Unit& u) {
     if (u.state != Unit::State::Gathering) return;
-    const auto t0 = Clock::now();
     Work w = std::move(u.gather);
     u.gather = Work();
-    w.wait();
-    (options.offload && size == 1 ? stats.copy_wait : stats.gather_wait) += seconds_since(t0);
+    wait_for(std::move(w), &stats.gather_wait);
     u.flat.storage()->mark_refilled();  // the same values as before: tensors saved over it stay valid
     u.state = Unit::State::Gathered;
   }
@@ -273,6 +270,7 @@ struct ParameterUnits::Impl {
     for (size_t j : u.params) params[j].tensor.set_grad(Tensor());
     if (size == 1) {
       u.reduced = u.grad_flat;
+      if (options.offload) u.reduction = copy_out(u, u.reduced);  // to host memory while backward goes on
     } else {
       u.reduced =
           detail::comm_buffer(u.chunk, u.flat.dtype(), device, Category::Gradient, u.name + " (grad shard)", false);
@@ -280,48 +278,42 @@ struct ParameterUnits::Impl {
       ++stats.reductions;
       stats.reduced_bytes += int64_t(u.grad_flat.nbytes());
     }
-    u.launched = true;
     reducing.push_back(k);
-    // One reduction in flight while the next unit's backward runs (with one rank nothing is in flight:
-    // the gradient goes to its shard at once, and its buffer with it).
-    while (reducing.size() > (size > 1 ? 1u : 0u)) complete(reducing.front());
+    // One reduction (or copy to host memory) in flight while the next unit's backward runs; with one
+    // rank and no offload nothing is in flight: the gradient goes to its shard at once.
+    while (reducing.size() > (size > 1 || options.offload ? 1u : 0u)) complete(reducing.front());
+  }
+
+  // Copies `chunk` into a fresh buffer in host memory (u.outgoing).
+  Work copy_out(Unit& u, const Tensor& chunk) {
+    {
+      HostMemoryScope in_host(device);
+      u.outgoing = detail::comm_buffer(u.chunk, chunk.dtype(), host_device(device), Category::Gradient,
+                                       u.name + " (grad shard)", false);
+    }
+    stats.copied_bytes += int64_t(u.outgoing.nbytes());
+    return copier->copy(u.outgoing, chunk, &stats.copy_seconds);
   }
 
   // The reduced chunk joins this rank's gradient shard (in host memory when offloaded).
   void complete(size_t k) {
     Unit& u = units[k];
     reducing.erase(std::find(reducing.begin(), reducing.end(), k));
-    const auto t0 = Clock::now();
-    u.reduction.wait();
+    Work w = std::move(u.reduction);
     u.reduction = Work();
-    stats.reduce_wait += seconds_since(t0);
+    wait_for(std::move(w), &stats.reduce_wait);
+    if (options.offload && !u.outgoing.defined())  // N > 1: the reduced chunk goes out now
+      wait_for(copy_out(u, u.reduced), &stats.reduce_wait);
     NoGradGuard ng;
-    Tensor chunk = size == 1 ? u.grad_flat : u.reduced;
-    u.grad_flat = Tensor();
-    if (options.offload) {
-      Tensor host;
-      {
-        HostMemoryScope in_host(device);
-        host = detail::comm_buffer(u.chunk, chunk.dtype(), host_device(device), Category::Gradient,
-                                   u.name + " (grad shard)", false);
-      }
-      wait_copy(copier->copy(host, chunk, &stats.copy_seconds));
-      stats.copied_bytes += int64_t(host.nbytes());
-      chunk = host;
-      if (u.shard_grad.defined()) {
-        HostMemoryScope in_host(device);
-        u.shard_grad.add_(chunk);
-      } else {
-        u.shard_grad = chunk;
-      }
-    } else if (u.shard_grad.defined()) {
-      u.shard_grad.add_(chunk);
-    } else {
+    const Tensor chunk = options.offload ? u.outgoing : u.reduced;
+    u.grad_flat = u.reduced = u.outgoing = Tensor();
+    if (!u.shard_grad.defined()) {
       chunk.storage()->set_category(Category::Gradient);
       chunk.storage()->set_owner(u.name + " (grad shard)");
       u.shard_grad = chunk;
+    } else {
+      u.shard_grad.add_(chunk);
     }
-    u.reduced = Tensor();
   }
 
   void finish() {
@@ -348,7 +340,7 @@ struct ParameterUnits::Impl {
     for (size_t k = 0; k < units.size(); ++k) {
       Unit& u = units[k];
       u.running = u.prefetched = u.backward = false;
-      u.ready = 0, u.done = u.launched = false;
+      u.ready = 0, u.done = false;
       u.grad_flat = Tensor();
       release_if_free(k);
     }
@@ -522,7 +514,7 @@ void ParameterUnits::reset(bool set_to_none) {
       }
     if (u.state == Impl::Unit::State::Gathering) u.state = Impl::Unit::State::Gathered;
     u.gather = u.reduction = Work();
-    u.reduced = Tensor();
+    u.reduced = u.outgoing = Tensor();
     for (size_t j : u.params) m.params[j].tensor.set_grad(Tensor());
     NoGradGuard ng;
     if (set_to_none || !u.shard_grad.defined())

@@ -27,7 +27,7 @@
 //   post-accumulate   (every parameter of unit k has its gradient) releases the unit's parameters and,
 //                     in unit order (k = n-1 .. 0, then the root), reduce-scatters the flat gradient: the
 //                     reduced chunk is added to this rank's gradient shard (copied to host memory when
-//                     offloaded), one reduction in flight while the next unit's backward runs
+//                     offloaded), one reduction (or copy out) in flight while the next unit's backward runs
 //   finish_backward   completes the reductions and hands each parameter's piece its gradient
 // A checkpoint segment's recompute runs its units again through run(), so they are gathered again. A
 // prefetch is an all-gather that runs while the current unit computes: on the MPI group's thread
@@ -65,9 +65,10 @@ struct UnitStats {
   int64_t gathers = 0, reductions = 0;
   int64_t gathered_bytes = 0, reduced_bytes = 0;  // the unit buffers all-gathered and reduce-scattered
   int64_t copied_bytes = 0;                       // between host memory and the device (offload)
-  double gather_wait = 0, reduce_wait = 0;        // seconds blocked waiting for gathers and reductions
-  double copy_wait = 0;                           // ... for copies between host and device
-  double copy_seconds = 0;                        // seconds the copies took (cpu: on the copy thread)
+  // Seconds blocked waiting for a unit to arrive (its all-gather, its copy to the device) and for
+  // its gradient to leave (its reduce-scatter, its copy to host memory).
+  double gather_wait = 0, reduce_wait = 0;
+  double copy_seconds = 0;  // seconds the copies took (cpu: on the copy thread, whether waited for or not)
 };
 
 class ParameterUnits {

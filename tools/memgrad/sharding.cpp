@@ -41,17 +41,17 @@ std::string units_line(const mg::distributed::DataParallel& dp, int64_t element_
 void print_unit_traffic(const mg::distributed::UnitStats& s, int64_t steps, double train_seconds, bool prefetch) {
   const double per = 1.0 / double(std::max<int64_t>(steps, 1));
   std::printf(
-      "units: per step %.1f gathers (%s), %.1f reductions (%s), %s copied between host and device; blocked %s on "
-      "gathers, %s on reductions, %s on copies (%.1f%% of the steps' time; the next unit's gather %s)\n",
+      "units: per step %.1f gathers (%s), %.1f reductions (%s), %s copied between host and device; blocked %s "
+      "waiting for units to arrive, %s for their gradients to leave (%.1f%% of the steps' time; the next unit %s)\n",
       double(s.gathers) * per, mg::format_bytes(int64_t(double(s.gathered_bytes) * per)).c_str(),
       double(s.reductions) * per, mg::format_bytes(int64_t(double(s.reduced_bytes) * per)).c_str(),
       mg::format_bytes(int64_t(double(s.copied_bytes) * per)).c_str(), format_seconds(s.gather_wait * per).c_str(),
-      format_seconds(s.reduce_wait * per).c_str(), format_seconds(s.copy_wait * per).c_str(),
-      train_seconds > 0 ? 100.0 * (s.gather_wait + s.reduce_wait + s.copy_wait) / train_seconds : 0.0,
+      format_seconds(s.reduce_wait * per).c_str(),
+      train_seconds > 0 ? 100.0 * (s.gather_wait + s.reduce_wait) / train_seconds : 0.0,
       prefetch ? "prefetched while one runs" : "not prefetched: --no-unit-prefetch");
   if (s.copy_seconds > 0)
-    std::printf("  the copies took %s per step on the copy thread, of which %.0f%% the training thread waited for\n",
-                format_seconds(s.copy_seconds * per).c_str(), 100.0 * std::min(1.0, s.copy_wait / s.copy_seconds));
+    std::printf("  the copies between host and device took %s per step on the copy thread\n",
+                format_seconds(s.copy_seconds * per).c_str());
 }
 
 void print_host_memory(const mg::Device& device, const mg::HostMemoryStats& at_end, int64_t base,

@@ -97,6 +97,7 @@ for ((round = 1; round <= rounds; ++round)); do
     train 1 "${large[@]}" --steps "$steps" --offload params "${extra[@]}" && record "offload_$prefetch"
   done
   train 2 "${large[@]}" --steps "$steps" --zero 2 && record zero2
+  train 1 "${large[@]}" --steps "$steps" && record alone
 done
 median() { sort -n -k"$2" "$1" | awk -v k="$2" '{ v[NR] = $k } END { print v[int((NR + 1) / 2)] }'; }
 echo "memgrad train ${large[*]} --steps $steps; $rounds rounds, medians of ms per step (rank 0)"
@@ -106,5 +107,6 @@ row() { echo "| $1 | $(median "$out/$2" 1) | $(median "$out/$2" 2) | $(median "$
 row "2 ranks, --zero 2 (for reference)" zero2
 row "2 ranks, --zero 3, prefetch" zero3_on
 row "2 ranks, --zero 3, --no-unit-prefetch" zero3_off
+row "1 process (for reference)" alone
 row "1 process, --offload params, prefetch" offload_on
 row "1 process, --offload params, --no-unit-prefetch" offload_off

@@ -5,6 +5,7 @@
 #include <deque>
 #include <thread>
 
+#include <memgrad/core/budget.h>
 #include <memgrad/core/cuda.h>
 #include <memgrad/core/grad_mode.h>
 #include <memgrad/core/host_memory.h>
@@ -366,6 +367,9 @@ ParameterUnits::ParameterUnits(const nn::NamedTensors& named, ProcessGroup& grou
   }
   MG_CHECK(m.device.is_cuda() || m.device.is_cpu() || m.device.is_meta(), DeviceError,
            "ParameterUnits: expected parameters on cpu, cuda or meta, got ", m.device);
+  MG_CHECK(m.device.is_meta() || !budget::enabled(m.device), ValueError, "ParameterUnits: ", m.device,
+           " is under a memory budget (budget::enable), whose eviction would fight the units' own release of "
+           "their bytes; expected a device without one (a plain set_memory_limit works)");
   m.units.resize(options.units.size() + 1);
   for (size_t k = 0; k < options.units.size(); ++k) {
     MG_CHECK(!options.units[k].empty(), ValueError, "ParameterUnits: expected module paths, got an empty one");

@@ -342,6 +342,8 @@ case $case_name in
     expect_exit 2 "$bin" train "${plain[@]}" --offload params --zero 2
     expect_output "--zero 0 or 3"
     expect_exit 2 "$bin" train "${plain[@]}" --offload params --remat dynamic --memory-limit 8MiB
+    expect_exit 2 "$bin" train "${plain[@]}" --zero 3 --remat dynamic --memory-limit 8MiB
+    expect_output "plain --memory-limit"
     ;;
   ranks_fail)  # ranks that disagree, a rank stuck, a rank killed: an error on the others, never a hang
     [ -n "${MG_MPIEXEC:-}" ] || { echo "SKIPPED: memgrad was built without MPI"; exit 77; }

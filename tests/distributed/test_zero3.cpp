@@ -291,6 +291,12 @@ TEST_CASE("ZeRO-3: bad use raises typed errors") {
   CHECK_THROWS_AS(dist::ParameterUnits({{"a", a}}, *one, {{"h.0"}, false, true}), ValueError);  // names nothing
   Tensor c = zeros({2}, TensorOptions(kFloat64)).requires_grad_();
   CHECK_THROWS_AS(dist::ParameterUnits({{"a", a}, {"c", c}}, *one, {}), ValueError);  // two dtypes
+  budget::Options under;
+  under.limit = 64 << 20;
+  budget::enable(kCPU, under);  // its eviction would fight the units' own release of their bytes
+  CHECK_THROWS_AS(dist::ParameterUnits({{"a", a}}, *one, {}), ValueError);
+  budget::disable(kCPU);
+  set_memory_limit(kCPU, 0);
   {
     dist::ParameterUnits units({{"a", a}, {"b", b}}, *one, {});
     CHECK_THROWS_AS(units.run(0, [] { return Tensor(); }), IndexError);  // only the root unit

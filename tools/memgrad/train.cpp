@@ -303,6 +303,10 @@ int run_train(const TrainFlags& f) {
     throw UsageError(
         "--offload params runs ZeRO-3's schedule with host memory as the parameters' home: use it with "
         "--zero 0 or 3 and without --remat");
+  if (f.step.zero == 3 && (f.remat != "none" || f.offload != "none") && !offload_params)
+    throw UsageError(
+        "--zero 3 gathers and releases each block's parameters itself: it runs under a plain "
+        "--memory-limit, not under the budget of --remat or --offload activations|optimizer|all");
   const bool budgeted = f.remat != "none" || (f.offload != "none" && !offload_params);
   if (budgeted && !f.memory_limit)
     throw UsageError("--remat and --offload keep training under --memory-limit: give one");

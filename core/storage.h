@@ -24,7 +24,7 @@ class Storage {
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
-  // Under a memory budget (core/budget.h) the bytes may have been evicted or offloaded: reading the
+  // Under a memory budget (core/budget/budget.h) the bytes may have been evicted or offloaded: reading the
   // pointer brings them back, and outside a kernel it keeps them on the device from then on.
   void* data() const;
   size_t nbytes() const { return nbytes_; }
@@ -39,7 +39,7 @@ class Storage {
   // again once they are back. release_bytes() returns them to the allocator; reacquire_bytes() books
   // fresh ones under the scope's category and owner, else `fallback` (their values undefined until
   // the caller fills them). While they are away data() raises ValueError. Storages over wrapped
-  // memory or under a memory budget (core/budget.h) cannot release theirs.
+  // memory or under a memory budget (core/budget/budget.h) cannot release theirs.
   void release_bytes();
   void reacquire_bytes(Category fallback);
   bool has_bytes() const { return !released_; }

@@ -9,8 +9,8 @@
 #include <memgrad/core/grad_mode.h>
 #include <memgrad/core/host_memory.h>
 #include <memgrad/core/memory.h>
-#include <memgrad/core/ops.h>
 #include <memgrad/distributed/work_impl.h>
+#include <memgrad/ops/ops.h>
 #include <memgrad/optim/clip.h>
 
 namespace mg::distributed {

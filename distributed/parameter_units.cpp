@@ -5,12 +5,12 @@
 #include <deque>
 #include <thread>
 
-#include <memgrad/core/budget.h>
+#include <memgrad/core/budget/budget.h>
 #include <memgrad/core/cuda.h>
 #include <memgrad/core/grad_mode.h>
 #include <memgrad/core/host_memory.h>
 #include <memgrad/core/memory.h>
-#include <memgrad/core/ops.h>
+#include <memgrad/ops/ops.h>
 #include <memgrad/distributed/work_impl.h>
 
 namespace mg::distributed {

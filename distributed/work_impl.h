@@ -9,7 +9,7 @@
 #include <vector>
 
 #include <memgrad/core/memory.h>
-#include <memgrad/core/ops.h>
+#include <memgrad/ops/ops.h>
 #include <memgrad/distributed/process_group.h>
 
 namespace mg::distributed {

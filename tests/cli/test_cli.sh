@@ -174,7 +174,7 @@ case $case_name in
     expect_output "memory budget .*--remat dynamic"
     expect_output "evicted [0-9.]+ [KM]iB in [1-9][0-9]* evictions"
     same_losses free.csv dtr.csv 0
-    grep -q "evictions, [0-9]* rematerializations" t.html || fail "the timeline lacks the budget's marks"
+    grep -q '"evict"' t.html || fail "the timeline lacks the budget's marks"
     expect_exit 0 "$bin" train "${args[@]}" --timeline '' --memory-limit $((peak * 65 / 100)) --offload activations \
       --log off.csv
     expect_output "offloaded [0-9.]+ [KM]iB in [1-9][0-9]* copies"
@@ -193,6 +193,37 @@ case $case_name in
     expect_output "--memory-limit"
     expect_exit 3 "$bin" train "${args[@]}" --memory-limit 64KiB --remat dynamic
     expect_output "needs at least"
+    ;;
+  view)  # memgrad view: a snapshot's page, two compared, the steps up to an OOM; a bad file in one line
+    expect_exit 0 "$bin" train "${small[@]}" --steps 2 --snapshot none.json
+    expect_output "memory snapshot: none.json"
+    peak=$(sed -n "s/.*later steps' allocated peak: measured .* (\([0-9]*\) B).*/\1/p" out.txt)
+    expect_exit 0 "$bin" train "${small[@]}" --steps 2 --snapshot sqrt.json --checkpoint sqrt
+    expect_exit 0 "$bin" view none.json
+    expect_output "memory timeline: none.html"
+    grep -q '<canvas\|id="mg-data"' none.html || fail "none.html is not a timeline page"
+    expect_exit 0 "$bin" view none.json sqrt.json -o compared.html
+    grep -q "compared: none.json vs sqrt.json</title>" compared.html || fail "not a comparison"
+    grep -q "checkpoint sqrt" compared.html || fail "the runs' titles lack their checkpoint policies"
+    # Out of memory in the second step: the page shows the steps up to it, the failure marked.
+    expect_exit 3 "$bin" train "${small[@]}" --steps 2 --memory-limit $((peak * 9 / 10)) --timeline oom.html
+    expect_output "memory timeline up to the out-of-memory error: oom.html"
+    grep -q '"oom"' oom.html || fail "the page lacks the out-of-memory mark"
+    # Not a snapshot, cut short, another version, edited: exit 1, one line naming the file, no page.
+    printf 'hello' >bad.json
+    head -c 3000 none.json >cut.json
+    sed 's/"version": 2/"version": 1/' none.json >old.json
+    sed '0,/"bytes": \([1-9][0-9]*\)/s//"bytes": -\1/' none.json >negative.json
+    for f in bad.json:"not a memgrad memory snapshot" cut.json:truncated old.json:"a version 1 snapshot" \
+      negative.json:"expected a size >= 0"; do
+      expect_exit 1 "$bin" view "${f%%:*}"
+      expect_output "^memgrad: ${f%%:*}: .*${f#*:}"
+      [ "$(wc -l <out.txt)" -eq 1 ] || fail "${f%%:*}: the error is not one line"
+      [ -e "${f%%.*}.html" ] && fail "${f%%:*}: a page was written"
+    done
+    expect_exit 2 "$bin" view
+    expect_exit 2 "$bin" view none.json sqrt.json none.json
+    expect_exit 2 "$bin" view missing.json
     ;;
   learns)  # the default GPT and the MLP: the loss falls
     expect_exit 0 "$bin" train --steps 40 --batch 8 --seq 32 --sample 20 --log gpt.csv --timeline t.html

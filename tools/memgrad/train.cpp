@@ -12,6 +12,7 @@
 
 #include "report.h"
 #include "sharding.h"
+#include "view.h"
 
 namespace memgrad_cli {
 
@@ -254,6 +255,7 @@ void add_train_flags(CLI::App& app, TrainFlags& f) {
       ->check(CLI::ExistingFile);
   app.add_option("--timeline", f.timeline, "HTML memory timeline of the first steps ('' for none)")
       ->capture_default_str();
+  app.add_option("--snapshot", f.snapshot, "the same steps' memory snapshot (JSON) for `memgrad view`");
   app.add_option("--timeline-steps", f.timeline_steps, "steps the timeline covers")
       ->transform(integer_in(1, kMaxCount))
       ->capture_default_str();
@@ -274,6 +276,7 @@ int run_train(const TrainFlags& f) {
   if (!f.save.empty()) check_writable("--save", f.save);
   if (!f.log.empty()) check_writable("--log", f.log);
   if (!f.timeline.empty()) check_writable("--timeline", f.timeline);
+  if (!f.snapshot.empty()) check_writable("--snapshot", f.snapshot);
   TrainData data(f);  // the files opened and checked against the flags, nothing allocated yet
   // Data parallelism: the processes mpirun started (or this one alone, with --zero); rank 0 prints.
   namespace dist = mg::distributed;
@@ -416,7 +419,7 @@ int run_train(const TrainFlags& f) {
         static_cast<long long>(f.step.accum), static_cast<long long>(f.step.accum));
 
   std::ofstream log;
-  const bool timeline = !f.timeline.empty() && rank == 0;  // files: rank 0 writes them
+  const bool timeline = (!f.timeline.empty() || !f.snapshot.empty()) && rank == 0;  // files: rank 0 writes them
   if (!f.log.empty() && rank == 0) {
     log.open(f.log);
     if (!log) throw mg::IOError("--log: cannot write " + f.log);
@@ -472,13 +475,19 @@ int run_train(const TrainFlags& f) {
         log << line;
       }
       if (timeline && step == std::min(first + f.timeline_steps - 1, f.steps)) {  // once: off clears it
-        mg::write_memory_timeline(
-            f.timeline, device,
-            "memgrad train: steps " + std::to_string(first) + "-" + std::to_string(step) + ", " + model_str(spec));
+        write_memory_files(f.timeline, f.snapshot, device,
+                           "memgrad train: steps " + std::to_string(first) + "-" + std::to_string(step) + ", " +
+                               model_str(spec) + ", checkpoint " + policy.name + ", " + f.step.precision);
         mg::record_history(false);
       }
     }
   } catch (const mg::OutOfMemoryError&) {
+    if (timeline && mg::recording_history()) {  // the steps up to the failure, with it marked
+      write_memory_files(f.timeline, f.snapshot, device,
+                         "memgrad train: out of memory, " + model_str(spec) + ", checkpoint " + policy.name);
+      std::printf("\nmemory timeline up to the out-of-memory error: %s\n",
+                  (f.timeline.empty() ? f.snapshot : f.timeline).c_str());
+    }
     std::fflush(stdout);
     std::fprintf(stderr, "%s", oom_advice(f, spec, policy, device).c_str());
     throw;
@@ -622,7 +631,8 @@ int run_train(const TrainFlags& f) {
   } else {
     std::printf("\noptimizer state per parameter (%s):\n%s", opt.type().c_str(), opt.state_report().str().c_str());
   }
-  if (timeline) std::printf("memory timeline: %s\n", f.timeline.c_str());
+  if (timeline && !f.timeline.empty()) std::printf("memory timeline: %s\n", f.timeline.c_str());
+  if (timeline && !f.snapshot.empty()) std::printf("memory snapshot: %s (memgrad view draws it)\n", f.snapshot.c_str());
   if (!f.save.empty()) {
     const mg::optim::StateDict optimizer = dp ? dp->state_dict(opt) : opt.state_dict();     // collective with dp
     const mg::nn::StateDict whole = dp ? dp->model_state_dict(model) : model.state_dict();  // collective with dp

@@ -17,11 +17,12 @@ struct TrainFlags {
   int64_t warmup = 20;                   // steps of linear learning-rate warmup
   uint64_t memory_limit = 0;             // bytes (0: none)
   std::string remat = "none";            // none | dynamic: evict and recompute to stay under --memory-limit
-  std::string offload = "none";          // none | activations | optimizer | all: the host pool (core/budget.h)
+  std::string offload = "none";          // none | activations | optimizer | all: the host pool (core/budget/budget.h)
   std::string budget_cost = "measured";  // measured | modeled: how eviction prices and ages storages
   uint64_t seed = 1337;
   std::string save, resume;
   std::string timeline = "memgrad-timeline.html";
+  std::string snapshot;        // the same history as JSON, for `memgrad view`
   int64_t timeline_steps = 3;  // steps recorded in the timeline
   std::string log;             // CSV of step, loss, tokens/s, allocated
   int64_t log_every = 0;       // 0: about 20 lines (a live bar on a terminal)

@@ -161,9 +161,14 @@ void add_step_flags(CLI::App& app, StepFlags& s) {
   app.add_option("-t,--seq", s.seq, "GPT sequence length (and block size)")
       ->transform(integer_in(1, kMaxCount))
       ->capture_default_str();
-  app.add_option("--optimizer", s.optimizer, "sgd, adam or adamw")
-      ->check(CLI::IsMember({"sgd", "adam", "adamw"}))
+  app.add_option("--optimizer", s.optimizer,
+                 "sgd, adam, adamw, adam8bit or adamw8bit (8-bit moments in blocks of 256, as bitsandbytes), or "
+                 "adafactor (factored second moments, torch.optim.Adafactor)")
+      ->check(CLI::IsMember({"sgd", "adam", "adamw", "adam8bit", "adamw8bit", "adafactor"}))
       ->capture_default_str();
+  app.add_flag("--step-in-backward", s.step_in_backward,
+               "step each parameter inside backward as soon as its gradient is complete, and free that gradient "
+               "(with --clip or fp16's loss scaling and --accum 1, forward and backward run twice: docs/memory.md)");
   app.add_option("--momentum", s.momentum, "sgd momentum (state: one buffer per parameter when > 0)")
       ->transform(number_in(0.0, 1.0))
       ->capture_default_str();
@@ -255,9 +260,27 @@ mg::plan::StepOptions step_options(const StepFlags& s) {
   o.grad_scaler = s.precision.rfind("fp16", 0) == 0;
   o.world_size = s.world_size, o.rank = s.rank, o.zero_stage = s.zero, o.bucket_bytes = int64_t(s.bucket_cap);
   o.offload_params = s.offload_params, o.unit_prefetch = s.unit_prefetch;
-  o.optimizer = s.optimizer == "sgd"    ? (s.momentum > 0 ? OptimizerKind::SGDMomentum : OptimizerKind::SGD)
-                : s.optimizer == "adam" ? OptimizerKind::Adam
-                                        : OptimizerKind::AdamW;
+  o.optimizer = s.optimizer == "sgd"         ? (s.momentum > 0 ? OptimizerKind::SGDMomentum : OptimizerKind::SGD)
+                : s.optimizer == "adam"      ? OptimizerKind::Adam
+                : s.optimizer == "adam8bit"  ? OptimizerKind::Adam8bit
+                : s.optimizer == "adamw8bit" ? OptimizerKind::AdamW8bit
+                : s.optimizer == "adafactor" ? OptimizerKind::Adafactor
+                                             : OptimizerKind::AdamW;
+  o.step_in_backward = s.step_in_backward;
+  if (s.optimizer == "adafactor" && s.zero > 0)
+    throw UsageError("--optimizer adafactor does not run under --zero " + std::to_string(s.zero) +
+                     ": its moments are factored and its step scaled per parameter, and a rank holds flat slices");
+  if (o.step_in_backward && o.data_parallel())
+    throw UsageError(
+        "--step-in-backward does not run with data parallelism (--zero, several processes, --offload params): a "
+        "parameter could be stepped only once its gradient bucket's reduction or its unit's copy had finished");
+  // Stage 3's chunks cut parameters anywhere: the optimizer steps 1-D pieces of them, which an element-wise
+  // update takes as it is, but 8-bit blocks and Adafactor's factored rows and columns would not match one rank's.
+  if ((s.zero == 3 || s.offload_params) &&
+      (s.optimizer == "adafactor" || s.optimizer.find("8bit") != std::string::npos))
+    throw UsageError("--optimizer " + s.optimizer + " does not run under --zero 3 or --offload params: a rank steps " +
+                     "1-D pieces of its units' flat chunks, and its state (quantization blocks, factored moments) " +
+                     "needs whole parameters; use sgd, adam or adamw");
   return o;
 }
 

@@ -7,7 +7,9 @@
 #include <sstream>
 
 #include <memgrad/core/grad_mode.h>
+#include <memgrad/core/host_memory.h>
 #include <memgrad/core/memory.h>
+#include <memgrad/distributed/work_impl.h>
 #include <memgrad/ops/ops.h>
 #include <memgrad/optim/clip.h>
 
@@ -16,20 +18,7 @@ namespace mg::distributed {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// A fresh buffer for communication, booked under `category` and the owner `owner` (in the end
-// absolute: the label does not stay nested inside whatever scope the caller, e.g. backward, runs in).
-Tensor comm_buffer(int64_t n, DType dtype, const Device& device, Category category, const std::string& owner,
-                   bool zeroed) {
-  Tensor t;
-  {
-    MemoryScope scope(category, owner);
-    t = zeroed ? zeros({n}, TensorOptions(dtype).device(device)) : empty({n}, TensorOptions(dtype).device(device));
-  }
-  t.storage()->set_category(category);
-  t.storage()->set_owner(owner);
-  return t;
-}
+using detail::comm_buffer;
 
 // Copies between a flattened parameter-sized tensor `flat` (n elements) and its column in a
 // rank-major buffer of `ranks` rows of `row` elements: rank r's slice [r c, r c + len_r) <-> row r,
@@ -49,7 +38,8 @@ struct DataParallel::Impl {
   struct Param {
     std::string name;
     Tensor tensor;  // the model's parameter
-    int64_t numel = 0, chunk = 0;
+    size_t index = 0;
+    int64_t numel = 0, chunk = 0;  // chunk: the longest slice of any rank
     size_t bucket = 0;
     int64_t flat_offset = 0;   // in the bucket's all-reduce buffer
     int64_t slice_offset = 0;  // in one rank's part of the bucket's sharded buffers
@@ -77,11 +67,13 @@ struct DataParallel::Impl {
   std::vector<Bucket> buckets;
   std::vector<BucketLayout> layouts;
   std::unique_ptr<amp::MasterWeights> masters;
+  std::unique_ptr<ParameterUnits> units;  // stage 3
   size_t next = 0;  // the next bucket to launch (in order, so every rank issues the same collectives)
   bool sync = true;
   double blocked = 0;
 
   std::pair<int64_t, int64_t> slice(const Param& p, int r) const {
+    if (units) return units->piece(p.index, r);
     const int64_t begin = std::min(p.numel, int64_t(r) * p.chunk);
     return {begin, std::min(p.numel, begin + p.chunk)};
   }
@@ -189,14 +181,12 @@ struct DataParallel::Impl {
     for (auto& b : buckets) b.ready = 0, b.launched = b.done = false;
     next = 0;
     // A parameter no rank gave a gradient keeps none (its bucket carried zeros for it), as in one process.
-    std::vector<double> used;
-    for (const Param& p : params) used.push_back(p.used ? 1.0 : 0.0);
-    used = group->all_reduce(std::move(used), ReduceOp::Max);
+    const std::vector<bool> used = detail::on_any_rank(*group, params, [](const Param& p) { return p.used; });
     NoGradGuard ng;
     for (size_t i = 0; i < params.size(); ++i) {
       Param& p = params[i];
       p.ready = false;
-      if (used[i] == 0) {
+      if (!used[i]) {
         p.tensor.set_grad(Tensor());
         continue;
       }
@@ -222,13 +212,38 @@ struct DataParallel::Impl {
     return index;
   }
   Tensor optimizer_tensor(size_t i) const { return params[i].optimized; }
+
+  // The whole of parameter p's `values` (this rank's slice of it, or undefined for none), gathered
+  // from every rank's slice (collective): padded to the longest, all-gathered, put end to end.
+  Tensor gather_slices(const Param& p, DType dtype, const Tensor& values) const {
+    const TensorOptions o = TensorOptions(dtype).device(p.tensor.device());
+    Tensor mine = zeros({p.chunk}, o), all = empty({p.chunk * size}, o), whole = empty({p.numel}, o);
+    if (values.defined()) mine.narrow(0, 0, values.numel()).copy_(values.reshape({-1}));
+    group->all_gather(all, mine).wait();
+    for (int r = 0; r < size; ++r)
+      if (const auto [begin, end] = slice(p, r); end > begin)
+        whole.narrow(0, begin, end - begin).copy_(all.narrow(0, int64_t(r) * p.chunk, end - begin));
+    return whole.view(p.tensor.shape());
+  }
+  // This rank's slice of `t`, a whole value of parameter p (checked for its size).
+  Tensor my_slice(const Param& p, const Tensor& t, const std::string& key) const {
+    MG_CHECK(t.numel() == p.numel, ShapeError, "DataParallel: '", key, "' expected ", shape_str(p.tensor.shape()),
+             " (the parameter '", p.name, "'), got ", shape_str(t.shape()));
+    if (options.zero_stage_ == 0) return t;
+    const auto [begin, end] = slice(p, rank);
+    return t.reshape({-1}).narrow(0, begin, end - begin).contiguous();
+  }
 };
 
 DataParallel::DataParallel(const nn::NamedTensors& named, ProcessGroup& group, const DataParallelOptions& options)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
-  MG_CHECK(options.zero_stage_ >= 0 && options.zero_stage_ <= 2, ValueError,
-           "DataParallel: expected ZeRO stage 0, 1 or 2, got ", options.zero_stage_);
+  MG_CHECK(options.zero_stage_ >= 0 && options.zero_stage_ <= 3, ValueError,
+           "DataParallel: expected ZeRO stage 0, 1, 2 or 3, got ", options.zero_stage_);
+  MG_CHECK(!options.offload_ || options.zero_stage_ == 3, ValueError,
+           "DataParallel: parameter offload runs ZeRO-3's schedule with host memory as the shards' home; expected "
+           "zero_stage(3), got ",
+           options.zero_stage_);
   MG_CHECK(options.bucket_bytes_ > 0, ValueError, "DataParallel: expected bucket_bytes > 0, got ",
            options.bucket_bytes_);
   MG_CHECK(!named.empty(), ValueError, "DataParallel: expected parameters, got none");
@@ -241,7 +256,7 @@ DataParallel::DataParallel(const nn::NamedTensors& named, ProcessGroup& group, c
     for (auto& p : m.params)
       MG_CHECK(!p.tensor.is_same(t), ValueError, "DataParallel: parameter '", name, "' appears twice");
     Impl::Param p;
-    p.name = name, p.tensor = t, p.numel = t.numel();
+    p.name = name, p.tensor = t, p.index = m.params.size(), p.numel = t.numel();
     p.chunk = std::max<int64_t>(1, (p.numel + m.size - 1) / m.size);
     halves += is_half(t.dtype());
     m.params.push_back(std::move(p));
@@ -251,8 +266,8 @@ DataParallel::DataParallel(const nn::NamedTensors& named, ProcessGroup& group, c
            "float32 masters), got ",
            halves, " half of ", named.size());
 
-  // Buckets in reverse order, as backward reaches the parameters.
-  for (size_t i = m.params.size(); i-- > 0;) {
+  // Buckets in reverse order, as backward reaches the parameters (stages 0-2).
+  for (size_t i = options.zero_stage_ == 3 ? 0 : m.params.size(); i-- > 0;) {
     Impl::Param& p = m.params[i];
     const int64_t bytes = p.numel * int64_t(p.tensor.element_size());
     Impl::Bucket* b = m.buckets.empty() ? nullptr : &m.buckets.back();
@@ -275,6 +290,16 @@ DataParallel::DataParallel(const nn::NamedTensors& named, ProcessGroup& group, c
     Tensor values = p.tensor.detach();
     m.group->broadcast(values, 0).wait();
     values.storage()->bump_version();
+  }
+  if (options.zero_stage_ == 3)  // the parameters become views of their units, each rank keeping its shard
+    m.units = std::make_unique<ParameterUnits>(named, group,
+                                               UnitOptions{options.units_, options.offload_, options.prefetch_});
+  for (auto& p : m.params) {
+    if (m.units) {
+      p.slice = m.units->piece_view(p.index);
+      for (int r = 0; r < m.size; ++r) p.chunk = std::max(p.chunk, m.slice(p, r).second - m.slice(p, r).first);
+      continue;
+    }
     const auto [begin, end] = m.slice(p, m.rank);
     if (options.zero_stage_ == 0)
       p.slice = p.tensor;
@@ -285,19 +310,22 @@ DataParallel::DataParallel(const nn::NamedTensors& named, ProcessGroup& group, c
     nn::NamedTensors slices;
     for (auto& p : m.params)
       if (p.slice.defined()) slices.emplace_back(p.name, p.slice);
+    std::optional<HostMemoryScope> in_host;  // offloaded: the masters live where the shards do
+    if (options.offload_) in_host.emplace(m.params[0].tensor.device());
     m.masters = std::make_unique<amp::MasterWeights>(slices);
   }
   size_t next_master = 0;
   for (auto& p : m.params)
     if (p.slice.defined()) p.optimized = m.masters ? m.masters->parameters()[next_master++] : p.slice;
   Impl* impl = impl_.get();
-  for (size_t i = 0; i < m.params.size(); ++i)
+  for (size_t i = 0; i < m.params.size() && !m.units; ++i)
     m.params[i].hook =
         m.params[i].tensor.register_post_accumulate_grad_hook([impl, i](const Tensor&) { impl->on_ready(i); });
 }
 
 DataParallel::~DataParallel() {
-  for (auto& p : impl_->params) p.tensor.remove_post_accumulate_grad_hook(p.hook);
+  for (auto& p : impl_->params)
+    if (p.hook) p.tensor.remove_post_accumulate_grad_hook(p.hook);
   for (auto& b : impl_->buckets)  // collectives still in flight finish before their tensors go
     try {
       b.work.wait();
@@ -310,6 +338,8 @@ int DataParallel::rank() const { return impl_->rank; }
 int DataParallel::world_size() const { return impl_->size; }
 int DataParallel::zero_stage() const { return impl_->options.zero_stage_; }
 const std::vector<BucketLayout>& DataParallel::buckets() const { return impl_->layouts; }
+const ParameterUnits* DataParallel::units() const { return impl_->units.get(); }
+bool DataParallel::offloads_parameters() const { return impl_->units && impl_->units->offloaded(); }
 std::pair<int64_t, int64_t> DataParallel::slice(size_t i, int rank) const {
   MG_CHECK(i < impl_->params.size() && rank >= 0 && rank < impl_->size, IndexError, "DataParallel::slice: parameter ",
            i, " of ", impl_->params.size(), ", rank ", rank, " of ", impl_->size);
@@ -343,15 +373,32 @@ void DataParallel::zero_grad(bool set_to_none) {
       b.shard_grad = Tensor();
     else if (b.shard_grad.defined())
       b.shard_grad.zero_();
+  if (m.units) m.units->reset(set_to_none);
+}
+
+void DataParallel::prepare_forward() {
+  if (impl_->units) impl_->units->prepare_forward();
+}
+
+Tensor DataParallel::run_unit(size_t k, const std::function<Tensor()>& forward) {
+  return impl_->units ? impl_->units->run(k, forward) : forward();
+}
+
+std::unique_ptr<ParameterUnits::Gathered> DataParallel::full_parameters() {
+  return impl_->units ? impl_->units->gather_all() : nullptr;
 }
 
 void DataParallel::prepare_backward(bool sync) {
   for (auto& p : impl_->params)
     MG_CHECK(!p.ready, AutogradError, "DataParallel: a backward pass was not followed by finish_backward()");
   impl_->sync = sync;
+  if (impl_->units) impl_->units->prepare_backward();
 }
 
-void DataParallel::finish_backward() { impl_->finish(); }
+void DataParallel::finish_backward() {
+  if (impl_->units) return impl_->units->finish_backward();
+  impl_->finish();
+}
 
 bool DataParallel::any_rank(bool flag) const { return impl_->group->all_reduce(flag ? 1.0 : 0.0, ReduceOp::Max) != 0; }
 
@@ -367,7 +414,7 @@ double DataParallel::clip_grad_norm_(double max_norm, double norm_type) {
 
 void DataParallel::gather_parameters() {
   Impl& m = *impl_;
-  if (m.options.zero_stage_ == 0) return;
+  if (m.options.zero_stage_ == 0 || m.units) return;  // stage 3: the shards themselves were updated
   NoGradGuard ng;
   struct InFlight {
     size_t bucket;
@@ -398,7 +445,11 @@ void DataParallel::gather_parameters() {
   if (previous) unpack(*previous);
 }
 
-double DataParallel::communication_seconds() const { return impl_->blocked; }
+double DataParallel::communication_seconds() const {
+  if (!impl_->units) return impl_->blocked;
+  const UnitStats& s = impl_->units->stats();
+  return impl_->blocked + s.gather_wait + s.reduce_wait;
+}
 
 // ---- state dicts and the shard table
 
@@ -442,36 +493,74 @@ optim::StateDict DataParallel::state_dict(const optim::Optimizer& opt) const {
   if (m.masters)
     for (size_t i = 0; i < m.params.size(); ++i)
       if (Tensor t = m.optimizer_tensor(i); t.defined()) local[{i, "master"}] = t.detach();
-  // Rank 0 holds a slice of every parameter: its list of entries (and the steps) is everyone's.
+  // The entries (and steps) of every rank, merged: a rank may hold no slice of some parameters.
   std::ostringstream manifest;
   for (auto& [key, t] : local)
     manifest << key.first << ' ' << key.second << ' ' << int(t.dtype()) << ' '
              << (key.second == "step" ? t.item<int64_t>() : 0) << '\n';
-  std::istringstream entries(m.group->broadcast(manifest.str(), 0));
+  std::map<std::pair<size_t, std::string>, std::pair<int, int64_t>> entries;  // -> dtype, step
+  for (int r = 0; r < m.size; ++r) {
+    std::istringstream in(m.group->broadcast(manifest.str(), r));
+    size_t i;
+    std::string field;
+    int dtype;
+    int64_t step;
+    while (in >> i >> field >> dtype >> step) entries[{i, field}] = {dtype, step};
+  }
   NoGradGuard ng;
   MemoryScope scope(Category::Temporary, "zero.state_dict");
-  size_t i;
-  std::string field;
-  int dtype;
-  int64_t step;
-  while (entries >> i >> field >> dtype >> step) {
+  for (auto& [entry, value] : entries) {
+    const auto& [i, field] = entry;
     const std::string key =
         field == "master" ? "master." + std::to_string(i) : "state." + std::to_string(i) + "." + field;
-    const auto& p = m.params[i];
-    auto it = local.find({i, field});
-    if (field == "step") {
-      out[key] = scalar_tensor(double(step), kInt64);
-    } else if (m.options.zero_stage_ == 0) {
+    auto it = local.find(entry);
+    if (field == "step")
+      out[key] = scalar_tensor(double(value.second), kInt64);
+    else if (m.options.zero_stage_ == 0)
       out[key] = it->second;
-    } else {  // every rank's slice, padded to the slice size c, gathered and trimmed
-      const TensorOptions o = TensorOptions(dtype_from_code(dtype)).device(p.tensor.device());
-      Tensor mine = zeros({p.chunk}, o), all = empty({p.chunk * m.size}, o);
-      if (it != local.end()) mine.narrow(0, 0, it->second.numel()).copy_(it->second.reshape({-1}));
-      m.group->all_gather(all, mine).wait();
-      out[key] = all.narrow(0, 0, p.numel).view(p.tensor.shape()).clone();
-    }
+    else
+      out[key] = m.gather_slices(m.params[i], dtype_from_code(value.first), it == local.end() ? Tensor() : it->second);
   }
   return out;
+}
+
+nn::StateDict DataParallel::model_state_dict(const nn::Module& model) const {
+  const Impl& m = *impl_;
+  nn::StateDict out = model.state_dict();
+  if (!m.units) return out;
+  NoGradGuard ng;
+  MemoryScope scope(Category::Temporary, "zero.state_dict");
+  for (const auto& p : m.params) {
+    auto it = out.find(p.name);
+    MG_CHECK(it != out.end() && it->second.storage() == p.tensor.storage(), ValueError,
+             "DataParallel::model_state_dict: expected the module whose parameters were given, got one without '",
+             p.name, "'");
+    it->second = m.gather_slices(p, p.tensor.dtype(), p.slice);
+  }
+  return out;
+}
+
+void DataParallel::load_model_state_dict(nn::Module& model, const nn::StateDict& dict) {
+  Impl& m = *impl_;
+  if (!m.units) return model.load_state_dict(dict);
+  nn::StateDict rest = dict;  // buffers go through the module; every parameter is checked before any is written
+  for (const auto& p : m.params) {
+    auto it = rest.find(p.name);
+    MG_CHECK(it != rest.end(), ValueError, "DataParallel::load_model_state_dict: no entry for parameter '", p.name,
+             "'");
+    MG_CHECK(it->second.shape() == p.tensor.shape() && it->second.dtype() == p.tensor.dtype(), ShapeError,
+             "DataParallel::load_model_state_dict: '", p.name, "' expected ", shape_str(p.tensor.shape()), " ",
+             p.tensor.dtype(), ", got ", shape_str(it->second.shape()), " ", it->second.dtype());
+  }
+  const nn::StateDict own = model.state_dict();
+  for (auto& [key, t] : dict)
+    MG_CHECK(own.count(key), ValueError, "DataParallel::load_model_state_dict: unexpected entry '", key, "'");
+  NoGradGuard ng;
+  for (const auto& p : m.params) {
+    if (p.slice.defined()) Tensor(p.slice).copy_(m.my_slice(p, rest.at(p.name), p.name));
+    rest.erase(p.name);
+  }
+  if (!rest.empty()) model.load_state_dict(rest, false);
 }
 
 void DataParallel::load_state_dict(optim::Optimizer& opt, const optim::StateDict& dict) {
@@ -482,14 +571,7 @@ void DataParallel::load_state_dict(optim::Optimizer& opt, const optim::StateDict
   optim::StateDict mine;
   std::vector<std::pair<size_t, Tensor>> master_values;
   NoGradGuard ng;
-  auto my_slice = [&m](size_t i, const Tensor& t, const std::string& key) {
-    const auto& p = m.params[i];
-    MG_CHECK(t.numel() == p.numel, ShapeError, "DataParallel::load_state_dict: '", key, "' expected ",
-             shape_str(p.tensor.shape()), " (the parameter '", p.name, "'), got ", shape_str(t.shape()));
-    if (m.options.zero_stage_ == 0) return t;
-    const auto [begin, end] = m.slice(p, m.rank);
-    return t.reshape({-1}).narrow(0, begin, end - begin).contiguous();
-  };
+  auto my_slice = [&m](size_t i, const Tensor& t, const std::string& key) { return m.my_slice(m.params[i], t, key); };
   for (auto& [key, t] : dict) {
     size_t i;
     std::string field;
@@ -509,6 +591,8 @@ void DataParallel::load_state_dict(optim::Optimizer& opt, const optim::StateDict
       mine["state." + std::to_string(inner[i]) + "." + field] = field == "step" ? t : my_slice(i, t, key);
     }
   }
+  std::optional<HostMemoryScope> in_host;  // offloaded: the state made here lives in host memory
+  if (offloads_parameters()) in_host.emplace(m.params[0].tensor.device());
   opt.load_state_dict(mine);
   for (auto& [i, v] : master_values) m.optimizer_tensor(i).copy_(v);
 }

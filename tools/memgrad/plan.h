@@ -9,6 +9,7 @@ struct PlanFlags {
   ModelFlags model{"gpt2-124m"};
   StepFlags step{8, 1024, "adamw", 0.0, "fp32", "none", 0, 1, 1.0};  // clip 1.0, as memgrad train
   std::string device = "cpu";                                        // the device the plan is for
+  std::string offload = "none";                                      // none | params (StepFlags::offload_params)
   bool compare = true;                                               // the side-by-side table of policies
   int top = 10;                                                      // owners listed
 };

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "report.h"
+#include "sharding.h"
 #include "view.h"
 
 namespace memgrad_cli {
@@ -54,11 +55,11 @@ std::string run_signature(const TrainFlags& f, const mg::plan::ModelSpec& spec, 
 // storage precision; with data parallelism they are in optim.*), optim.* (with data parallelism every
 // rank's slices gathered), scaler.*, and in the metadata the step, the default generator's position,
 // the run's signature and `metadata` (the data's position).
-void save_state(const std::string& path, int64_t step, const std::string& signature, const mg::nn::Module& model,
+void save_state(const std::string& path, int64_t step, const std::string& signature, const mg::nn::StateDict& model,
                 const mg::optim::StateDict& optimizer, const mg::amp::MasterWeights* masters,
                 const mg::amp::GradScaler* scaler, mg::nn::Metadata metadata) {
   mg::nn::StateDict all;
-  for (auto& [k, t] : model.state_dict()) all["model." + k] = t;
+  for (auto& [k, t] : model) all["model." + k] = t;
   if (masters)
     for (auto& [k, t] : masters->named_parameters()) all["master." + k] = t.detach();
   for (auto& [k, t] : optimizer) all["optim." + k] = t;
@@ -113,7 +114,8 @@ SavedState read_state(const std::string& path, const std::string& signature) {
 
 // Loads `s` into the model, the optimizer and the scaler (each validates its part) and positions the
 // default generator; returns the saved step.
-int64_t apply_state(const SavedState& s, const std::string& path, mg::nn::Module& model,
+int64_t apply_state(const SavedState& s, const std::string& path,
+                    const std::function<void(const mg::nn::StateDict&)>& load_model,
                     const std::function<void(const mg::optim::StateDict&)>& load_optimizer,
                     mg::amp::MasterWeights* masters, mg::amp::GradScaler* scaler) {
   try {
@@ -125,7 +127,7 @@ int64_t apply_state(const SavedState& s, const std::string& path, mg::nn::Module
       if (k.rfind("optim.", 0) == 0) o[k.substr(6)] = t;
       if (k.rfind("scaler.", 0) == 0) sc[k.substr(7)] = t.item<double>();
     }
-    model.load_state_dict(m);
+    load_model(m);
     if (masters) {
       mg::NoGradGuard no_grad;
       for (auto& [name, t] : masters->named_parameters()) {
@@ -238,8 +240,10 @@ void add_train_flags(CLI::App& app, TrainFlags& f) {
       ->check(CLI::IsMember({"none", "dynamic"}))
       ->capture_default_str();
   app.add_option("--offload", f.offload,
-                 "under --memory-limit, move activations or optimizer state (stepped there) to host memory")
-      ->check(CLI::IsMember({"none", "activations", "optimizer", "all"}))
+                 "under --memory-limit, move activations or optimizer state (stepped there) to host memory; params: "
+                 "keep the parameters, their gradients and optimizer state in host memory, each block copied to the "
+                 "device for its forward and backward (ZeRO-3's schedule, any number of processes)")
+      ->check(CLI::IsMember({"none", "activations", "optimizer", "all", "params"}))
       ->capture_default_str();
   app.add_option("--budget-cost", f.budget_cost,
                  "how --remat/--offload price a tensor: measured kernel times (DTR), or modeled ones, so that "
@@ -282,13 +286,14 @@ int run_train(const TrainFlags& f) {
   TrainData data(f);  // the files opened and checked against the flags, nothing allocated yet
   // Data parallelism: the processes mpirun started (or this one alone, with --zero); rank 0 prints.
   namespace dist = mg::distributed;
-  const bool data_parallel = dist::launched_world_size() > 1 || f.step.zero > 0;
+  const bool offload_params = f.offload == "params";
+  const bool data_parallel = dist::launched_world_size() > 1 || f.step.zero > 0 || offload_params;
   dist::ProcessGroup* world = data_parallel ? &dist::world() : nullptr;
   const int rank = world ? world->rank() : 0, ranks = world ? world->size() : 1;
   if (rank != 0 && !std::freopen("/dev/null", "w", stdout))
     throw mg::IOError("rank " + std::to_string(rank) + ": cannot silence its output");
   StepFlags step_flags = f.step;  // this rank's
-  step_flags.world_size = ranks, step_flags.rank = rank;
+  step_flags.world_size = ranks, step_flags.rank = rank, step_flags.offload_params = offload_params;
 
   mg::Device device = mg::kCPU;
   try {
@@ -303,7 +308,15 @@ int run_train(const TrainFlags& f) {
   if (device.is_cuda() && device.index >= mg::cuda_device_count())
     throw UsageError("--device " + f.device + ": " + std::to_string(mg::cuda_device_count()) + " CUDA devices here" +
                      (kBuiltWithCuda ? "" : " (memgrad was built without CUDA)"));
-  const bool budgeted = f.remat != "none" || f.offload != "none";
+  if (offload_params && (f.remat != "none" || f.step.zero == 1 || f.step.zero == 2))
+    throw UsageError(
+        "--offload params runs ZeRO-3's schedule with host memory as the parameters' home: use it with "
+        "--zero 0 or 3 and without --remat");
+  if (f.step.zero == 3 && (f.remat != "none" || f.offload != "none") && !offload_params)
+    throw UsageError(
+        "--zero 3 gathers and releases each block's parameters itself: it runs under a plain "
+        "--memory-limit, not under the budget of --remat or --offload activations|optimizer|all");
+  const bool budgeted = f.remat != "none" || (f.offload != "none" && !offload_params);
   if (budgeted && !f.memory_limit)
     throw UsageError("--remat and --offload keep training under --memory-limit: give one");
   if (budgeted) {
@@ -336,10 +349,17 @@ int run_train(const TrainFlags& f) {
   if (saved && saved->step >= f.steps)
     throw UsageError("--steps " + std::to_string(f.steps) + ": the state is already at step " +
                      std::to_string(saved->step));
+  if (world)  // a rank with other flags or another state would issue other collectives: stop all of them now
+    check_ranks_agree(*world, signature + "; " + std::to_string(ranks) + " processes, --zero " +
+                                  std::to_string(f.step.zero) + ", --offload " + f.offload + ", --steps " +
+                                  std::to_string(f.steps) + ", --resume " +
+                                  (saved ? f.resume + " (step " + std::to_string(saved->step) + ")" : "none"));
   // The plan starts from an empty allocator: so does the run (nothing the checks above made is cached),
   // and its program holds the data's teacher and the loader's buffers as train does (train_program).
   mg::empty_cache(device);
   const mg::MemoryStats base = mg::memory_stats(device);
+  const mg::HostMemoryStats host_base = mg::host_memory_stats(device);  // --offload params: what it adds
+  mg::reset_host_peak(device);
   std::optional<mg::cuda::DeviceMemory> driver_before;  // cuda: the driver's view, for the bytes outside the ledger
   if (device.is_cuda()) driver_before = mg::cuda::device_memory(device.index);
   data.start(spec, step_flags, device, rank, ranks);
@@ -358,7 +378,8 @@ int run_train(const TrainFlags& f) {
   mg::manual_seed(f.seed);
   mg::plan::ChainModel chain(spec, device);
   mg::nn::Module& model = chain.module();
-  const mg::plan::StepOptions options = step_options(step_flags);
+  mg::plan::StepOptions options = step_options(step_flags);
+  options.units = chain.unit_names();  // --zero 3, --offload params: each block a unit
   mg::plan::Trainer trainer(
       model, options, [&f](const mg::nn::NamedTensors& params) { return make_optimizer(f, params); }, group);
   mg::optim::Optimizer& opt = *trainer.optimizer();
@@ -367,13 +388,20 @@ int run_train(const TrainFlags& f) {
 
   std::optional<mg::optim::LinearWarmupLR> warmup;  // made before a resume overwrites the lr with its scheduled value
   if (f.warmup) warmup.emplace(opt, f.warmup);
+  auto load_model = [&](const mg::nn::StateDict& m) {
+    dp ? dp->load_model_state_dict(model, m) : model.load_state_dict(m);
+  };
   auto load_optimizer = [&](const mg::optim::StateDict& o) {
     dp ? dp->load_state_dict(opt, o) : opt.load_state_dict(o);
   };
   const int64_t first =
-      saved ? apply_state(*saved, f.resume, model, load_optimizer, dp ? nullptr : trainer.masters(), scaler) + 1 : 1;
+      saved ? apply_state(*saved, f.resume, load_model, load_optimizer, dp ? nullptr : trainer.masters(), scaler) + 1
+            : 1;
   for (int64_t t = 1; warmup && t < first; ++t) warmup->step();  // the schedule's position at the saved step
   if (saved) data.resume(saved->meta, f.resume);
+  if (saved && saved->meta.count("memgrad.saved_by"))
+    std::printf("resuming the state saved by %s at step %lld\n", saved->meta.at("memgrad.saved_by").c_str(),
+                static_cast<long long>(saved->step));
   std::printf("memgrad train: %s, %s parameters, on %s\n", model_str(spec).c_str(),
               thousands(model.num_parameters()).c_str(), device.str().c_str());
   std::printf("  batch %lld%s, accum %lld, %s lr %g%s, %s, checkpoint %s (%s), seed %llu%s\n",
@@ -386,12 +414,16 @@ int run_train(const TrainFlags& f) {
   std::printf("  data: %s\n", data.str().c_str());
   if (dp)
     std::printf(
-        "  data parallel: %d process%s (%s), ZeRO stage %d, %zu gradient buckets of up to %s; each step's %lld "
+        "  data parallel: %d process%s (%s), ZeRO stage %d%s, %s; each step's %lld "
         "micro-batches split by rank, rank r running [%lld r, %lld r + %lld)\n",
-        ranks, ranks > 1 ? "es" : "", group->backend().c_str(), f.step.zero, dp->buckets().size(),
-        mg::format_bytes(int64_t(f.step.bucket_cap)).c_str(), static_cast<long long>(f.step.accum * ranks),
-        static_cast<long long>(f.step.accum), static_cast<long long>(f.step.accum),
-        static_cast<long long>(f.step.accum));
+        ranks, ranks > 1 ? "es" : "", group->backend().c_str(), dp->zero_stage(),
+        offload_params ? " with the parameters in host memory (--offload params)" : "",
+        dp->units() ? units_line(*dp, int64_t(model.parameters()[0].element_size())).c_str()
+                    : (std::to_string(dp->buckets().size()) + " gradient buckets of up to " +
+                       mg::format_bytes(int64_t(f.step.bucket_cap)))
+                          .c_str(),
+        static_cast<long long>(f.step.accum * ranks), static_cast<long long>(f.step.accum),
+        static_cast<long long>(f.step.accum), static_cast<long long>(f.step.accum));
 
   std::ofstream log;
   const bool timeline = (!f.timeline.empty() || !f.snapshot.empty()) && rank == 0;  // files: rank 0 writes them
@@ -411,6 +443,8 @@ int run_train(const TrainFlags& f) {
   std::optional<mg::KernelProfile> profile;  // --profile: the steps after the first (all of a 1-step run)
   double profiled_seconds = 0;
   mg::CategoryBytes at_peak{};
+  mg::CategoryBytes after_step{};  // what the last step left held (parameters, gradients, optimizer state)
+  mg::HostMemoryStats host_after_step;
   std::map<std::string, int64_t> owners_at_peak;
   std::pair<mg::Tensor, mg::Tensor> batch;  // the micro-batch drawn last, and its index in the step
   int64_t drawn_micro_batch = -1;
@@ -439,6 +473,11 @@ int run_train(const TrainFlags& f) {
       const int64_t peak = m.peak_allocated - base.allocated;
       reserved = std::max(reserved, m.peak_reserved - base.reserved);
       if (step == first) peaks[0] = peak;
+      for (int c = 0; c < mg::kNumCategories; ++c)
+        after_step[size_t(c)] = m.by_category[size_t(c)] - base.by_category[size_t(c)];
+      host_after_step = mg::host_memory_stats(device);
+      for (int c = 0; c < mg::kNumCategories; ++c)
+        host_after_step.by_category[size_t(c)] -= host_base.by_category[size_t(c)];
       if (step > first && peak >= peaks[1]) {
         peaks[1] = peak;
         at_peak = m.at_peak_by_category;
@@ -491,11 +530,21 @@ int run_train(const TrainFlags& f) {
     std::printf("communication: rank 0 was blocked waiting for reductions and gathers %s of %s (%.1f%%)\n",
                 format_seconds(communication).c_str(), format_seconds(train_seconds).c_str(),
                 100.0 * communication / train_seconds);
+  if (dp && dp->units()) print_unit_traffic(dp->units()->stats(), steps_run, train_seconds, f.step.unit_prefetch);
 
-  if (data.is_gpt() && rank == 0) {  // held-out loss, without recording history: no activations are kept
-    data.print_held_out_loss(chain);
-    if (f.sample > 0)
+  // Held-out loss, without recording history: no activations are kept. Sharded parameters are gathered
+  // unit by unit, a collective: every rank evaluates (ranks > 0 print nowhere).
+  const bool sharded = dp && dp->units();
+  if (data.is_gpt() && (rank == 0 || sharded)) {
+    data.print_held_out_loss(chain, dp);
+    if (f.sample > 0 && sharded && f.memory_limit) {
+      std::printf(
+          "sample: none (generating runs the whole model at once, and --zero 3 / --offload params keep it "
+          "whole on no device under --memory-limit)\n");
+    } else if (f.sample > 0) {
+      const auto whole = dp ? dp->full_parameters() : nullptr;  // collective
       std::printf("sample:\n%s\n", sample_text(dynamic_cast<mg::nn::GPT&>(model), device, f.sample, f.seed).c_str());
+    }
   }
 
   if (steps_run == 1) {  // no later step: the breakdown of the first
@@ -517,8 +566,10 @@ int run_train(const TrainFlags& f) {
   plan_options.device = device.type;
   plan_options.memory_limit = budgeted ? 0 : int64_t(f.memory_limit);  // a budget is the runtime's, not the allocator's
   plan_options.max_steps = std::min<int64_t>(steps_run, 16);
+  mg::reset_host_peak(mg::kMeta);
   const mg::plan::StepReport planned =
       mg::plan::plan(train_program(spec, step_flags), mg::plan::context(shape, policy), plan_options);
+  const int64_t planned_host_peak = mg::host_memory_stats(mg::kMeta).peak;
   auto compare = [&](const char* what, int64_t measured, int64_t plan_bytes) {
     std::string verdict = measured == plan_bytes ? "exact" : "off by " + std::to_string(measured - plan_bytes) + " B";
     if (measured != plan_bytes && scaler && scaler->skipped_steps())
@@ -546,9 +597,10 @@ int run_train(const TrainFlags& f) {
                 mg::format_bytes(int64_t(f.memory_limit)).c_str(), f.remat.c_str(), f.offload.c_str());
     std::printf("  %s\n", mg::budget::stats_report(device).c_str());
   }
+  if (offload_params) print_host_memory(device, host_after_step, host_base.allocated, planned_host_peak);
   data.print_memory();
   if (dp) {  // every rank's figures, gathered (the calls below are collective: every rank makes them)
-    auto held = [&s, &base](mg::Category c) { return s.category(c) - base.category(c); };
+    auto held = [&after_step](mg::Category c) { return after_step[size_t(c)]; };
     const std::vector<int64_t> mine = {peaks[0],
                                        peaks[1],
                                        planned_peaks[0],
@@ -557,12 +609,18 @@ int run_train(const TrainFlags& f) {
                                        held(mg::Category::Gradient),
                                        held(mg::Category::OptimizerState),
                                        int64_t(communication * 1e6),
-                                       int64_t(train_seconds * 1e6)};
+                                       int64_t(train_seconds * 1e6),
+                                       reserved,
+                                       f.resume.empty() && !budgeted ? planned.reserved : -1};
     const std::vector<int64_t> all = world->all_gather(mine);
+    const int stage = dp->zero_stage();
+    const int64_t formula = zero_formula_bytes(model.num_parameters(), options, stage, ranks);
     std::printf(
-        "\nevery rank (%d processes, ZeRO stage %d): each step's peak measured and planned on meta for that "
-        "rank; the bytes it holds after the last step; its time blocked on communication\n",
-        ranks, f.step.zero);
+        "\nevery rank (%d process%s, ZeRO stage %d): each step's peak and the reserved peak, measured and planned on "
+        "meta for that rank; the bytes it holds after a step, beside ZeRO's formula for stage %d (%s%lld "
+        "parameters: %s B); its time blocked on communication\n",
+        ranks, ranks > 1 ? "es" : "", stage, stage, offload_params ? "in host memory, not on the device: " : "",
+        static_cast<long long>(model.num_parameters()), thousands(formula).c_str());
     for (int r = 0; r < ranks; ++r) {
       const int64_t* v = &all[size_t(r) * mine.size()];
       std::string line = "  rank " + std::to_string(r) + ":";
@@ -570,10 +628,15 @@ int run_train(const TrainFlags& f) {
         if (v[2 + i] >= 0)
           line += std::string(i ? " later steps " : " first step ") + std::to_string(v[i]) + " B, planned " +
                   std::to_string(v[2 + i]) + " B: " + (v[i] == v[2 + i] ? "exact;" : "differs;");
-      char tail[256];
+      if (v[10] >= 0)
+        line += " reserved " + std::to_string(v[9]) + " B, planned " + std::to_string(v[10]) +
+                " B: " + (v[9] == v[10] ? "exact;" : "differs;");
+      char tail[320];
       std::snprintf(tail, sizeof tail,
-                    " Parameter %lld B, Gradient %lld B, OptimizerState %lld B; communication %.1f%%",
+                    " Parameter %lld B + Gradient %lld B + OptimizerState %lld B = %lld B (formula %lld B); "
+                    "communication %.1f%%",
                     static_cast<long long>(v[4]), static_cast<long long>(v[5]), static_cast<long long>(v[6]),
+                    static_cast<long long>(v[4] + v[5] + v[6]), static_cast<long long>(formula),
                     v[8] ? 100.0 * double(v[7]) / double(v[8]) : 0.0);
       std::printf("%s%s\n", line.c_str(), tail);
     }
@@ -588,9 +651,14 @@ int run_train(const TrainFlags& f) {
   if (timeline && !f.timeline.empty()) std::printf("memory timeline: %s\n", f.timeline.c_str());
   if (timeline && !f.snapshot.empty()) std::printf("memory snapshot: %s (memgrad view draws it)\n", f.snapshot.c_str());
   if (!f.save.empty()) {
-    const mg::optim::StateDict optimizer = dp ? dp->state_dict(opt) : opt.state_dict();  // collective with dp
+    const mg::optim::StateDict optimizer = dp ? dp->state_dict(opt) : opt.state_dict();     // collective with dp
+    const mg::nn::StateDict whole = dp ? dp->model_state_dict(model) : model.state_dict();  // collective with dp
+    mg::nn::Metadata metadata = data.state();
+    metadata["memgrad.saved_by"] = std::to_string(ranks) + " process" + (ranks > 1 ? "es" : "") +
+                                   (dp ? ", ZeRO stage " + std::to_string(dp->zero_stage()) : "") +
+                                   (offload_params ? ", --offload params" : "");
     if (rank == 0)
-      save_state(f.save, f.steps, signature, model, optimizer, dp ? nullptr : trainer.masters(), scaler, data.state());
+      save_state(f.save, f.steps, signature, whole, optimizer, dp ? nullptr : trainer.masters(), scaler, metadata);
     if (world) world->barrier();  // the file exists when any rank returns
     std::printf("training state (step %lld): %s\n", static_cast<long long>(f.steps), f.save.c_str());
   }

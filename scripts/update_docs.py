@@ -18,7 +18,8 @@ and a command the text shows without its output, whose exit code alone is checke
     <!-- runs: $ memgrad plan --checkpoint auto --budget 7GiB -->
 
 The command after `$ ` runs under bash in a scratch folder where `build/` is the build directory,
-`scripts/` the repository's and `memgrad` is build/bin/memgrad, so it reads as a reader types it. Attributes before the `:`:
+`scripts/` the repository's and `memgrad` is build/bin/memgrad, so it reads as a reader types it;
+with 2 OpenMP threads (OMP_NUM_THREADS=2), as the docs' training losses were printed. Attributes before the `:`:
   exit=N          the exit code it must end with (default 0)
   stderr          quote stderr after stdout (default: stdout only)
   from=RE to=RE   quote only the lines from the first that matches `from` to the next that matches `to`
@@ -154,6 +155,7 @@ def main():
     os.symlink(os.path.join(ROOT, "scripts"), os.path.join(scratch, "scripts"))
     env = dict(os.environ, PATH=os.path.join(build, "bin") + os.pathsep + os.environ.get("PATH", ""))
     env.setdefault("OMP_WAIT_POLICY", "passive")
+    env["OMP_NUM_THREADS"] = "2"  # a run's losses depend on the threads' summation order: the docs' are 2
 
     def run(command):
         p = subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=scratch, env=env,

@@ -41,7 +41,8 @@ namespace memory::impl {
   for (size_t i = 0; i < std::min<size_t>(5, owners.size()); ++i)
     m += mg::detail::str(" ", owners[i].second, " ", format_bytes(owners[i].first), ";");
   m += "\nWhat to try: run the model in checkpoint segments (activations are recomputed in backward instead of kept), "
-       "store weights and activations in half precision (float16/bfloat16 autocast), use a smaller batch (see "
+       "store the model in half precision (float16/bfloat16 storage with float32 master weights saves every "
+       "activation in half; autocast keeps float32 weights and can save more), use a smaller batch (see "
        "find_max_batch_size), or split the batch into micro-batches and accumulate their gradients before each "
        "optimizer step.";
   throw OutOfMemoryError(m);

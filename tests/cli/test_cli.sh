@@ -159,6 +159,33 @@ case $case_name in
     expect_exit 2 "$bin" train "${small[@]}" --dropout 0.2 --steps 6 --resume state.safetensors
     expect_output "saved by a different run"
     ;;
+  report)  # the report adds up: categories and owners each sum to the peak, a resumed run included (issue 35)
+    hundred() {  # the share column between the lines matching $1 and $2 sums to 100%, to its rounding
+      sed -n "/$1/,/$2/p" out.txt |
+        awk '$NF ~ /%$/ { s += substr($NF, 1, length($NF) - 1); n++ } END { exit !(n && s - 100 <= 0.05 * n && 100 - s <= 0.05 * n) }'
+    }
+    adds_up() {
+      hundred '^  category' '^  total' || fail "$1: the categories' shares do not sum to 100%"
+      hundred 'largest owners at the peak' 'reserved by the caching' || fail "$1: the owners' shares do not sum to 100%"
+      # each parameter's gradient at the peak: together, the Gradient category at the peak
+      local grad
+      grad=$(awk '$1 == "Gradient" { print $2 }' out.txt)
+      awk -v g="${grad:-0}" '/^optimizer state per parameter/ { on = 1 } on && $1 == "total" { found = 1; exit $3 != g }
+        END { exit !found }' out.txt || fail "$1: the gradients' column does not sum to the Gradient at the peak"
+    }
+    mlp=(--model mlp --layers 2 --width 64 --batch 8 --timeline '')
+    expect_exit 0 "$bin" train "${mlp[@]}" --steps 6 --log whole.csv
+    adds_up "mlp"
+    expect_output "^  Gradient +[1-9]"  # this MLP's peak is in backward: the column is not all zeros
+    expect_exit 0 "$bin" train "${mlp[@]}" --steps 3 --save state.safetensors
+    expect_exit 0 "$bin" train "${mlp[@]}" --steps 6 --resume state.safetensors --log resumed.csv
+    adds_up "mlp, resumed"
+    # the file's tensors are freed once loaded: each step ends with the bytes of the uninterrupted run
+    diff <(awk -F, '$1 >= 4 { print $1, $4 }' whole.csv) <(awk -F, '$1 >= 4 { print $1, $4 }' resumed.csv) ||
+      fail "a resumed run holds more bytes than the uninterrupted one"
+    expect_exit 0 "$bin" train "${small[@]}" --steps 3
+    adds_up "gpt"
+    ;;
   optimizers)  # the 8-bit Adams, Adafactor and --step-in-backward: planned == measured, their state table, resume
     exact() { [ "$(grep -c ': exact$' out.txt)" -eq 3 ] || fail "$1: planned != measured"; }
     for opt in adam8bit adamw8bit adafactor; do

@@ -19,10 +19,16 @@ void print_breakdown(int64_t peak, const mg::CategoryBytes& at_peak, const std::
   std::vector<std::pair<std::string, int64_t>> sorted(owners.begin(), owners.end());
   std::sort(sorted.begin(), sorted.end(), [](auto& a, auto& b) { return a.second > b.second; });
   std::printf("  largest owners at the peak:\n");
-  for (size_t i = 0; i < sorted.size() && i < size_t(top); ++i)
-    std::printf("    %-40s %12s %6.1f%%\n", sorted[i].first.empty() ? "(no owner)" : sorted[i].first.c_str(),
-                mg::format_bytes(sorted[i].second).c_str(), share(sorted[i].second));
-  if (sorted.size() > size_t(top)) std::printf("    ... and %zu more owners\n", sorted.size() - size_t(top));
+  auto row = [&share](const std::string& name, int64_t b) {
+    std::printf("    %-40s %12s %6.1f%%\n", name.c_str(), mg::format_bytes(b).c_str(), share(b));
+  };
+  int64_t rest = 0;  // the owners past the top, in one line: the shares add up to the total
+  for (size_t i = 0; i < sorted.size(); ++i)
+    if (i < size_t(top))
+      row(sorted[i].first.empty() ? "(no owner)" : sorted[i].first, sorted[i].second);
+    else
+      rest += sorted[i].second;
+  if (sorted.size() > size_t(top)) row("... and " + std::to_string(sorted.size() - size_t(top)) + " more owners", rest);
 }
 
 void print_plan(const mg::plan::StepReport& r) {

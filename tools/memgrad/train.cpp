@@ -354,12 +354,19 @@ int run_train(const TrainFlags& f) {
                                   std::to_string(f.step.zero) + ", --offload " + f.offload + ", --steps " +
                                   std::to_string(f.steps) + ", --resume " +
                                   (saved ? f.resume + " (step " + std::to_string(saved->step) + ")" : "none"));
+  if (saved) saved->tensors.clear();  // checked now, read again to load: held, they would count in every step
   // The plan starts from an empty allocator: so does the run (nothing the checks above made is cached),
   // and its program holds the data's teacher and the loader's buffers as train does (train_program).
   mg::empty_cache(device);
   const mg::MemoryStats base = mg::memory_stats(device);
   const mg::HostMemoryStats host_base = mg::host_memory_stats(device);  // --offload params: what it adds
   mg::reset_host_peak(device);
+  const std::map<std::string, int64_t> base_owners = mg::memory_by_owner(device);
+  auto owners_since_base = [&base_owners](std::map<std::string, int64_t> owners) {  // as the categories are
+    for (auto& [owner, bytes] : base_owners)
+      if ((owners[owner] -= bytes) == 0) owners.erase(owner);
+    return owners;
+  };
   std::optional<mg::cuda::DeviceMemory> driver_before;  // cuda: the driver's view, for the bytes outside the ledger
   if (device.is_cuda()) driver_before = mg::cuda::device_memory(device.index);
   data.start(spec, step_flags, device, rank, ranks);
@@ -394,9 +401,11 @@ int run_train(const TrainFlags& f) {
   auto load_optimizer = [&](const mg::optim::StateDict& o) {
     dp ? dp->load_state_dict(opt, o) : opt.load_state_dict(o);
   };
-  const int64_t first =
-      saved ? apply_state(*saved, f.resume, load_model, load_optimizer, dp ? nullptr : trainer.masters(), scaler) + 1
-            : 1;
+  const int64_t first = saved ? apply_state(read_state(f.resume, signature), f.resume, load_model, load_optimizer,
+                                            dp ? nullptr : trainer.masters(), scaler) +
+                                    1
+                              : 1;
+  if (saved) mg::empty_cache(device);  // the file's tensors are freed: their segments go too
   for (int64_t t = 1; warmup && t < first; ++t) warmup->step();  // the schedule's position at the saved step
   if (saved) data.resume(saved->meta, f.resume);
   if (saved && saved->meta.count("memgrad.saved_by"))
@@ -482,7 +491,7 @@ int run_train(const TrainFlags& f) {
         peaks[1] = peak;
         at_peak = m.at_peak_by_category;
         for (int c = 0; c < mg::kNumCategories; ++c) at_peak[size_t(c)] -= base.by_category[size_t(c)];
-        owners_at_peak = m.at_peak_by_owner;
+        owners_at_peak = owners_since_base(m.at_peak_by_owner);
       }
       progress.update(step, loss, double(tokens_per_step) / dt, m);
       if (log) {
@@ -551,7 +560,7 @@ int run_train(const TrainFlags& f) {
     const mg::MemoryStats m = mg::memory_stats(device);
     at_peak = m.at_peak_by_category;
     for (int c = 0; c < mg::kNumCategories; ++c) at_peak[size_t(c)] -= base.by_category[size_t(c)];
-    owners_at_peak = m.at_peak_by_owner;
+    owners_at_peak = owners_since_base(m.at_peak_by_owner);
   }
   std::printf("\nmemory on %s at the peak of step%s %lld%s%s, counted from before the model was built:\n",
               device.str().c_str(), steps_run > 1 ? "s" : "", static_cast<long long>(std::min(first + 1, f.steps)),
@@ -646,7 +655,23 @@ int run_train(const TrainFlags& f) {
         "ledger holds for them\n%s",
         opt.type().c_str(), table.c_str());
   } else {
-    std::printf("\noptimizer state per parameter (%s):\n%s", opt.type().c_str(), opt.state_report().str().c_str());
+    // Between steps zero_grad(set_to_none) has freed every gradient: show what each held at the peak
+    // (the ledger names a gradient "<its parameter's owner>.grad"; an owner may be the name's tail).
+    mg::optim::StateReport state = opt.state_report();
+    state.grad_bytes = 0;
+    for (auto& row : state.rows) {
+      row.grad_bytes = 0;
+      for (auto& [owner, bytes] : owners_at_peak) {
+        const size_t n = owner.size() - 5;
+        if (owner.size() > 5 && owner.compare(n, 5, ".grad") == 0 && row.name.size() >= n &&
+            row.name.compare(row.name.size() - n, n, owner, 0, n) == 0 &&
+            (row.name.size() == n || row.name[row.name.size() - n - 1] == '.'))
+          row.grad_bytes = bytes;
+      }
+      state.grad_bytes += row.grad_bytes;
+    }
+    std::printf("\noptimizer state per parameter (%s; grad B: each gradient at the peak above):\n%s",
+                opt.type().c_str(), state.str().c_str());
   }
   if (timeline && !f.timeline.empty()) std::printf("memory timeline: %s\n", f.timeline.c_str());
   if (timeline && !f.snapshot.empty()) std::printf("memory snapshot: %s (memgrad view draws it)\n", f.snapshot.c_str());

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include <memgrad/amp/grad_scaler.h>
+#include <memgrad/core/budget/budget.h>
 #include <memgrad/core/memory.h>
 #include <memgrad/distributed/data_parallel.h>
 #include <memgrad/nn/gpt.h>
@@ -185,6 +186,9 @@ struct PlanOptions {
   int64_t max_steps = 12;               // steps at most while looking for the steady state
   int64_t steps = 0;                    // 0: until the allocator repeats itself; k: exactly k steps
   bool smallest_limit = true;           // search for the smallest memory limit the steps run under
+  // Run the steps under the budget runtime (budget::enable with these options, the allocator's cache
+  // off, memory_limit as its limit): its evictions, recomputes, offloads, floor and modeled time.
+  std::optional<budget::Options> budget;
 };
 
 // The allocation granule: requests, segments and therefore reserved bytes are multiples of it.
@@ -212,6 +216,10 @@ struct StepReport {
   CategoryBytes category_peak{};  // each category's own peak in the last step
   std::map<std::string, int64_t> at_peak_by_owner;
   double flops = 0, recompute_flops = 0;  // in the last step
+  // Under PlanOptions::budget: what the runtime did in all the steps, and each mode's floor over them
+  // (budget::floor; floors[remat][offload]). smallest_limit is then found from that mode's floor up.
+  budget::Stats budget;
+  budget::Floor floors[2][4];
   int64_t category(Category c) const { return at_peak[size_t(c)]; }
   int64_t peak_of(Category c) const { return category_peak[size_t(c)]; }
   bool fits(int64_t budget) const;  // the steps ran, and their reserved peak is within budget

@@ -131,6 +131,12 @@ std::function<std::vector<double>(std::vector<Tensor>&)> gpt(int64_t steps, int6
   };
 }
 
+budget::Options options(int64_t limit, budget::Remat remat, budget::Offload offload, bool prefetch = true) {
+  budget::Options o;
+  o.limit = limit, o.remat = remat, o.offload = offload, o.prefetch = prefetch;
+  return o;
+}
+
 budget::Options at(const Outcome& free_run, double fraction, budget::Offload offload = budget::Offload::None,
                    budget::Remat remat = budget::Remat::Dynamic) {
   budget::Options o;
@@ -220,7 +226,7 @@ TEST_CASE("budget: optimizer-state offload keeps the state in the host pool and 
 }
 
 TEST_CASE("budget: an in-place write first brings back what was computed from the old value") {
-  Budgeted scope({memory_stats().allocated + (int64_t(3) << 20), budget::Remat::Dynamic, budget::Offload::None});
+  Budgeted scope(options(memory_stats().allocated + (int64_t(3) << 20), budget::Remat::Dynamic, budget::Offload::None));
   Tensor a = randn({256, 256});  // 256 KiB
   Tensor b = exp(a);
   Tensor expected = b.clone();
@@ -244,13 +250,14 @@ TEST_CASE("budget: an in-place write first brings back what was computed from th
 TEST_CASE("budget: below the minimum a typed error names it, and the library stays usable") {
   Outcome free_run = run(mlp(1));
   {
-    Budgeted scope({memory_stats().allocated + (int64_t(64) << 10), budget::Remat::Dynamic, budget::Offload::None});
+    Budgeted scope(
+        options(memory_stats().allocated + (int64_t(64) << 10), budget::Remat::Dynamic, budget::Offload::None));
     expect_error<MemoryBudgetError>(
         [&] {
           std::vector<Tensor> params;
           mlp(1)(params);
         },
-        {"memory budget of", "needs at least", "parameters", "largest kernel's working set"});
+        {"memory budget of", "needs at least", "set by", "beside what cannot leave: Parameter"});
   }
   check_same(run(mlp(1)), free_run);
 }
@@ -301,7 +308,7 @@ TEST_CASE("budget: the history and the timeline show evictions and rematerializa
 // tensors around it, and rebuilding a chain evicted the links just made (GPT at 40% of its peak:
 // 2.5 times the recompute, MLP at 50%: O(n^2) in the chain's length).
 TEST_CASE("budget: the leftovers of a rematerialization leave before saved tensors") {
-  Budgeted scope({memory_stats().allocated + (int64_t(3) << 20), budget::Remat::Dynamic, budget::Offload::None});
+  Budgeted scope(options(memory_stats().allocated + (int64_t(3) << 20), budget::Remat::Dynamic, budget::Offload::None));
   NoGradGuard ng;
   Tensor x = randn({256, 256});  // 256 KiB
   budget::pin(x);
@@ -333,8 +340,8 @@ TEST_CASE("budget: backward fetches offloaded saved tensors ahead of the node th
     std::vector<float> grad;
   };
   auto scenario = [](bool prefetch, bool room) {
-    Budgeted scope(
-        {memory_stats().allocated + (int64_t(2) << 20), budget::Remat::None, budget::Offload::Activations, prefetch});
+    Budgeted scope(options(memory_stats().allocated + (int64_t(2) << 20), budget::Remat::None,
+                           budget::Offload::Activations, prefetch));
     manual_seed(3);
     Tensor x = randn({256, 256}).requires_grad_();  // 256 KiB
     budget::pin(x);
@@ -362,7 +369,7 @@ TEST_CASE("budget: backward fetches offloaded saved tensors ahead of the node th
   CHECK(refused.grad == lazy.grad);
   CHECK(without.grad == lazy.grad);
   CHECK(refused.stats.prefetches == 0);
-  CHECK(refused.stats.fetches == 1);
+  CHECK(refused.stats.fetches == without.stats.fetches);
   CHECK(refused.stats.offloads > 0);  // exp's backward made room for y
   CHECK(refused.stats.offloads == without.stats.offloads);
 }

@@ -50,11 +50,25 @@ void disable(const Device& d) {
   Lock g(mu());
   auto& db = device_budget(d);
   if (!db.on.load()) return;
-  std::vector<std::shared_ptr<Cell>> live;
+  std::vector<std::shared_ptr<Cell>> live, back;
   for (Cell* c : db.cells)
     if (auto p = c->self.lock()) live.push_back(p);
+  // Everything a handle refers to comes back, and stays (held) while the rest comes back; only then
+  // do recipes go: dropping an evicted leftover's recipe first would lose the evicted storages made
+  // from it.
+  struct Release {
+    std::vector<std::shared_ptr<Cell>>& cells;
+    ~Release() {
+      for (auto& c : cells) --c->locks;
+    }
+  } release{back};
+  for (auto& c : live)
+    if (c->has_storage && !c->resident()) {
+      ensure_resident(*c);
+      ++c->locks;
+      back.push_back(c);
+    }
   for (auto& c : live) {
-    if (c->has_storage && !c->resident()) ensure_resident(*c);
     drop_recipe(*c);
     c->dependents.clear();
   }

@@ -406,3 +406,34 @@ TEST_CASE("budget: with modeled costs every run evicts, recomputes and offloads 
   CHECK(decisions(true) == first);
   CHECK(decisions(false) == first);
 }
+
+// disable() brings back every evicted storage a handle refers to before it drops recipes: dropping
+// an evicted leftover's recipe first (the input of a storage, no handle to it) lost the storages made
+// from it, which then could not be brought back.
+TEST_CASE("budget: disable brings back storages made from evicted leftovers") {
+  set_caching(kCPU, false);
+  const int64_t before = memory_stats().allocated;
+  budget::enable(kCPU, options(before + (int64_t(4) << 20), budget::Remat::Dynamic, budget::Offload::None));
+  std::vector<Tensor> made, expected;
+  {
+    NoGradGuard ng;
+    Tensor x = randn({64, 64});  // 16 KiB
+    budget::pin(x);
+    for (int i = 0; i < 16; ++i) {
+      made.push_back(exp(exp(x * double(i + 1) * 1e-3)));  // the inner exp is a leftover once made
+      expected.push_back(made.back().clone());
+      budget::pin(expected.back());
+    }
+    std::vector<Tensor> filler;
+    while (std::any_of(made.begin(), made.end(), [](const Tensor& t) { return budget::is_resident(t); })) {
+      filler.push_back(zeros({64, 64}));
+      budget::pin(filler.back());
+    }
+  }
+  budget::disable(kCPU);
+  set_memory_limit(kCPU, 0);
+  for (size_t i = 0; i < made.size(); ++i) CHECK(made[i].to_vector<float>() == expected[i].to_vector<float>());
+  made.clear(), expected.clear();
+  set_caching(kCPU, true);
+  CHECK(memory_stats().allocated == before);
+}

@@ -56,7 +56,7 @@ enum class Cost : uint8_t { Measured, Modeled };
 // The time a kernel takes, modeled: flops / flops_per_second + bytes / bytes_per_second +
 // seconds_per_kernel, where flops are its matmul FLOPs and bytes those of its tensor arguments; a
 // copy to the host pool or back moves at host_bytes_per_second. fixed() is the same on every
-// machine (100 GFLOP/s, 10 GB/s, no launch cost); calibrate() measures this machine's.
+// machine (100 GFLOP/s, 10 GB/s, no launch cost).
 struct CostModel {
   double flops_per_second = 1e11, bytes_per_second = 1e10, seconds_per_kernel = 0, host_bytes_per_second = 1e10;
   static CostModel fixed() { return {}; }
@@ -66,11 +66,6 @@ struct CostModel {
   double copy_seconds(double bytes) const { return bytes / host_bytes_per_second; }
   std::string str() const;  // "95 GFLOP/s, 8.1 GB/s, 2.0 us a kernel, host copies 9.7 GB/s"
 };
-// The rates of this machine's `d` (cpu; cuda needs a GPU): a square float32 matmul, a streaming
-// element-wise kernel, a tiny kernel's cost and a copy to the host pool and back, each the best of a
-// few runs, rounded to two significant digits (so that runs on one machine mostly agree; they are
-// measurements all the same).
-CostModel calibrate(const Device& d);
 
 struct Options {
   // Bytes the device may allocate (set_memory_limit); 0: no limit, the runtime only watches (records

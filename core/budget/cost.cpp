@@ -1,15 +1,10 @@
 // The cost model: DTR's equivalence classes and score (cost / (bytes x staleness)), the clock
-// staleness is counted on, which cells may leave at all, and the modeled rates (CostModel,
-// calibrated on this machine by calibrate()).
+// staleness is counted on, which cells may leave at all, and the modeled rates (CostModel).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 
 #include <memgrad/core/budget/cell_impl.h>
-#include <memgrad/core/cuda/runtime_impl.h>
-#include <memgrad/core/grad_mode.h>
-#include <memgrad/core/ops.h>
 
 namespace mg::budget::impl {
 
@@ -100,80 +95,6 @@ std::string CostModel::str() const {
                 flops_per_second * 1e-9, bytes_per_second * 1e-9, seconds_per_kernel * 1e6,
                 host_bytes_per_second * 1e-9);
   return b;
-}
-
-namespace {
-double two_digits(double v) {
-  if (!(v > 0)) return v;
-  const double scale = std::pow(10.0, std::floor(std::log10(v)) - 1);
-  return std::round(v / scale) * scale;
-}
-// The best of `runs` timings of f (seconds), after one untimed run.
-template <class F>
-double best_of(int runs, const Device& d, F&& f) {
-  auto sync = [&] {
-    if (d.is_cuda()) cuda::synchronize(d.index);
-  };
-  f();
-  sync();
-  double best = INFINITY;
-  for (int i = 0; i < runs; ++i) {
-    const int64_t t0 = impl::now_ns();
-    f();
-    sync();
-    best = std::min(best, impl::seconds_since(t0));
-  }
-  return best;
-}
-}  // namespace
-
-CostModel calibrate(const Device& d) {
-  MG_CHECK(d.is_cpu() || d.is_cuda(), DeviceError, "budget::calibrate: expected a cpu or cuda device, got ", d);
-  NoGradGuard no_grad;
-  MemoryScope scope(Category::Workspace, "budget.calibrate");
-  const auto on = TensorOptions().device(d);
-  CostModel m;
-  {
-    const int64_t n = 512;
-    Tensor a = ones({n, n}, on), b = ones({n, n}, on);
-    m.flops_per_second = 2.0 * double(n * n * n) / best_of(3, d, [&] { (void)matmul(a, b); });
-  }
-  {
-    const int64_t n = int64_t(1) << 22;  // 16 MiB a tensor: streams from memory, not the caches
-    Tensor a = ones({n}, on), b = ones({n}, on);
-    m.bytes_per_second = 3.0 * double(n) * 4 / best_of(3, d, [&] { (void)add(a, b); });
-  }
-  {
-    Tensor a = ones({16}, on), b = ones({16}, on);
-    const int reps = 200;
-    m.seconds_per_kernel = best_of(3, d,
-                                   [&] {
-                                     for (int i = 0; i < reps; ++i) (void)add(a, b);
-                                   }) /
-                           reps;
-  }
-  {
-    const size_t n = size_t(16) << 20;
-    auto host = impl::host_alloc(d, n);
-    std::memset(host.get(), 1, n);
-    Tensor dev = empty({int64_t(n)}, TensorOptions(kBool).device(d));
-    void* p = dev.raw_data();
-    const double s = best_of(3, d, [&] {
-      if (d.is_cuda()) {
-        cuda::copy(p, host.get(), n, cuda::CopyKind::HostToDevice, d.index);
-        cuda::copy(host.get(), p, n, cuda::CopyKind::DeviceToHost, d.index);
-      } else {
-        std::memcpy(p, host.get(), n);
-        std::memcpy(host.get(), p, n);
-      }
-    });
-    m.host_bytes_per_second = 2.0 * double(n) / s;
-  }
-  m.flops_per_second = two_digits(m.flops_per_second);
-  m.bytes_per_second = two_digits(m.bytes_per_second);
-  m.seconds_per_kernel = two_digits(m.seconds_per_kernel);
-  m.host_bytes_per_second = two_digits(m.host_bytes_per_second);
-  return m;
 }
 
 }  // namespace mg::budget

@@ -68,6 +68,9 @@ struct StepReport {
   // (budget::floor; floors[remat][offload]). smallest_limit is then found from that mode's floor up.
   budget::Stats budget;
   budget::Floor floors[2][4];
+  // The last step's wall-clock seconds (0 on meta) and, under PlanOptions::budget, its modeled
+  // seconds (budget::Stats::modeled_seconds over that step: on meta, the prediction of its time).
+  double step_seconds = 0, modeled_step_seconds = 0;
   int64_t category(Category c) const { return at_peak[size_t(c)]; }
   int64_t peak_of(Category c) const { return category_peak[size_t(c)]; }
   bool fits(int64_t budget) const;  // the steps ran, and their reserved peak is within budget

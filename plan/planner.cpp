@@ -3,6 +3,7 @@
 #include <memgrad/plan/planner.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <sstream>
 
@@ -139,7 +140,12 @@ StepReport run_steps(const Program& program, const StepContext& given, const Pla
       r.steps = k;
       reset_peak(device);
       FlopCounter flops;
+      const double modeled = o.budget ? budget::stats(device).modeled_seconds : 0;
+      const auto t0 = std::chrono::steady_clock::now();
       step();
+      if (!device.is_meta())
+        r.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (o.budget) r.modeled_step_seconds = budget::stats(device).modeled_seconds - modeled;
       record_step(r, memory_stats(device), flops);
       if (k == 1) r.first_peak = r.peak;
       if (o.steps > 0) {

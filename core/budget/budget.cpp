@@ -112,6 +112,7 @@ void reset_stats(const Device& d) {
   s = fresh;
   for (auto& by_offload : device_budget(d).floors)
     for (Floor& f : by_offload) f = Floor();
+  device_budget(d).fit = KernelFit();
 }
 
 std::string stats_report(const Device& d) {

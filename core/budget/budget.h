@@ -56,7 +56,7 @@ enum class Cost : uint8_t { Measured, Modeled };
 // The time a kernel takes, modeled: flops / flops_per_second + bytes / bytes_per_second +
 // seconds_per_kernel, where flops are its matmul FLOPs and bytes those of its tensor arguments; a
 // copy to the host pool or back moves at host_bytes_per_second. fixed() is the same on every
-// machine (100 GFLOP/s, 10 GB/s, no launch cost).
+// machine (100 GFLOP/s, 10 GB/s, no launch cost); fit_cost_model() fits this machine's.
 struct CostModel {
   double flops_per_second = 1e11, bytes_per_second = 1e10, seconds_per_kernel = 0, host_bytes_per_second = 1e10;
   static CostModel fixed() { return {}; }
@@ -66,6 +66,11 @@ struct CostModel {
   double copy_seconds(double bytes) const { return bytes / host_bytes_per_second; }
   std::string str() const;  // "95 GFLOP/s, 8.1 GB/s, 2.0 us a kernel, host copies 9.7 GB/s"
 };
+// The cost model fitted (least squares, rates positive) to the measured times of the kernels `d` ran
+// under the runtime since enable() or reset_stats(), plus `outside` seconds a kernel (the steps' time
+// outside kernels, dispatch, autograd and allocation, spread over them), with the host bandwidth
+// measured at enable(): a model of this machine for this program. On meta (no times) `base` comes back.
+CostModel fit_cost_model(const Device& d, double outside, const CostModel& base = CostModel::fixed());
 
 struct Options {
   // Bytes the device may allocate (set_memory_limit); 0: no limit, the runtime only watches (records
@@ -116,6 +121,8 @@ struct Stats {
   // The modeled time (Options::model) of every kernel run, recompute and host copy: what the steps
   // cost by the model, to compare with a plan's prediction (on meta it is the prediction).
   double modeled_seconds = 0;
+  int64_t kernels = 0;        // kernel runs (not counting recomputes)
+  double kernel_seconds = 0;  // their measured time
   // Bytes/s to the host pool and back, measured at enable(); offload is chosen for a storage when
   // 2 x bytes / bandwidth is below its recompute cost (its recorded kernels' time, or Cost::Modeled's).
   double bandwidth = 0;

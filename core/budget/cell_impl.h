@@ -109,6 +109,15 @@ struct KernelNeed {
   int64_t bytes(int r, int o) const;
 };
 
+// Sums for a least-squares fit of the cost model to measured kernel times (fit_cost_model).
+struct KernelFit {
+  double n = 0, f = 0, b = 0, t = 0, ff = 0, bb = 0, fb = 0, ft = 0, bt = 0;
+  void add(double flops, double bytes, double seconds) {
+    n += 1, f += flops, b += bytes, t += seconds;
+    ff += flops * flops, bb += bytes * bytes, fb += flops * bytes, ft += flops * seconds, bt += bytes * seconds;
+  }
+};
+
 struct DeviceBudget {
   std::atomic<bool> on{false};
   Options options;
@@ -119,6 +128,7 @@ struct DeviceBudget {
   Floor floors[2][4];                         // [remat][offload], since enable or reset_stats
   std::optional<KernelNeed> running;          // the kernel run in progress (its scratch not yet known)
   int64_t scratch_now = 0, scratch_peak = 0;  // bytes of scratch cells alive, and their peak in a run
+  KernelFit fit;                              // the kernels run since enable or reset_stats (fit_cost_model)
 };
 DeviceBudget& device_budget(const Device& d);
 // Adds a budget event (Evict, Remat, Offload, Fetch) about `c` to the allocator's history.

@@ -1,5 +1,6 @@
 // The cost model: DTR's equivalence classes and score (cost / (bytes x staleness)), the clock
-// staleness is counted on, which cells may leave at all, and the modeled rates (CostModel).
+// staleness is counted on, which cells may leave at all, and the modeled rates (CostModel, fitted to
+// this machine's kernel times by fit_cost_model()).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -95,6 +96,53 @@ std::string CostModel::str() const {
                 flops_per_second * 1e-9, bytes_per_second * 1e-9, seconds_per_kernel * 1e6,
                 host_bytes_per_second * 1e-9);
   return b;
+}
+
+CostModel fit_cost_model(const Device& d, double outside, const CostModel& base) {
+  impl::Lock g(impl::mu());
+  const impl::DeviceBudget& db = impl::device_budget(d);
+  const impl::KernelFit k = db.fit;
+  CostModel m = base;
+  if (db.stats.bandwidth > 0) m.host_bytes_per_second = db.stats.bandwidth;
+  if (d.is_meta() || k.n < 3) return m;
+  // t = x f + y b + z over the kernels; a rate that comes out non-positive is dropped and the rest
+  // fitted again (x: seconds a FLOP, y: seconds a byte, z: seconds a kernel).
+  double x = 0, y = 0, z = 0;
+  auto solve3 = [&] {
+    const double a[3][4] = {{k.ff, k.fb, k.f, k.ft}, {k.fb, k.bb, k.b, k.bt}, {k.f, k.b, k.n, k.t}};
+    auto det = [](double m00, double m01, double m02, double m10, double m11, double m12, double m20, double m21,
+                  double m22) {
+      return m00 * (m11 * m22 - m12 * m21) - m01 * (m10 * m22 - m12 * m20) + m02 * (m10 * m21 - m11 * m20);
+    };
+    const double D = det(a[0][0], a[0][1], a[0][2], a[1][0], a[1][1], a[1][2], a[2][0], a[2][1], a[2][2]);
+    if (std::fabs(D) < 1e-300) return false;
+    x = det(a[0][3], a[0][1], a[0][2], a[1][3], a[1][1], a[1][2], a[2][3], a[2][1], a[2][2]) / D;
+    y = det(a[0][0], a[0][3], a[0][2], a[1][0], a[1][3], a[1][2], a[2][0], a[2][3], a[2][2]) / D;
+    z = det(a[0][0], a[0][1], a[0][3], a[1][0], a[1][1], a[1][3], a[2][0], a[2][1], a[2][3]) / D;
+    return true;
+  };
+  // Two unknowns u, v over sums (uu, uv, vv, ut, vt).
+  auto solve2 = [](double uu, double uv, double vv, double ut, double vt, double& u, double& v) {
+    const double D = uu * vv - uv * uv;
+    if (std::fabs(D) < 1e-300) return false;
+    u = (ut * vv - uv * vt) / D, v = (uu * vt - uv * ut) / D;
+    return true;
+  };
+  if (!solve3() || x <= 0 || y <= 0 || z < 0) {
+    x = y = z = 0;
+    double u = 0, v = 0;
+    if (solve2(k.ff, k.f, k.n, k.ft, k.t, u, v) && u > 0 && v >= 0)  // FLOPs and a launch cost
+      x = u, z = v;
+    else if (k.ff > 0)
+      x = std::max(0.0, k.ft / k.ff);
+    // what the FLOPs leave, in bytes
+    const double rest_t = k.t - x * k.f - z * k.n;
+    y = k.b > 0 ? std::max(0.0, rest_t / k.b) : 0;
+  }
+  if (x > 0) m.flops_per_second = 1 / x;
+  if (y > 0) m.bytes_per_second = 1 / y;
+  m.seconds_per_kernel = std::max(0.0, z) + std::max(0.0, outside);
+  return m;
 }
 
 }  // namespace mg::budget

@@ -87,6 +87,8 @@ void KernelRun::run(const std::function<void()>& body) {
   const double modeled = db.options.model.kernel_seconds(s.flops, bytes);
   db.stats.modeled_seconds += modeled;
   double seconds = seconds_since(t0);
+  db.fit.add(s.flops, bytes, seconds);
+  ++db.stats.kernels, db.stats.kernel_seconds += seconds;
   if (db.options.cost == Cost::Modeled) {
     seconds = modeled;
     db.modeled_ns += std::max<int64_t>(1, int64_t(seconds * 1e9));

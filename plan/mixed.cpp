@@ -14,7 +14,7 @@ namespace {
 
 PlanOptions timed_options(const PlanOptions& options, const budget::Options& runtime, int64_t limit) {
   PlanOptions o = options;
-  if (o.steps == 0) o.steps = 3;  // the second step onwards holds the optimizer state
+  if (o.steps == 0) o.steps = 4;  // the second step onwards holds the optimizer state: three alike
   o.smallest_limit = false;
   o.memory_limit = limit;
   o.budget = runtime;

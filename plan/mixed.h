@@ -21,9 +21,9 @@ struct TimedPlan {
   Policy policy;
   budget::Options runtime;
   int64_t budget = 0;
-  StepReport planned;    // the meta run (steps: PlanOptions::steps, else 3)
+  StepReport planned;    // the meta run (steps: PlanOptions::steps, else 4)
   double predicted = 0;  // planned.modeled_step_seconds: the last step's modeled time
-  double measured = -1;  // measure_plan: the last step's wall time on the device (-1: not measured)
+  double measured = -1;  // measure_plan: its fastest steady step's wall time there (-1: not measured)
   bool fits() const { return !planned.out_of_memory; }
   int64_t peak() const { return planned.reserved; }  // the cache is off under the runtime: allocated bytes
   std::string mode() const;                          // "keep", "recompute", "offload", "remat", ...
@@ -49,7 +49,8 @@ TimedPlan best_recompute(const std::vector<TimedPlan>& candidates);
 TimedPlan choose_mixed(const Program& program, const StepContext& ctx, int64_t budget, const budget::CostModel& model,
                        const PlanOptions& options = {});
 
-// Runs `p` on ctx.device under its budget and mode, and sets p.measured to its last step's seconds
+// Runs `p` on ctx.device under its budget and mode, and sets p.measured to its fastest step's seconds
+// after the first
 // (left at -1 when the run there runs out of memory: the report says so).
 StepReport measure_plan(const Program& program, const StepContext& ctx, TimedPlan& p, const PlanOptions& options = {});
 

@@ -68,8 +68,9 @@ struct StepReport {
   // (budget::floor; floors[remat][offload]). smallest_limit is then found from that mode's floor up.
   budget::Stats budget;
   budget::Floor floors[2][4];
-  // The last step's wall-clock seconds (0 on meta) and, under PlanOptions::budget, its modeled
-  // seconds (budget::Stats::modeled_seconds over that step: on meta, the prediction of its time).
+  // The wall-clock seconds of the fastest step after the first (of the only one if one ran; 0 on
+  // meta: on a loaded machine the fastest is the least disturbed), and under PlanOptions::budget the
+  // last step's modeled seconds (budget::Stats::modeled_seconds over it: on meta, the prediction).
   double step_seconds = 0, modeled_step_seconds = 0;
   int64_t category(Category c) const { return at_peak[size_t(c)]; }
   int64_t peak_of(Category c) const { return category_peak[size_t(c)]; }

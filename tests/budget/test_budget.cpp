@@ -172,13 +172,16 @@ TEST_CASE("budget: an MLP with dropout under 35% of its peak trains bitwise as w
   }
 }
 
-TEST_CASE("budget: a GPT with dropout under 50% of its peak trains bitwise as without a budget") {
+TEST_CASE("budget: a GPT with dropout under 50% and 40% of its peak trains bitwise as without a budget") {
   Outcome free_run = run(gpt(2));
-  Outcome b = run(gpt(2), at(free_run, 0.5));
-  check_same(b, free_run);
-  CHECK(b.peak <= free_run.peak / 2);
-  CHECK(b.stats.rematerializations > 0);
-  CHECK(b.stats.recompute_flops > 0);
+  for (double f : {0.5, 0.4}) {
+    CAPTURE(f);
+    Outcome b = run(gpt(2), at(free_run, f));
+    check_same(b, free_run);
+    CHECK(b.peak <= int64_t(double(free_run.peak) * f));
+    CHECK(b.stats.rematerializations > 0);
+    CHECK(b.stats.recompute_flops > 0);
+  }
 }
 
 TEST_CASE("budget: checkpoint segments inside a budget") {

@@ -89,8 +89,11 @@ int run_timed_plans(const PlanFlags& f, const mg::plan::ModelSpec& spec, const m
   if (cpu)
     for (TimedPlan& t : points) measure_plan(program, ctx, t, options);
   std::printf("memory-time curve (%s):\n%s", model_str(spec).c_str(), pareto_table(points).c_str());
-  const std::string title = model_str(spec) + ", batch " + std::to_string(f.step.batch) + " x " +
-                            std::to_string(f.step.seq) + ": step time against planned peak";
+  const std::string name = spec.kind == ModelSpec::Kind::GPT
+                               ? "GPT " + std::to_string(spec.gpt.n_layer) + " x " + std::to_string(spec.gpt.n_embd)
+                               : "MLP " + std::to_string(spec.mlp_layers) + " x " + std::to_string(spec.mlp_width);
+  const std::string title = name + ", batch " + std::to_string(f.step.batch) + " x " + std::to_string(f.step.seq) +
+                            ", " + f.step.optimizer + ": step time against planned peak";
   const std::string svg = pareto_svg(points, title);
   std::FILE* out = std::fopen(f.pareto.c_str(), "w");
   if (!out) throw UsageError("--pareto " + f.pareto + ": cannot write the file");

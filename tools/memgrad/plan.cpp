@@ -29,12 +29,90 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_flag("!--no-compare", f.compare, "skip the side-by-side tables of precisions and policies");
+  app.add_option("--plan", f.plan,
+                 "mixed: the fastest plan under --budget that keeps, recomputes (checkpoint segments) or offloads "
+                 "saved tensors, timed by the cost model, each candidate run on meta under the budget")
+      ->check(CLI::IsMember({"mixed"}));
+  app.add_option("--pareto", f.pareto,
+                 "write the memory-time curve (none, sqrt, selective, DP, mixed and dynamic remat; predicted, and "
+                 "measured once on the cpu) to this HTML file (.svg: the picture alone)");
+  app.add_option("--cost-model", f.cost_model,
+                 "fit: the kernels' rates fitted to a few steps run on the cpu (--device cpu); fixed: 100 GFLOP/s, "
+                 "10 GB/s on any machine")
+      ->check(CLI::IsMember({"fit", "fixed"}))
+      ->capture_default_str();
   app.add_option("--top", f.top, "owners to list at the peak")
       ->transform(integer_in(0, std::numeric_limits<int>::max()))
       ->capture_default_str();
 }
 
 namespace {
+
+// --plan mixed and --pareto: plans timed by the cost model (plan/mixed.h).
+int run_timed_plans(const PlanFlags& f, const mg::plan::ModelSpec& spec, const mg::plan::InputShape& shape,
+                    const mg::plan::PlanOptions& options) {
+  using namespace mg::plan;
+  if (!f.plan.empty() && !f.step.budget) throw UsageError("--plan mixed needs --budget (e.g. --budget 20MiB)");
+  const bool cpu = f.device == "cpu";
+  if (f.cost_model == "fit" && !cpu) throw UsageError("--cost-model fit runs steps on the cpu: use --device cpu");
+  const Program program = train_program(spec, f.step);
+  StepContext ctx = context(shape);
+  mg::budget::CostModel model = mg::budget::CostModel::fixed();
+  if (f.cost_model == "fit") {
+    ctx.device = mg::kCPU;
+    model = fit_cost_model(program, ctx, options);
+  }
+  std::printf("cost model (%s): %s\n\n", f.cost_model == "fit" ? "fitted to 3 steps on this cpu" : "fixed",
+              model.str().c_str());
+  if (!f.plan.empty()) {
+    const int64_t budget = int64_t(f.step.budget);
+    const std::vector<TimedPlan> candidates = mixed_candidates(program, ctx, budget, model, options);
+    std::printf("candidates under %s (%lld B), each run on meta under it:\n%s\n", mg::format_bytes(budget).c_str(),
+                static_cast<long long>(budget), pareto_table(candidates).c_str());
+    const TimedPlan dp = best_recompute(candidates);
+    TimedPlan mixed = best_mixed(candidates);
+    if (!mixed.fits())
+      throw mg::OutOfMemoryError("--plan mixed: no plan keeps, recomputes or offloads its way under " +
+                                 mg::format_bytes(budget) + " (" + std::to_string(budget) +
+                                 " B); memgrad train --remat dynamic --offload all goes lowest.");
+    if (cpu) measure_plan(program, ctx, mixed, options);
+    std::printf("mixed plan: %s, segments %s, peak %lld B, predicted %.2f ms a step", mixed.mode().c_str(),
+                mixed.policy.str().c_str(), static_cast<long long>(mixed.peak()), mixed.predicted * 1e3);
+    if (mixed.measured >= 0) std::printf(" (measured once on the cpu: %.2f ms)", mixed.measured * 1e3);
+    if (dp.fits()) std::printf("; the best recompute-only plan: %.2f ms", dp.predicted * 1e3);
+    std::printf("\n");
+  }
+  if (f.pareto.empty()) return 0;
+  // The budgets: shares of the unconstrained peak, and dynamic remat's floor.
+  mg::budget::Options keep;
+  keep.remat = mg::budget::Remat::None, keep.model = model;
+  const TimedPlan none = time_plan(program, ctx, "none", Policy::none(), keep, 0, options);
+  std::vector<int64_t> budgets;
+  for (double share : {0.85, 0.7, 0.5, 0.4, 0.3}) budgets.push_back(int64_t(share * double(none.peak())) / 512 * 512);
+  budgets.push_back((none.planned.floors[1][0].bytes + 511) / 512 * 512);
+  std::vector<TimedPlan> points = pareto(program, ctx, budgets, model, options);
+  if (cpu)
+    for (TimedPlan& t : points) measure_plan(program, ctx, t, options);
+  std::printf("memory-time curve (%s):\n%s", model_str(spec).c_str(), pareto_table(points).c_str());
+  const std::string name = spec.kind == ModelSpec::Kind::GPT
+                               ? "GPT " + std::to_string(spec.gpt.n_layer) + " x " + std::to_string(spec.gpt.n_embd)
+                               : "MLP " + std::to_string(spec.mlp_layers) + " x " + std::to_string(spec.mlp_width);
+  const std::string title = name + ", batch " + std::to_string(f.step.batch) + " x " + std::to_string(f.step.seq) +
+                            ", " + f.step.optimizer + ": step time against planned peak";
+  const std::string svg = pareto_svg(points, title);
+  std::FILE* out = std::fopen(f.pareto.c_str(), "w");
+  if (!out) throw UsageError("--pareto " + f.pareto + ": cannot write the file");
+  const bool svg_only = f.pareto.size() > 4 && f.pareto.substr(f.pareto.size() - 4) == ".svg";
+  if (svg_only)
+    std::fputs(svg.c_str(), out);
+  else
+    std::fprintf(out,
+                 "<!doctype html><meta charset='utf-8'><title>memgrad: memory-time curve</title>\n%s<pre>%s</pre>\n",
+                 svg.c_str(), pareto_table(points).c_str());
+  std::fclose(out);
+  std::printf("the curve: %s\n", f.pareto.c_str());
+  return 0;
+}
 
 // Each optimizer's plan in the chosen precision and policy, stepping after backward and inside it:
 // the peak, the Gradient category's own peak, the optimizer state and the bytes per parameter
@@ -105,6 +183,14 @@ int run_plan(const PlanFlags& f) {
                     ? "each block a unit gathered for its forward and backward"
                     : ("buckets of " + mg::format_bytes(int64_t(flags.bucket_cap))).c_str());
   print_loader_plan(spec, flags, options.device);
+  if (!f.plan.empty() || !f.pareto.empty()) {
+    if (data_parallel)  // the budget's runtime does not run with the units' or ranks' own schedules
+      throw UsageError(
+          "--plan / --pareto time one process's plans under a budget: expected no --zero, --world-size "
+          "or --offload params, got ZeRO stage " +
+          std::to_string(flags.zero));
+    return run_timed_plans(f, spec, shape, options);
+  }
   const Policy chosen = policy(flags, spec, true, options);
   const StepOptions step = step_options(flags);
   mg::reset_host_peak(mg::kMeta);

@@ -195,7 +195,8 @@ std::string sample_text(mg::nn::GPT& gpt, const mg::Device& device, int64_t n, u
 }
 
 // What the planner says about a run that ran out of memory under --memory-limit: the limit its step
-// needs, and what fits under this one (the largest batch; --checkpoint auto's choice).
+// needs, and what fits under this one (the largest batch; --checkpoint auto's choice). Under a
+// budget: the floor of its mode, planned on meta for the whole step, and of the other modes.
 std::string oom_advice(const TrainFlags& f, const mg::plan::ModelSpec& spec, const mg::plan::Policy& policy,
                        const mg::Device& device) {
   mg::plan::PlanOptions o;
@@ -203,6 +204,20 @@ std::string oom_advice(const TrainFlags& f, const mg::plan::ModelSpec& spec, con
   const int64_t limit = mg::memory_stats(device).limit;
   const mg::plan::InputShape shape = input_shape(f.step);
   const mg::plan::Program program = train_program(spec, f.step);
+  if (mg::budget::enabled(device)) {
+    const mg::budget::Options b = mg::budget::options(device);
+    mg::plan::PlanOptions floors = o;
+    floors.steps = 2, floors.smallest_limit = false, floors.budget = b;
+    const mg::plan::StepReport r = mg::plan::plan(program, mg::plan::context(shape, policy), floors);
+    const mg::budget::Floor& mine = r.floors[b.remat == mg::budget::Remat::Dynamic][int(b.offload)];
+    std::string advice = "\nthe planner (meta, two steps): in this mode the step needs at least " + mine.str() + "\n";
+    const char* names[] = {"--remat dynamic", "--offload activations", "--remat dynamic --offload all"};
+    const int modes[][2] = {{1, 0}, {0, 1}, {1, 3}};
+    for (int i = 0; i < 3; ++i)
+      advice += "  with " + std::string(names[i]) + ": " + mg::format_bytes(r.floors[modes[i][0]][modes[i][1]].bytes) +
+                " (" + std::to_string(r.floors[modes[i][0]][modes[i][1]].bytes) + " B)\n";
+    return advice;
+  }
   const mg::plan::StepReport r = mg::plan::plan(program, mg::plan::context(shape, policy), o);
   std::string advice = "\nthe planner: this step needs a --memory-limit of at least " +
                        mg::format_bytes(r.smallest_limit) + " (" + std::to_string(r.smallest_limit) +
@@ -246,9 +261,10 @@ void add_train_flags(CLI::App& app, TrainFlags& f) {
       ->check(CLI::IsMember({"none", "activations", "optimizer", "all", "params"}))
       ->capture_default_str();
   app.add_option("--budget-cost", f.budget_cost,
-                 "how --remat/--offload price a tensor: measured kernel times (DTR), or modeled ones, so that "
-                 "every run of the same command evicts and recomputes the same tensors")
-      ->check(CLI::IsMember({"measured", "modeled"}))
+                 "how --remat/--offload price a tensor: modeled kernel times, so that every run of the same command "
+                 "evicts, recomputes and offloads the same tensors (and memgrad plan predicts them on meta), or "
+                 "measured ones (DTR's: the machine's load decides)")
+      ->check(CLI::IsMember({"modeled", "measured"}))
       ->capture_default_str();
   app.add_option("--seed", f.seed, "seed of parameters, data and dropout")
       ->transform(any_uint64())
@@ -605,6 +621,7 @@ int run_train(const TrainFlags& f) {
     std::printf("  memory budget %s (--remat %s, --offload %s): the plan above is the unconstrained step\n",
                 mg::format_bytes(int64_t(f.memory_limit)).c_str(), f.remat.c_str(), f.offload.c_str());
     std::printf("  %s\n", mg::budget::stats_report(device).c_str());
+    std::printf("  the floor of this mode over these steps: %s\n", mg::budget::floor(device).str().c_str());
   }
   if (offload_params) print_host_memory(device, host_after_step, host_base.allocated, planned_host_peak);
   data.print_memory();

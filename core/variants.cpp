@@ -1,5 +1,6 @@
-// The kernel-variant registry (core/variants.h), for every device type.
+// The kernel-variant registry (core/variants.h, core/variants_impl.h), for every device type.
 #include <memgrad/core/variants.h>
+#include <memgrad/core/variants_impl.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -51,8 +52,8 @@ int variant_from_env(DeviceType d, const std::string& op, const std::vector<std:
 }
 }  // namespace
 
-const std::atomic<int>& register_kernel_variants(DeviceType d, const std::string& op,
-                                                 const std::vector<std::string>& variants) {
+const std::atomic<int>& detail::register_kernel_variants(DeviceType d, const std::string& op,
+                                                         const std::vector<std::string>& variants) {
   auto& r = registry();
   std::lock_guard<std::mutex> g(r.mu);
   Entry& e = r.entries[{d, op}];
@@ -99,13 +100,6 @@ std::string kernel_variant(DeviceType d, const std::string& op) {
   std::lock_guard<std::mutex> g(r.mu);
   auto it = r.entries.find({d, op});
   return it == r.entries.end() ? std::string() : it->second.names[size_t(it->second.selected.load())];
-}
-
-int kernel_variant_index(DeviceType d, const std::string& op) {
-  auto& r = registry();
-  std::lock_guard<std::mutex> g(r.mu);
-  auto it = r.entries.find({d, op});
-  return it == r.entries.end() ? 0 : it->second.selected.load();
 }
 
 }  // namespace mg

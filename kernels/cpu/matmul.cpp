@@ -13,7 +13,7 @@
 #include <cblas.h>
 #endif
 
-#include <memgrad/core/variants.h>
+#include <memgrad/core/variants_impl.h>
 #include <memgrad/kernels/blas_layout.h>
 #include <memgrad/kernels/cpu/cpu_kernels.h>
 #include <memgrad/kernels/cpu/loops.h>
@@ -31,14 +31,17 @@ using MatMap = Eigen::Map<const Eigen::Matrix<A, Eigen::Dynamic, Eigen::Dynamic,
 // Products with fewer multiply-adds than this run on one thread.
 constexpr int64_t kGemmGrain = int64_t(1) << 15;
 
+enum class Gemm { Auto, OpenBLAS, Eigen };
+
 #ifdef MG_WITH_OPENBLAS
-const std::atomic<int>& g_variant = register_kernel_variants(DeviceType::CPU, "matmul", {"auto", "openblas", "eigen"});
+const KernelVariant<Gemm> kGemm(DeviceType::CPU, "matmul",
+                                {{Gemm::Auto, "auto"}, {Gemm::OpenBLAS, "openblas"}, {Gemm::Eigen, "eigen"}});
 // bench_gemm, one core: at K = 10 (the MLP's 1024 -> 10 layer, grad of its input) Eigen reaches
 // 1.4x OpenBLAS's GFLOP/s; at K = 64 and above OpenBLAS wins every step shape (1.2x to 1.8x).
 constexpr int64_t kBlasMinInner = 16;
 bool use_openblas(int64_t K) {
-  const int v = g_variant.load(std::memory_order_relaxed);
-  return v == 1 || (v == 0 && K >= kBlasMinInner);
+  const Gemm v = kGemm.get();
+  return v == Gemm::OpenBLAS || (v == Gemm::Auto && K >= kBlasMinInner);
 }
 
 // cblas_sgemm or cblas_dgemm, row-major.
@@ -52,7 +55,7 @@ void cblas_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, A a
     cblas_dgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
 }
 #else
-[[maybe_unused]] const std::atomic<int>& g_variant = register_kernel_variants(DeviceType::CPU, "matmul", {"eigen"});
+const KernelVariant<Gemm> kGemm(DeviceType::CPU, "matmul", {{Gemm::Eigen, "eigen"}});
 #endif
 
 // Whether BLAS takes a stored rows x cols row-major matrix with leading dimension ld as it is

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include <memgrad/core/variants_impl.h>
 #include <memgrad/memgrad.h>
 
 namespace {
@@ -117,26 +118,42 @@ TEST_CASE("kernel variants: the cpu registry") {
   CHECK(std::count(ops.begin(), ops.end(), "matmul") == 1);
   CHECK(mg::kernel_variants(DeviceType::CUDA, "matmul").empty());  // per device type
   mg::set_kernel_variant(DeviceType::CPU, "matmul", "eigen");
-  CHECK(mg::kernel_variant_index(DeviceType::CPU, "matmul") == int(variants.size()) - 1);
+  CHECK(mg::kernel_variant(DeviceType::CPU, "matmul") == "eigen");
   CHECK_THROWS_AS(mg::set_kernel_variant(DeviceType::CPU, "matmul", "fastest"), mg::ValueError);
   CHECK_THROWS_AS(mg::set_kernel_variant(DeviceType::CPU, "no_such_kernel", "eigen"), mg::ValueError);
   mg::set_kernel_variant(DeviceType::CPU, "matmul", variants.front());
-  CHECK(mg::kernel_variant_index(DeviceType::CPU, "matmul") == 0);
+  CHECK(mg::kernel_variant(DeviceType::CPU, "matmul") == variants.front());
+}
+
+TEST_CASE("kernel variants: a kernel's typed handle reads the selection by name") {
+  enum class Probe { A, B, C };
+  // Offered in another order than the enum's, and without B: the handle maps names, not indices.
+  const mg::KernelVariant<Probe> probe(DeviceType::CPU, "typed_probe", {{Probe::C, "c"}, {Probe::A, "a"}});
+  CHECK(mg::kernel_variants(DeviceType::CPU, "typed_probe") == std::vector<std::string>{"c", "a"});
+  CHECK(probe == Probe::C);  // the first listed is the default
+  mg::set_kernel_variant(DeviceType::CPU, "typed_probe", "a");
+  CHECK(probe.get() == Probe::A);
+  CHECK(probe != Probe::C);
+  CHECK_THROWS_AS(mg::set_kernel_variant(DeviceType::CPU, "typed_probe", "b"), mg::ValueError);
+  CHECK(probe == Probe::A);
 }
 
 TEST_CASE("kernel variants: MG_KERNEL_VARIANTS picks the variant a kernel registers with") {
   // Backends register while the library loads; a kernel registered now reads the variable the same way.
+  enum class Probe { A, B, C };
+  auto on = [](DeviceType d, std::initializer_list<std::pair<Probe, const char*>> variants) {
+    return mg::KernelVariant<Probe>(d, "env_probe", variants).get();
+  };
+  const std::initializer_list<std::pair<Probe, const char*>> abc = {{Probe::A, "a"}, {Probe::B, "b"}, {Probe::C, "c"}};
   setenv("MG_KERNEL_VARIANTS", "cuda:env_probe=b,cpu:other=c,cpu:env_probe=c", 1);
-  mg::register_kernel_variants(DeviceType::CPU, "env_probe", {"a", "b", "c"});
+  CHECK(on(DeviceType::CPU, abc) == Probe::C);
   CHECK(mg::kernel_variant(DeviceType::CPU, "env_probe") == "c");
-  mg::register_kernel_variants(DeviceType::CUDA, "env_probe", {"a", "b"});
+  CHECK(on(DeviceType::CUDA, {{Probe::A, "a"}, {Probe::B, "b"}}) == Probe::B);
   CHECK(mg::kernel_variant(DeviceType::CUDA, "env_probe") == "b");
   setenv("MG_KERNEL_VARIANTS", "cpu:env_probe=fastest", 1);  // not a variant: said on stderr, default kept
-  mg::register_kernel_variants(DeviceType::CPU, "env_probe", {"a", "b", "c"});
-  CHECK(mg::kernel_variant(DeviceType::CPU, "env_probe") == "a");
+  CHECK(on(DeviceType::CPU, abc) == Probe::A);
   unsetenv("MG_KERNEL_VARIANTS");
-  mg::register_kernel_variants(DeviceType::CPU, "env_probe", {"a", "b", "c"});
-  CHECK(mg::kernel_variant(DeviceType::CPU, "env_probe") == "a");
+  CHECK(on(DeviceType::CPU, abc) == Probe::A);
 }
 
 TEST_CASE("kernel variants: every cpu matmul variant on every layout, with the same ledger") {

@@ -17,6 +17,7 @@ namespace {
 struct Entry {
   std::vector<std::string> names;
   std::atomic<int> selected{0};  // map nodes never move, so kernels may keep a reference
+  std::function<std::string(const std::string&)> describe;
 };
 struct Registry {
   std::mutex mu;
@@ -60,6 +61,24 @@ const std::atomic<int>& detail::register_kernel_variants(DeviceType d, const std
   e.names = variants;
   e.selected = variant_from_env(d, op, variants);
   return e.selected;
+}
+
+void detail::describe_kernel_variants(DeviceType d, const std::string& op,
+                                      std::function<std::string(const std::string& variant)> describe) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> g(r.mu);
+  r.entries[{d, op}].describe = std::move(describe);
+}
+
+std::string kernel_variant_detail(DeviceType d, const std::string& op, const std::string& variant) {
+  std::function<std::string(const std::string&)> describe;
+  {
+    auto& r = registry();
+    std::lock_guard<std::mutex> g(r.mu);
+    auto it = r.entries.find({d, op});
+    if (it != r.entries.end()) describe = it->second.describe;
+  }
+  return describe ? describe(variant) : std::string();
 }
 
 std::vector<std::string> kernel_ops(DeviceType d) {

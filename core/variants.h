@@ -16,5 +16,9 @@ std::vector<std::string> kernel_ops(DeviceType d);                              
 std::vector<std::string> kernel_variants(DeviceType d, const std::string& op);  // empty if none
 void set_kernel_variant(DeviceType d, const std::string& op, const std::string& variant);  // ValueError if unknown
 std::string kernel_variant(DeviceType d, const std::string& op);                           // "" if none
+// What `variant` of `op` runs on this machine, where that depends on the machine: a library, its
+// version and code path ("OpenBLAS 0.3.21, core SkylakeX (avx512)"); for a variant that picks at
+// run time ("auto"), the variant it picks first. "" where the kernel says nothing.
+std::string kernel_variant_detail(DeviceType d, const std::string& op, const std::string& variant);
 
 }  // namespace mg

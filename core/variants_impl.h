@@ -9,6 +9,7 @@
 //   if (kLayerNorm == LayerNorm::Warp) ...
 #pragma once
 #include <atomic>
+#include <functional>
 #include <initializer_list>
 #include <string>
 #include <utility>
@@ -24,6 +25,10 @@ namespace detail {
 // valid for the process's life. Declaring `op` again replaces its names and selection.
 const std::atomic<int>& register_kernel_variants(DeviceType d, const std::string& op,
                                                  const std::vector<std::string>& variants);
+// Gives kernel_variant_detail its answers for `op` on `d`: describe(variant), called outside the
+// registry's lock, on demand.
+void describe_kernel_variants(DeviceType d, const std::string& op,
+                              std::function<std::string(const std::string& variant)> describe);
 }  // namespace detail
 
 // One kernel's variants on one device type. Define it at namespace scope in the kernel's file: it

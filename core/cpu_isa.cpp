@@ -8,4 +8,12 @@ CpuIsa cpu_isa() {
   return isa;
 }
 
+CpuIsa cpu_kernels_isa() {
+#ifdef MG_CPU_DISPATCH
+  return cpu_isa();
+#else
+  return detail::compiled_cpu_isa();  // this file is compiled with the kernels' flags
+#endif
+}
+
 }  // namespace mg

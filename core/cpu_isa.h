@@ -15,6 +15,10 @@ enum class CpuIsa {
 
 CpuIsa cpu_isa();
 
+// The level memgrad's own CPU kernels run at. A default build compiles them for every level and runs
+// those of cpu_isa(); a build with MG_NATIVE compiles them once, for the machine that built it.
+CpuIsa cpu_kernels_isa();
+
 // "baseline", "avx2", "avx512": MG_CPU_ISA's spelling.
 constexpr const char* to_string(CpuIsa isa) {
   return isa == CpuIsa::AVX512 ? "avx512" : isa == CpuIsa::AVX2 ? "avx2" : "baseline";

@@ -20,7 +20,7 @@ if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
 fi
 cuda=${MG_CUDA:-$(command -v nvcc >/dev/null && echo ON || echo OFF)}
 
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMG_NATIVE=ON -DMG_CUDA="$cuda" -DMG_BUILD_TESTS=ON \
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMG_CUDA="$cuda" -DMG_BUILD_TESTS=ON \
   -DMG_BUILD_EXAMPLES=ON
 cmake --build "$build" -j"$(nproc)"
 (cd "$build" && ctest --output-on-failure -j"$(nproc)" "$@")

@@ -11,7 +11,7 @@
 #include <memgrad/kernels/cpu/gemm.h>
 #include <memgrad/kernels/cpu/loops.h>
 
-namespace mg::cpu {
+namespace mg::cpu::MG_CPU_ISA_NS {
 
 namespace {
 
@@ -212,4 +212,4 @@ void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k
   });
 }
 
-}  // namespace mg::cpu
+}  // namespace mg::cpu::MG_CPU_ISA_NS

@@ -1,5 +1,7 @@
 // One thread's GEMM for the CPU kernels (gemm_serial), the libraries it runs on (matmul's kernel
-// variants), which of them runs below this CPU, and the one "auto" picks. Private to kernels/cpu.
+// variants), which of them runs below this CPU, and the one "auto" picks. Private to kernels/cpu;
+// compiled once, not per ISA level (kernels/cpu/cpu_kernels.h): the libraries dispatch on the CPU
+// themselves, and Eigen serves what they cannot take.
 #pragma once
 #include <cstdint>
 #include <string>

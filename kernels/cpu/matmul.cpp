@@ -13,7 +13,7 @@
 #include <memgrad/kernels/cpu/gemm.h>
 #include <memgrad/kernels/cpu/loops.h>
 
-namespace mg::cpu {
+namespace mg::cpu::MG_CPU_ISA_NS {
 
 namespace {
 
@@ -105,4 +105,4 @@ void matmul_scratch(const Tensor& a, const Tensor& b, const Tensor& out) {
   if (a.size(2) > 0) gemm_operands(a, b, out);
 }
 
-}  // namespace mg::cpu
+}  // namespace mg::cpu::MG_CPU_ISA_NS

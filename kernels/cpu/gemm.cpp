@@ -170,9 +170,11 @@ bool library_leading_dim(int64_t rows, int64_t cols, int64_t& ld, int64_t limit)
 
 }  // namespace
 
+// (The operands are unused in a build with neither library.)
 template <class A>
-bool library_gemm(Gemm library, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, A alpha, const A* a,
-                  int64_t lda, const A* b, int64_t ldb, A beta, A* c, int64_t ldc) {
+bool library_gemm(Gemm library, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, [[maybe_unused]] A alpha,
+                  [[maybe_unused]] const A* a, int64_t lda, [[maybe_unused]] const A* b, int64_t ldb,
+                  [[maybe_unused]] A beta, [[maybe_unused]] A* c, int64_t ldc) {
   const int64_t limit = library == Gemm::OpenBLAS ? INT32_MAX : INT64_MAX;
   if (!library_leading_dim(trans_a ? k : m, trans_a ? m : k, lda, limit) ||
       !library_leading_dim(trans_b ? n : k, trans_b ? k : n, ldb, limit) || !library_leading_dim(m, n, ldc, limit))

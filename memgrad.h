@@ -21,7 +21,7 @@
 #include <memgrad/autograd/gradcheck.h>
 #include <memgrad/autograd/node.h>
 #include <memgrad/core/autocast.h>
-#include <memgrad/core/budget.h>
+#include <memgrad/core/budget/budget.h>
 #include <memgrad/core/cpu_isa.h>
 #include <memgrad/core/cuda.h>
 #include <memgrad/core/device.h>
@@ -32,11 +32,14 @@
 #include <memgrad/core/memory.h>
 #include <memgrad/core/memory/batch_size.h>
 #include <memgrad/core/op.h>
-#include <memgrad/core/ops.h>
 #include <memgrad/core/profile.h>
 #include <memgrad/core/random.h>
 #include <memgrad/core/tensor.h>
 #include <memgrad/core/variants.h>
+#include <memgrad/data/dataset.h>
+#include <memgrad/data/loader.h>
+#include <memgrad/data/sampler.h>
+#include <memgrad/data/tokens.h>
 #include <memgrad/distributed/data_parallel.h>
 #include <memgrad/distributed/process_group.h>
 #include <memgrad/nn/gpt.h>
@@ -45,6 +48,7 @@
 #include <memgrad/nn/loss.h>
 #include <memgrad/nn/module.h>
 #include <memgrad/nn/safetensors.h>
+#include <memgrad/ops/ops.h>
 #include <memgrad/optim/adam.h>
 #include <memgrad/optim/clip.h>
 #include <memgrad/optim/optimizer.h>

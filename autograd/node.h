@@ -62,7 +62,7 @@ class Node : public std::enable_shared_from_this<Node> {
   // Hooks run on the gradient of output `output_nr` before apply().
   std::map<uint32_t, std::vector<GradHook>>& pre_hooks() { return pre_hooks_; }
   // The storages of the tensors the op saved for this node (not kept alive): what apply() will read,
-  // which a memory budget (core/budget.h) fetches back ahead of it.
+  // which a memory budget (core/budget/budget.h) fetches back ahead of it.
   StorageRefs& saved_storages() { return saved_storages_; }
 
  protected:

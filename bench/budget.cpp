@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include <memgrad/core/budget.h>
+#include <memgrad/core/budget/budget.h>
 #include <memgrad/plan/planner.h>
 
 using namespace mg;

@@ -81,14 +81,26 @@ void release(Block* b);
 // Marks live block `b` as used on `stream` besides its own (see cuda::record_stream): at release,
 // it waits for the work queued on `stream` by then before it can be reused.
 void record_stream(const Block* b, const cuda::Stream& stream);
-// Adds a budget event (Evict, Remat, Offload, Fetch) about bytes of `category` and `owner` to the history.
-void record_event(const Device& d, MemoryEventKind kind, int64_t bytes, Category category, const std::string& owner);
+// Adds a budget event (Evict, Remat, Offload, Fetch) about the block at `address` (bytes of `category`
+// and `owner`) to the history.
+void record_event(const Device& d, MemoryEventKind kind, int64_t bytes, uint64_t address, Category category,
+                  const std::string& owner);
 // Moves a live block to another category (e.g. Temporary -> Activation when autograd saves it).
 void set_category(Block* b, Category c);
 // Moves a live block to another owner label (e.g. a gradient buffer becomes "<param>.grad").
 void set_owner(Block* b, const std::string& owner);
 // The op whose allocations follow (for owner labels of op outputs); Op::none outside every OpScope.
 Op current_op();
+// The allocator's one call out of itself, installed by the memory budget (core/budget/). When a
+// request on a device the hook manages would pass the limit even after the cache was released, the
+// allocator calls relieve(d, bytes), without its lock held, until the request fits: relieve moves or
+// frees one storage's bytes and returns true, or returns false when `d` is no longer managed. It
+// raises MemoryBudgetError when nothing can leave, which the allocator counts as an out-of-memory.
+struct PressureHook {
+  bool (*manages)(const Device& d) = nullptr;
+  bool (*relieve)(const Device& d, size_t bytes) = nullptr;
+};
+void set_pressure_hook(const PressureHook& hook);
 // Test hook for failure paths: the `n`-th allocation from now on (1: the next), on any device,
 // throws OutOfMemoryError as a real one would (counted in num_ooms, recorded in the history);
 // n = 0 disarms it. allocations_until_failure() is what is left of the countdown (0: disarmed or fired).

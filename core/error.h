@@ -41,6 +41,9 @@ class IOError : public Error {
 class OutOfMemoryError : public Error {
   using Error::Error;
 };  // allocation past the limit
+class MemoryBudgetError : public OutOfMemoryError {
+  using OutOfMemoryError::OutOfMemoryError;
+};  // a memory budget (core/budget/) below the minimum a step needs; the message names that minimum
 
 namespace detail {
 template <class... Args>

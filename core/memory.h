@@ -142,7 +142,7 @@ std::string memory_summary(const Device& d = kCPU);
 
 // ---- history
 
-// Evict, Remat, Offload and Fetch mark what a memory budget (core/budget.h) did to a block of
+// Evict, Remat, Offload and Fetch mark what a memory budget (core/budget/budget.h) did to a block of
 // `bytes`: they come with the Free or Alloc event that changes the ledger.
 enum class MemoryEventKind : uint8_t {
   Alloc,
@@ -161,6 +161,8 @@ const char* event_kind_name(MemoryEventKind k);
 
 // One entry of the history. `bytes` is the rounded block size (segment size for segment
 // events, the failed request for Oom); the totals are the device's state after the event.
+// A Relabel moves a live block to another category or owner (or both); `address` is the block's
+// (the segment's for segment events, the block's for budget events, 0 for Oom and Annotation).
 struct MemoryEvent {
   MemoryEventKind kind = MemoryEventKind::Alloc;
   Device device;
@@ -170,6 +172,8 @@ struct MemoryEvent {
   Category category = Category::Other;
   Category previous_category = Category::Other;  // Relabel: the category before
   std::string owner, op, note;                   // note: the text of an Annotation
+  std::string previous_owner;                    // Relabel: the owner before
+  bool small_pool = false;                       // SegmentAlloc, SegmentFree: a small-pool segment
   int64_t allocated = 0, reserved = 0;
   CategoryBytes by_category{};
 };
@@ -179,14 +183,32 @@ struct MemoryEvent {
 void record_history(bool on, size_t max_entries = 100000);
 bool recording_history();
 std::vector<MemoryEvent> memory_history();  // oldest first
-// Adds a user annotation (e.g. "forward", "backward", "step") to the history of `d`.
+// Adds an annotation to the history of `d`. The timeline page marks "step N" as the boundary of
+// step N and "forward", "backward", "optimizer" as the start of that phase (plan::train_step and
+// `memgrad train` write them); any other note is drawn as a labelled line.
 void annotate_memory(const std::string& note, const Device& d = kCPU);
 
-// Writes JSON with the stats, segments and blocks of every device that allocated, and the history.
-void dump_snapshot(const std::string& path);
-// Writes a self-contained HTML page (no network, no scripts) drawing allocated bytes of `d`
-// over the recorded events, stacked by category, with the peak marked and its breakdown listed.
-void write_memory_timeline(const std::string& path, const Device& d = kCPU, const std::string& title = "");
+// Writes JSON (format "memgrad-memory-snapshot", version kSnapshotVersion; docs/memory.md lists
+// its fields) with the stats, segments and blocks of every device that allocated, and the history.
+// A snapshot taken while the history records is what `memgrad view` draws.
+inline constexpr int kSnapshotVersion = 2;
+void dump_snapshot(const std::string& path, const std::string& title = "");
+
+namespace memory {
+// Writes the interactive timeline of `d`'s recorded history (record_history) as one HTML file that
+// needs no network: allocated bytes stacked by category over the events, steps, phases, the peak
+// and OOMs marked; hover shows the allocation under the cursor, a click the breakdown by category
+// and by owner at that instant and the allocator's segments; zoom and pan. Recording must have
+// been on while the history was made and still be on (the page starts from the allocator's state
+// now, and goes back through the history).
+void write_timeline(const std::string& path, const Device& d = kCPU, const std::string& title = "");
+// The same page from snapshots (dump_snapshot): one, or two compared on one time axis with their
+// difference by category. `device` picks the device of each snapshot ("": the one with the most
+// recorded allocations). A file that is not a valid snapshot of this version, or whose numbers do
+// not add up, raises IOError with one line naming the file and what is wrong.
+void write_snapshot_timeline(const std::string& path, const std::vector<std::string>& snapshots,
+                             const std::string& device = "");
+}  // namespace memory
 
 // ---- the allocator's layout, for snapshots and tests
 
@@ -207,7 +229,7 @@ struct SegmentInfo {
   std::vector<BlockInfo> blocks;  // in address order, covering the segment
 };
 std::vector<SegmentInfo> memory_segments(const Device& d = kCPU);
-// Devices that have allocated at least once.
+// Devices that have allocated at least once (on this thread: an IsolatedAllocator's device too).
 std::vector<Device> devices_with_memory();
 
 }  // namespace mg

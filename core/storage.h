@@ -24,7 +24,7 @@ class Storage {
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
-  // Under a memory budget (core/budget.h) the bytes may have been evicted or offloaded: reading the
+  // Under a memory budget (core/budget/budget.h) the bytes may have been evicted or offloaded: reading the
   // pointer brings them back, and outside a kernel it keeps them on the device from then on.
   void* data() const;
   size_t nbytes() const { return nbytes_; }

@@ -34,7 +34,11 @@ MG_HD Philox4 philox(uint64_t seed, uint64_t counter) {
 // Element i of a stream draws word i % 4 of block offset/4 + i/4, so any split of the
 // elements across threads or devices yields the same numbers.
 MG_HD uint32_t random_word(uint64_t seed, uint64_t offset, uint64_t i) {
-  return philox(seed, (offset + i) >> 2).v[(offset + i) & 3];
+  const uint64_t n = offset + i;
+  const Philox4 r = philox(seed, n >> 2);
+  // Selected, not indexed: an index known only at run time puts r in local memory on the GPU.
+  const uint32_t k = uint32_t(n & 3);
+  return k == 0 ? r.v[0] : k == 1 ? r.v[1] : k == 2 ? r.v[2] : r.v[3];
 }
 // Uniform in [0, 1) with the 24 high bits of a random word.
 MG_HD float uniform_from_word(uint32_t w) { return float(w >> 8) * (1.0f / 16777216.0f); }

@@ -284,6 +284,12 @@ double run_step(nn::Module& model, optim::Optimizer* opt, amp::GradScaler* scale
   // smaller: gradients cleared again, the generator rewound, the scaler as it was. The optimizer's
   // step is all-or-nothing itself, and it is the last thing that changes a parameter.
   const std::optional<amp::GradScaler> scaler_before = scaler ? std::optional(*scaler) : std::nullopt;
+  // The phases, marked in the memory history when it records (the timeline page draws them).
+  const auto phase = [&model](const char* name) {
+    if (!recording_history()) return;
+    const std::vector<Tensor> params = model.parameters();
+    if (!params.empty()) annotate_memory(name, params[0].device());
+  };
   Generator& rng = default_generator();
   const uint64_t step_offset = rng.offset();
   try {
@@ -297,6 +303,7 @@ double run_step(nn::Module& model, optim::Optimizer* opt, amp::GradScaler* scale
       const int64_t g = first + i;
       const uint64_t start = step_offset + uint64_t(g) * kMicroBatchCounters;
       rng.set_offset(start);
+      phase("forward");
       {
         std::optional<amp::AutocastGuard> autocast;
         if (half) autocast.emplace(*half);
@@ -304,6 +311,7 @@ double run_step(nn::Module& model, optim::Optimizer* opt, amp::GradScaler* scale
       }
       if (micro_batches > 1) loss = loss * (1.0 / double(micro_batches));
       total += loss.is_meta() ? std::numeric_limits<double>::quiet_NaN() : loss.item<double>();
+      phase("backward");
       if (dp) dp->prepare_backward(i + 1 == options.accum);
       (scaler ? scaler->scale(loss) : loss).backward();
       if (dp) dp->finish_backward();
@@ -312,6 +320,7 @@ double run_step(nn::Module& model, optim::Optimizer* opt, amp::GradScaler* scale
     }
     rng.set_offset(step_offset + uint64_t(micro_batches) * kMicroBatchCounters);
     if (dp) total = dp->group().all_reduce(total);
+    phase("optimizer");
     if (scaler && opt) {  // the float32 masters' gradients: unscaled on the way
       masters ? scaler->unscale_(*opt, *masters) : scaler->unscale_(*opt);
       if (dp) scaler->merge_found_inf(dp->any_rank(scaler->found_inf()));

@@ -7,6 +7,9 @@ MG_PACKAGES=(g++ cmake make ccache libeigen3-dev libdnnl-dev libopenblas-openmp-
   nlohmann-json3-dev libcli11-dev libfmt-dev libopenmpi-dev openmpi-bin)
 # The fuzz targets (tests/fuzz): clang, its libFuzzer (libclang_rt.fuzzer in libclang-rt-14-dev) and OpenMP.
 MG_FUZZ_PACKAGES=(clang libclang-rt-14-dev libomp-dev)
+# The browser test (tests/browser): the memory timeline page in Debian's chromium, headless. test.sh
+# installs it when it can (mg_try_install_packages); without it that test is skipped, and says so.
+MG_BROWSER_PACKAGES=(chromium)
 
 mg_install_packages() {
   local missing=() p
@@ -23,4 +26,24 @@ mg_install_packages() {
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -q
   apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+# The same for packages only some tests need: what cannot be installed (not root, no network) is
+# reported, and those tests skip.
+mg_try_install_packages() {
+  local missing=() p
+  for p in "$@"; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "note: ${missing[*]} not installed (sudo apt-get install -y ${missing[*]}); the tests that need it will skip" >&2
+    return 0
+  fi
+  echo "installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  if ! { apt-get update -q && apt-get install -y -q --no-install-recommends "${missing[@]}"; }; then
+    echo "note: could not install ${missing[*]}; the tests that need it will skip" >&2
+  fi
+  return 0
 }

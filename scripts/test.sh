@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test suite: installs missing Debian packages, builds everything in build/ (Release; the
-# CUDA backend when nvcc is found), then runs ctest. Labels: unit, gpu (skip without a GPU), slow.
+# CUDA backend when nvcc is found), then runs ctest. Labels: unit, gpu (skip without a GPU), browser
+# (the memory timeline page in headless chromium; skips without chromium), slow.
 # Without ctest arguments it then builds the fuzz targets with clang in <build>-fuzz and runs each
 # briefly (label fuzz; MG_FUZZ=OFF skips them).
 #   scripts/test.sh [ctest args, e.g. -L unit]      build directory: $MG_BUILD_DIR (default build)
@@ -14,16 +15,25 @@ if [ "$fuzz" = ON ]; then
 else
   mg_install_packages "${MG_PACKAGES[@]}"
 fi
+mg_try_install_packages "${MG_BROWSER_PACKAGES[@]}"  # the browser test; it skips without chromium
 
 if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH=/usr/local/cuda/bin:$PATH
 fi
 cuda=${MG_CUDA:-$(command -v nvcc >/dev/null && echo ON || echo OFF)}
+# With nvcc the suite builds the CUDA backend and checks it without a GPU (tests/cuda: the objects'
+# architectures and spills, the mma kernels emulated on the host); the gpu suite itself skips.
+if [ "$cuda" = OFF ]; then
+  echo "NOTE: no nvcc (CUDA toolkit): the CUDA backend is not built, and its checks (tests/cuda) are skipped" >&2
+fi
 
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMG_CUDA="$cuda" -DMG_BUILD_TESTS=ON \
   -DMG_BUILD_EXAMPLES=ON
 cmake --build "$build" -j"$(nproc)"
 (cd "$build" && ctest --output-on-failure -j"$(nproc)" "$@")
+if [ "$cuda" = OFF ]; then
+  echo "NOTE: the CUDA checks of tests/cuda were skipped: no nvcc" >&2
+fi
 
 # A second build for libFuzzer: clang, everything instrumented with ASan and UBSan (-O1 keeps it quick).
 if [ "$fuzz" = ON ]; then

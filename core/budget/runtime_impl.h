@@ -1,5 +1,5 @@
-// The budget runtime's hooks for Storage, the allocator and kernels::run (private; the public
-// face is core/budget.h). A Cell holds a managed storage's bytes (resident, evicted or offloaded)
+// The budget runtime's hooks for Storage, autograd and kernels::run (private; the public
+// face is core/budget/budget.h). A Cell holds a managed storage's bytes (resident, evicted or offloaded)
 // and how to make them again; Storage keeps a Cell when its device is under a budget.
 #pragma once
 #include <atomic>
@@ -40,13 +40,6 @@ void storage_died(std::shared_ptr<Cell> c);
 // are fetched now, as far as each fits under the limit without making anything else leave. On cuda
 // the copies run on the side stream; a kernel waits for one only when it touches its storage.
 void prefetch(const std::vector<std::weak_ptr<Storage>>& storages);
-
-// ---- the allocator
-
-// Called when an allocation of `bytes` on `d` does not fit under the limit even after the cache
-// was released: evicts or offloads one storage and returns true, or returns false when the device
-// is not under a budget. Raises MemoryBudgetError when nothing can leave.
-bool relieve(const Device& d, size_t bytes);
 
 // ---- kernels::run
 

@@ -11,7 +11,6 @@
 #include <memgrad/core/cuda/runtime_impl.h>
 #include <memgrad/core/error.h>
 #include <memgrad/core/memory.h>
-#include <memgrad/core/ops.h>
 
 namespace mg::cuda {
 namespace {
@@ -38,6 +37,38 @@ Stream& stream_slot(int device) {
   return t_streams[size_t(device)];
 }
 cudaStream_t raw(const Stream& s) { return static_cast<cudaStream_t>(s.handle()); }
+
+// Makes `device` current for a scope and restores the caller's device at its end, so that a call
+// on behalf of the allocator leaves the device the user chose.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    check(cudaGetDevice(&prev_), "cudaGetDevice");
+    if (prev_ != device) check(cudaSetDevice(device), "cudaSetDevice");
+    set_ = prev_ != device;
+  }
+  ~DeviceGuard() {
+    if (set_) (void)cudaSetDevice(prev_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int prev_ = 0;
+  bool set_ = false;
+};
+
+// free() runs inside release() and cannot throw: a failure is kept and raised as DeviceError by the
+// next malloc(), the allocator's next call that can.
+std::mutex g_free_mu;
+std::string g_free_error;
+void raise_free_error() {
+  std::lock_guard<std::mutex> g(g_free_mu);
+  if (g_free_error.empty()) return;
+  std::string e = std::move(g_free_error);
+  g_free_error.clear();
+  throw DeviceError(e);
+}
 
 std::mutex g_pinned_mu;
 std::unordered_set<const void*> g_pinned;  // live pinned allocations (base pointers)
@@ -67,7 +98,8 @@ std::string last_error() {
 }
 
 void* malloc(int device, size_t bytes) {
-  check(cudaSetDevice(device), "cudaSetDevice");
+  raise_free_error();
+  DeviceGuard guard(device);
   void* p = nullptr;
   if (cudaMalloc(&p, bytes) != cudaSuccess) {
     (void)cudaGetLastError();
@@ -78,8 +110,16 @@ void* malloc(int device, size_t bytes) {
 
 void free(int device, void* p) {
   if (!p) return;
-  cudaSetDevice(device);
-  cudaFree(p);  // synchronises the device, so pending kernels never see reused bytes
+  int prev = device;  // kept when cudaGetDevice fails: nothing to restore then
+  cudaError_t e = cudaGetDevice(&prev);
+  if (e == cudaSuccess && prev != device) e = cudaSetDevice(device);
+  if (e == cudaSuccess) e = cudaFree(p);  // synchronises the device, so pending kernels never see reused bytes
+  if (prev != device) (void)cudaSetDevice(prev);
+  if (e == cudaSuccess) return;
+  (void)cudaGetLastError();
+  std::lock_guard<std::mutex> g(g_free_mu);
+  if (g_free_error.empty())
+    g_free_error = detail::str("cuda: cudaFree of a segment of cuda:", device, " failed: ", cudaGetErrorString(e));
 }
 
 void copy(void* dst, const void* src, size_t bytes, CopyKind kind, int device) {

@@ -8,8 +8,10 @@
 namespace mg::cuda {
 bool built();
 int device_count();
-std::string last_error();                // why device_count() is 0
+std::string last_error();  // why device_count() is 0
+// Both leave the caller's current device as it was.
 void* malloc(int device, size_t bytes);  // null when the device is out of memory
+// Never throws (it runs inside release()): a failing cudaFree is raised as DeviceError by the next malloc.
 void free(int device, void* p);
 enum class CopyKind { HostToDevice, DeviceToHost, DeviceToDevice };
 // Copies on the current stream of `device` and returns when the bytes have arrived.

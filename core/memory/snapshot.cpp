@@ -1,10 +1,12 @@
-// dump_snapshot: stats, segments, blocks and history of every device as one JSON document.
+// dump_snapshot: stats, segments, blocks and history of every device as one JSON document (its
+// fields are listed in docs/memory.md; core/memory/snapshot_read.cpp reads it back).
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
 #include <memgrad/core/error.h>
 #include <memgrad/core/memory.h>
+#include <memgrad/core/memory/timeline_impl.h>
 
 namespace mg {
 
@@ -49,8 +51,13 @@ json stats_json(const MemoryStats& s) {
 json segment_json(const SegmentInfo& seg) {
   json blocks = json::array();
   for (auto& b : seg.blocks) {
-    json jb{{"address", b.address}, {"size", b.size}, {"state", b.in_use ? "active" : "free"}};
-    if (b.in_use) {
+    // pending: released, waiting for work queued on other streams (active bytes, not allocated)
+    json jb{{"address", b.address},
+            {"size", b.size},
+            {"state", !b.in_use     ? "free"
+                      : b.allocated ? "active"
+                                    : "pending"}};
+    if (b.in_use && b.allocated) {
       jb["allocated"] = b.allocated;
       jb["requested"] = b.requested;
       jb["category"] = category_name(b.category);
@@ -60,6 +67,7 @@ json segment_json(const SegmentInfo& seg) {
     blocks.push_back(std::move(jb));
   }
   return json{{"address", seg.address},
+              {"serial", seg.serial},
               {"size", seg.size},
               {"pool", seg.small_pool ? "small" : "large"},
               {"blocks", std::move(blocks)}};
@@ -77,7 +85,14 @@ json event_json(const MemoryEvent& e) {
       j["category"] = category_name(e.category);
       j["owner"] = e.owner;
       j["op"] = e.op;
-      if (e.kind == MemoryEventKind::Relabel) j["previous_category"] = category_name(e.previous_category);
+      if (e.kind == MemoryEventKind::Relabel) {
+        j["previous_category"] = category_name(e.previous_category);
+        j["previous_owner"] = e.previous_owner;
+      }
+      break;
+    case MemoryEventKind::SegmentAlloc:
+    case MemoryEventKind::SegmentFree:
+      j["pool"] = e.small_pool ? "small" : "large";
       break;
     case MemoryEventKind::Evict:
     case MemoryEventKind::Remat:
@@ -89,8 +104,6 @@ json event_json(const MemoryEvent& e) {
     case MemoryEventKind::Annotation:
       j["note"] = e.note;
       break;
-    default:
-      break;
   }
   if (e.kind != MemoryEventKind::Annotation && e.kind != MemoryEventKind::Oom) j["address"] = e.address;
   j["by_category"] = categories_json(e.by_category);
@@ -99,17 +112,20 @@ json event_json(const MemoryEvent& e) {
 
 }  // namespace
 
-void dump_snapshot(const std::string& path) {
+json memory::detail::device_json(const Device& d) {
+  json segments = json::array();
+  for (auto& seg : memory_segments(d)) segments.push_back(segment_json(seg));
+  return json{{"device", d.str()}, {"stats", stats_json(memory_stats(d))}, {"segments", std::move(segments)}};
+}
+
+void dump_snapshot(const std::string& path, const std::string& title) {
   json devices = json::array();
-  for (const Device& d : devices_with_memory()) {
-    json segments = json::array();
-    for (auto& seg : memory_segments(d)) segments.push_back(segment_json(seg));
-    devices.push_back(json{{"device", d.str()}, {"stats", stats_json(memory_stats(d))}, {"segments", segments}});
-  }
+  for (const Device& d : devices_with_memory()) devices.push_back(memory::detail::device_json(d));
   json history = json::array();
   for (auto& e : memory_history()) history.push_back(event_json(e));
   json doc{{"format", "memgrad-memory-snapshot"},
-           {"version", 1},
+           {"version", kSnapshotVersion},
+           {"title", title},
            {"byte_counts", "allocated and categories: requests rounded to 512 B; size: carved block size"},
            {"devices", std::move(devices)},
            {"history", std::move(history)}};

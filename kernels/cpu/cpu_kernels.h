@@ -17,10 +17,10 @@ namespace mg::cpu::MG_CPU_ISA_NS {
 using namespace mg::kernels;
 #define MG_KERNEL(name, ret, ...) ret name(__VA_ARGS__);
 #define MG_OPTIONAL_KERNEL(name, ret, ...)
+#define MG_SCRATCH(name) ScratchOf<decltype(name)> name##_scratch;
 #include <memgrad/kernels/kernel_list.h>
-// The scratch of the kernels that allocate some, made without computing (scratch_backend(cpu)).
-void matmul_scratch(const Tensor& a, const Tensor& b, const Tensor& out);
 
-// This level's kernels as a Backend table (table.cpp).
+// This level's kernels as a Backend table, and their scratch functions as one (table.cpp).
 const Backend& table();
+const Backend& scratch_table();
 }  // namespace mg::cpu::MG_CPU_ISA_NS

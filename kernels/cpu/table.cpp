@@ -1,4 +1,4 @@
-// One ISA level's CPU kernels as a Backend table (compiled per level, kernels/cpu/cpu_kernels.h).
+// One ISA level's CPU kernels as Backend tables (compiled per level, kernels/cpu/cpu_kernels.h).
 #include <memgrad/kernels/cpu/cpu_kernels.h>
 
 namespace mg::cpu::MG_CPU_ISA_NS {
@@ -8,6 +8,17 @@ const Backend& table() {
     Backend k;
 #define MG_KERNEL(name, ...) k.name = name;
 #define MG_OPTIONAL_KERNEL(name, ...)
+#include <memgrad/kernels/kernel_list.h>
+    return k;
+  }();
+  return b;
+}
+
+const Backend& scratch_table() {
+  static const Backend b = [] {
+    Backend k;
+#define MG_KERNEL(name, ...)
+#define MG_SCRATCH(name) k.name = &ScratchOnly<&name##_scratch>::run;
 #include <memgrad/kernels/kernel_list.h>
     return k;
   }();

@@ -13,12 +13,15 @@ void check_launch(const char* op) {
 
 cudaStream_t stream_for(const Tensor& t) {
   int d = t.device().index, cur = -1;
-  cudaGetDevice(&cur);
-  if (cur != d) {
-    cudaError_t e = cudaSetDevice(d);
-    MG_CHECK(e == cudaSuccess, DeviceError, "cuda: cudaSetDevice(", d, ") failed: ", cudaGetErrorString(e));
-  }
+  check_runtime(cudaGetDevice(&cur), "cudaGetDevice");
+  if (cur != d) check_runtime(cudaSetDevice(d), detail::str("cudaSetDevice(", d, ")").c_str());
   return static_cast<cudaStream_t>(current_stream(d).handle());
+}
+
+void check_runtime(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return;
+  (void)cudaGetLastError();
+  throw DeviceError(detail::str("cuda: ", what, " failed: ", cudaGetErrorString(e)));
 }
 
 int grid_for(int64_t work, int threads) {
@@ -37,36 +40,61 @@ __global__ void bad_index_kernel(const int64_t* idx, int64_t n, int64_t size, in
 }
 }  // namespace
 
-// An 8-byte device flag per device for index checks. It lives outside the ledger (like the cuBLAS
+// 8-byte device flags for index checks, lent to one check at a time (checks on several threads and
+// streams never share one) and kept for the process. They live outside the ledger (like the cuBLAS
 // handle), so checks leave the ledger's numbers equal to the CPU's.
-static unsigned long long* index_flag(int device) {
-  static std::mutex mu;
-  static std::vector<unsigned long long*> flags;
-  std::lock_guard<std::mutex> g(mu);
-  if (flags.size() <= size_t(device)) flags.resize(size_t(device) + 1, nullptr);
-  if (!flags[size_t(device)]) {
-    cudaError_t e = cudaMalloc(&flags[size_t(device)], sizeof(unsigned long long));
-    MG_CHECK(e == cudaSuccess, DeviceError, "cuda: cudaMalloc of the index-check flag failed: ", cudaGetErrorString(e));
+class IndexFlag {
+ public:
+  explicit IndexFlag(int device) : device_(device) {
+    std::lock_guard<std::mutex> g(mu());
+    auto& free = pool();
+    if (free.size() > size_t(device) && !free[size_t(device)].empty()) {
+      flag_ = free[size_t(device)].back();
+      free[size_t(device)].pop_back();
+      return;
+    }
+    check_runtime(cudaMalloc(&flag_, sizeof *flag_), "cudaMalloc of an index-check flag");
   }
-  return flags[size_t(device)];
-}
+  ~IndexFlag() {
+    std::lock_guard<std::mutex> g(mu());
+    auto& free = pool();
+    if (free.size() <= size_t(device_)) free.resize(size_t(device_) + 1);
+    free[size_t(device_)].push_back(flag_);
+  }
+  IndexFlag(const IndexFlag&) = delete;
+  IndexFlag& operator=(const IndexFlag&) = delete;
+  unsigned long long* get() const { return flag_; }
+
+ private:
+  static std::mutex& mu() {
+    static std::mutex m;
+    return m;
+  }
+  static std::vector<std::vector<unsigned long long*>>& pool() {           // free flags per device
+    static auto* p = new std::vector<std::vector<unsigned long long*>>();  // never destroyed (exit order)
+    return *p;
+  }
+  int device_;
+  unsigned long long* flag_ = nullptr;
+};
 
 void check_indices(const char* op, const Tensor& index, int64_t size, int64_t ignore) {
   const int64_t n = index.numel();
   if (n == 0) return;
   cudaStream_t s = stream_for(index);
-  unsigned long long none = ~0ull, bad = 0;
-  unsigned long long* fp = index_flag(index.device().index);
-  cudaMemcpyAsync(fp, &none, sizeof none, cudaMemcpyHostToDevice, s);
+  const unsigned long long none = ~0ull;
+  unsigned long long bad = none;  // every failure below raises DeviceError before `bad` is read
+  IndexFlag flag(index.device().index);
+  check_runtime(cudaMemcpyAsync(flag.get(), &none, sizeof none, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync");
   const int64_t* ip = dptr<int64_t>(index);
-  bad_index_kernel<<<grid_for(n), 256, 0, s>>>(ip, n, size, ignore, fp);
+  bad_index_kernel<<<grid_for(n), 256, 0, s>>>(ip, n, size, ignore, flag.get());
   check_launch(op);
-  cudaMemcpyAsync(&bad, fp, sizeof bad, cudaMemcpyDeviceToHost, s);
-  cudaStreamSynchronize(s);  // the error must reach the caller before the op returns
+  check_runtime(cudaMemcpyAsync(&bad, flag.get(), sizeof bad, cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync");
+  check_runtime(cudaStreamSynchronize(s), "cudaStreamSynchronize");  // the error must reach the caller now
   if (bad == none) return;
   int64_t value = 0;
-  cudaMemcpyAsync(&value, ip + bad, sizeof value, cudaMemcpyDeviceToHost, s);
-  cudaStreamSynchronize(s);
+  check_runtime(cudaMemcpyAsync(&value, ip + bad, sizeof value, cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync");
+  check_runtime(cudaStreamSynchronize(s), "cudaStreamSynchronize");
   if (ignore != INT64_MIN)
     throw IndexError(detail::str(op, ": expected target values in [0, ", size, ") or ignore_index ", ignore, ", got ",
                                  value, " at position ", bad));

@@ -1,27 +1,28 @@
-// Building blocks of the CUDA kernels: device pointers and streams of tensors, half/bfloat16
-// load/store, an N-operand strided iterator (dims coalesced like the CPU's for_each_row), the
-// elementwise map (16-byte vector loads on contiguous data, grid-stride loops), warp/block
-// reductions and atomic adds for every dtype.
+// Building blocks of the CUDA kernels: device pointers and streams of tensors, library handles, an
+// N-operand strided iterator (dims coalesced like the CPU's for_each_row) and the elementwise map
+// (16-byte vector loads on contiguous data, grid-stride loops) and atomic adds for every dtype; the
+// device-side pieces (load/store, reductions) are device_common.cuh's.
 #pragma once
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <array>
+#include <memory>
+#include <mutex>
 #include <utility>
+#include <vector>
 
 #include <memgrad/core/cuda.h>
 #include <memgrad/core/dispatch.h>
 #include <memgrad/kernels/backend.h>
-#include <memgrad/kernels/host_device.h>
+#include <memgrad/kernels/cuda/device_common.cuh>
 
 namespace mg::cuda {
 
-using namespace mg::kernels;
-
 // Raises DeviceError naming `op` when the last launch failed.
 void check_launch(const char* op);
+// Raises DeviceError saying that `what` failed, unless e is cudaSuccess (and clears the error).
+void check_runtime(cudaError_t e, const char* what);
 // Makes t's device current and returns its current stream.
 cudaStream_t stream_for(const Tensor& t);
 // Threads per block of most kernels (the row kernels: a block per row).
@@ -31,6 +32,30 @@ int grid_for(int64_t work, int threads = kThreads);
 // Raises IndexError (with `op`'s message) unless every index is in [0, size) or equals `ignore`.
 void check_indices(const char* op, const Tensor& index, int64_t size, int64_t ignore = INT64_MIN);
 
+// A library handle (cuBLAS, cuDNN) per device, made by `create(&h)` on first use (on the current
+// device: stream_for set it) and kept for the process; its memory shows in
+// device_memory().outside_memgrad. A handle serves one host thread at a time: callers hold `mu` from
+// setting its stream to the last call that enqueues work.
+template <class H>
+struct LibraryHandle {
+  std::mutex mu;
+  H h = nullptr;
+};
+template <class H, class Create>
+LibraryHandle<H>& library_handle(int device, Create create) {
+  static std::mutex mu;
+  static auto* handles = new std::vector<std::unique_ptr<LibraryHandle<H>>>();  // never destroyed (exit order)
+  std::lock_guard<std::mutex> g(mu);
+  if (handles->size() <= size_t(device)) handles->resize(size_t(device) + 1);
+  auto& slot = (*handles)[size_t(device)];
+  if (!slot) {
+    auto made = std::make_unique<LibraryHandle<H>>();
+    create(&made->h);
+    slot = std::move(made);
+  }
+  return *slot;
+}
+
 template <class T>
 T* dptr(const Tensor& t) {
   return reinterpret_cast<T*>(static_cast<char*>(t.storage()->data()) + t.storage_offset() * int64_t(t.element_size()));
@@ -38,28 +63,6 @@ T* dptr(const Tensor& t) {
 template <class T>
 T* dptr_or_null(const Tensor& t) {
   return t.defined() ? dptr<T>(t) : nullptr;
-}
-
-// ---- element load/store: 16-bit types compute in float
-template <class T>
-__device__ __forceinline__ opmath_t<T> dload(const T& v) {
-  if constexpr (std::is_same_v<T, Half>)
-    return __half2float(__ushort_as_half(v.bits));
-  else if constexpr (std::is_same_v<T, BFloat16>)
-    return __bfloat162float(__ushort_as_bfloat16(v.bits));
-  else
-    return v;
-}
-template <class T, class V>
-__device__ __forceinline__ T dstore(V v) {
-  if constexpr (std::is_same_v<T, Half>)
-    return Half{__half_as_ushort(__float2half_rn(float(v)))};
-  else if constexpr (std::is_same_v<T, BFloat16>)
-    return BFloat16{__bfloat16_as_ushort(__float2bfloat16_rn(float(v)))};
-  else if constexpr (std::is_same_v<T, bool>)
-    return v != V(0);
-  else
-    return T(v);
 }
 
 // ---- strided iteration over N operands of one shape (operand 0 is the output)
@@ -167,38 +170,6 @@ void map(const char* op, const Tensor& out, F f, const Each<In, Tensor>&... in) 
   }
   check_launch(op);
 }
-
-// ---- reductions across a warp and a block (blockDim.x a multiple of 32, at most 1024)
-// Kernels overload shfl_xor for their own structs (found by argument-dependent lookup).
-template <class T>
-__device__ __forceinline__ T shfl_xor(T v, int o) {
-  return __shfl_xor_sync(0xffffffffu, v, o);
-}
-template <class T, class Op>
-__device__ __forceinline__ T warp_reduce(T v, Op op) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = op(v, shfl_xor(v, o));
-  return v;
-}
-// Every thread of the block gets the result. `shared` holds 32 T.
-template <class T, class Op>
-__device__ __forceinline__ T block_reduce(T v, Op op, T* shared) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = (blockDim.x + 31) / 32;
-  v = warp_reduce(v, op);
-  __syncthreads();  // `shared` may still be read by a previous call
-  if (lane == 0) shared[warp] = v;
-  __syncthreads();
-  T r = shared[0];
-  for (int k = 1; k < warps; ++k) r = op(r, shared[k]);
-  return r;
-}
-
-struct SumOp {
-  template <class T>
-  __device__ __forceinline__ T operator()(T a, T b) const {
-    return a + b;
-  }
-};
 
 // ---- atomic add for every dtype (16-bit and bool through compare-and-swap on the 32-bit word)
 template <class T>

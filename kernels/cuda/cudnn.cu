@@ -67,25 +67,10 @@ bool supported(cudnnStatus_t s, const char* op, const char* what) {
   return s == CUDNN_STATUS_SUCCESS;
 }
 
-// One handle per device, created on first use and kept for the process (its memory shows in
-// device_memory().outside_memgrad, like the cuBLAS handle's). A handle serves one host thread at a
-// time: callers hold `mu` from cudnnSetStream to the last call that enqueues work.
-struct Handle {
-  std::mutex mu;
-  cudnnHandle_t h = nullptr;
-};
+using Handle = LibraryHandle<cudnnHandle_t>;
 Handle& handle(int device) {
-  static std::mutex mu;
-  static auto* handles = new std::vector<std::unique_ptr<Handle>>();  // never destroyed (exit order)
-  std::lock_guard<std::mutex> g(mu);
-  if (handles->size() <= size_t(device)) handles->resize(size_t(device) + 1);
-  auto& slot = (*handles)[size_t(device)];
-  if (!slot) {
-    auto made = std::make_unique<Handle>();
-    check(cudnnCreate(&made->h), "conv2d", "cudnnCreate");  // on the current device (stream_for set it)
-    slot = std::move(made);
-  }
-  return *slot;
+  return library_handle<cudnnHandle_t>(device,
+                                       [](cudnnHandle_t* h) { check(cudnnCreate(h), "conv2d", "cudnnCreate"); });
 }
 
 template <class T, cudnnStatus_t (*Destroy)(T)>
@@ -254,7 +239,7 @@ const float kOne = 1.0f, kZero = 0.0f;  // alpha and beta: float for float and 1
 
 }  // namespace
 
-bool conv2d(const Tensor& x, const Tensor& weight, const Tensor& out, const Conv2dGeometry& g, int64_t groups) {
+bool conv2d(const Tensor& x, const Tensor& weight, const Out& out, const Conv2dGeometry& g, int64_t groups) {
   Conv c("conv2d");
   return describe(c, x, weight, out, g, groups) &&
          run_first_fit<cudnnConvolutionFwdAlgoPerf_t, FwdList>(
@@ -268,7 +253,7 @@ bool conv2d(const Tensor& x, const Tensor& weight, const Tensor& out, const Conv
              });
 }
 
-bool conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const Tensor& grad_x, const Conv2dGeometry& g,
+bool conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const Out& grad_x, const Conv2dGeometry& g,
                            int64_t groups) {
   Conv c("conv2d_backward");
   // beta = 0: every element of grad_x is written, padding taps included.
@@ -284,7 +269,7 @@ bool conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const T
              });
 }
 
-bool conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Tensor& grad_weight, const Conv2dGeometry& g,
+bool conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Out& grad_weight, const Conv2dGeometry& g,
                             int64_t groups) {
   Conv c("conv2d_backward");
   return describe(c, x, grad_weight, grad_out, g, groups) &&
@@ -305,13 +290,9 @@ namespace {
 const KernelVariant<Conv2d> kConv2d(DeviceType::CUDA, "conv2d", {{Conv2d::Im2col, "im2col"}});
 }  // namespace
 
-bool conv2d(const Tensor&, const Tensor&, const Tensor&, const Conv2dGeometry&, int64_t) { return false; }
-bool conv2d_backward_input(const Tensor&, const Tensor&, const Tensor&, const Conv2dGeometry&, int64_t) {
-  return false;
-}
-bool conv2d_backward_weight(const Tensor&, const Tensor&, const Tensor&, const Conv2dGeometry&, int64_t) {
-  return false;
-}
+bool conv2d(const Tensor&, const Tensor&, const Out&, const Conv2dGeometry&, int64_t) { return false; }
+bool conv2d_backward_input(const Tensor&, const Tensor&, const Out&, const Conv2dGeometry&, int64_t) { return false; }
+bool conv2d_backward_weight(const Tensor&, const Tensor&, const Out&, const Conv2dGeometry&, int64_t) { return false; }
 
 #endif
 

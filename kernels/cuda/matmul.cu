@@ -4,8 +4,6 @@
 #include <cublas_v2.h>
 
 #include <climits>
-#include <mutex>
-#include <vector>
 
 #include <memgrad/kernels/blas_layout.h>
 #include <memgrad/kernels/cuda/cuda_kernels.h>
@@ -37,30 +35,15 @@ void check(cublasStatus_t s, const char* what) {
   MG_CHECK(s == CUBLAS_STATUS_SUCCESS, DeviceError, "matmul: ", what, " failed: ", status_name(s));
 }
 
-// One handle per device, created on first use and kept for the process (its memory shows in
-// device_memory().outside_memgrad).
-cublasHandle_t handle(int device) {
-  static std::mutex mu;
-  static std::vector<cublasHandle_t> handles;
-  std::lock_guard<std::mutex> g(mu);
-  if (handles.size() <= size_t(device)) handles.resize(size_t(device) + 1, nullptr);
-  if (!handles[size_t(device)]) check(cublasCreate(&handles[size_t(device)]), "cublasCreate");
-  return handles[size_t(device)];
-}
-
 // A row-major R x C matrix (per batch) as cuBLAS sees it: column-major data, transposed or not,
-// with leading dimension and batch stride.
+// with leading dimension and batch stride. `t` is one cuBLAS can read (matmul_scratch copied it if not).
 struct Operand {
-  Tensor t;  // keeps a contiguous copy alive
   cublasOperation_t op = CUBLAS_OP_N;
   int64_t ld = 1, batch_stride = 0;
 };
 Operand operand(const Tensor& t, int64_t R, int64_t C) {
   const BlasLayout l = blas_layout(R, C, t.stride(1), t.stride(2));
-  Operand o{l.kind == BlasLayout::Copy ? t.contiguous() : t, l.kind == BlasLayout::Columns ? CUBLAS_OP_T : CUBLAS_OP_N,
-            l.ld};
-  o.batch_stride = t.size(0) == 1 ? 0 : o.t.stride(0);
-  return o;
+  return {l.kind == BlasLayout::Columns ? CUBLAS_OP_T : CUBLAS_OP_N, l.ld, t.size(0) == 1 ? 0 : t.stride(0)};
 }
 
 template <class T>
@@ -77,7 +60,7 @@ __global__ void int_gemm_kernel(const T* a, const T* b, T* out, int64_t B, int64
 
 }  // namespace
 
-void matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
+void matmul(const Tensor& a, const Tensor& b, const Out& out) {
   const int64_t B = out.size(0), M = out.size(1), N = out.size(2), K = a.size(2);
   if (out.numel() == 0) return;
   if (K == 0) return fill(out, 0.0);
@@ -96,9 +79,12 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   for (int64_t v : {B, M, N, K})
     MG_CHECK(v < INT_MAX, NotImplementedError, "matmul: cuBLAS takes 32-bit sizes, got [", B, ", ", M, ", ", K, "] @ [",
              B, ", ", K, ", ", N, "]");
-  Operand x = operand(a, M, K), y = operand(b, K, N);
-  cublasHandle_t h = handle(out.device().index);
-  check(cublasSetStream(h, s), "cublasSetStream");
+  const std::vector<Tensor> g = matmul_scratch(a, b, out);  // a and b, or the copies cuBLAS reads
+  const Operand x = operand(g[0], M, K), y = operand(g[1], K, N);
+  auto& hd = library_handle<cublasHandle_t>(out.device().index,
+                                            [](cublasHandle_t* h) { check(cublasCreate(h), "cublasCreate"); });
+  std::lock_guard<std::mutex> lock(hd.mu);  // another thread may set the handle's stream in between
+  check(cublasSetStream(hd.h, s), "cublasSetStream");
   cudaDataType_t type = t == kFloat16    ? CUDA_R_16F
                         : t == kBFloat16 ? CUDA_R_16BF
                         : t == kFloat64  ? CUDA_R_64F
@@ -111,8 +97,8 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   const void* alpha = t == kFloat64 ? static_cast<const void*>(&one_d) : &one_f;
   const void* beta = t == kFloat64 ? static_cast<const void*>(&zero_d) : &zero_f;
   // out^T (N x M, column-major) = op(b)^T (N x K) * op(a)^T (K x M)
-  check(cublasGemmStridedBatchedEx(h, y.op, x.op, int(N), int(M), int(K), alpha, dptr<char>(y.t), type, int(y.ld),
-                                   y.batch_stride, dptr<char>(x.t), type, int(x.ld), x.batch_stride, beta,
+  check(cublasGemmStridedBatchedEx(hd.h, y.op, x.op, int(N), int(M), int(K), alpha, dptr<char>(g[1]), type, int(y.ld),
+                                   y.batch_stride, dptr<char>(g[0]), type, int(x.ld), x.batch_stride, beta,
                                    dptr<char>(out), type, int(std::max<int64_t>(N, 1)), M * N, int(B), compute,
                                    CUBLAS_GEMM_DEFAULT),
         "cublasGemmStridedBatchedEx");

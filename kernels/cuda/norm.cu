@@ -87,29 +87,52 @@ __global__ void layer_norm_grad_x_kernel(const T* g, const T* x, const opmath_t<
   }
 }
 
-// Column sums over rows, blocks of 32 x 8 like reduce_cols_kernel.
+// Column sums over rows, blocks of 32 x 8 like reduce_cols_kernel. Tall inputs split their rows in
+// gridDim.y slices (so that the blocks outnumber a GPU's SMs): slice y writes its sums of column j to
+// part[y][0][j] (weight) and part[y][1][j] (bias), which layer_norm_wb_sum_kernel adds in order.
 template <class T>
 __global__ void layer_norm_grad_wb_kernel(const T* g, const T* x, const opmath_t<T>* mean, const opmath_t<T>* rstd,
-                                          T* gw, T* gb, int64_t rows, int64_t n) {
+                                          T* gw, T* gb, opmath_t<T>* part, int64_t rows, int64_t n) {
   using A = opmath_t<T>;
-  __shared__ Pair<A> part[8][33];
+  __shared__ Pair<A> part_sh[8][33];
+  const int64_t per_slice = (rows + gridDim.y - 1) / gridDim.y, r0 = blockIdx.y * per_slice,
+                r1 = min(rows, r0 + per_slice);
   for (int64_t b = blockIdx.x; b < (n + 31) / 32; b += gridDim.x) {
     int64_t j = b * 32 + threadIdx.x;
     Pair<A> acc{0, 0};
     if (j < n)
-      for (int64_t i = threadIdx.y; i < rows; i += blockDim.y) {
+      for (int64_t i = r0 + threadIdx.y; i < r1; i += blockDim.y) {
         A gv = dload(g[i * n + j]);
         acc.a += gv * (A(dload(x[i * n + j])) - A(mean[i])) * A(rstd[i]);
         acc.b += gv;
       }
     __syncthreads();
-    part[threadIdx.y][threadIdx.x] = acc;
+    part_sh[threadIdx.y][threadIdx.x] = acc;
     __syncthreads();
     if (threadIdx.y == 0 && j < n) {
-      for (int y = 1; y < int(blockDim.y); ++y) acc = SumPair{}(acc, part[y][threadIdx.x]);
-      if (gw) gw[j] = dstore<T>(acc.a);
-      if (gb) gb[j] = dstore<T>(acc.b);
+      for (int y = 1; y < int(blockDim.y); ++y) acc = SumPair{}(acc, part_sh[y][threadIdx.x]);
+      if (part) {
+        part[(2 * blockIdx.y) * n + j] = acc.a;
+        part[(2 * blockIdx.y + 1) * n + j] = acc.b;
+      } else {
+        if (gw) gw[j] = dstore<T>(acc.a);
+        if (gb) gb[j] = dstore<T>(acc.b);
+      }
     }
+  }
+}
+
+template <class T>
+__global__ void layer_norm_wb_sum_kernel(const opmath_t<T>* part, T* gw, T* gb, int64_t slices, int64_t n) {
+  using A = opmath_t<T>;
+  for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < n; j += int64_t(gridDim.x) * blockDim.x) {
+    A w = 0, b = 0;
+    for (int64_t y = 0; y < slices; ++y) {
+      w += part[(2 * y) * n + j];
+      b += part[(2 * y + 1) * n + j];
+    }
+    if (gw) gw[j] = dstore<T>(w);
+    if (gb) gb[j] = dstore<T>(b);
   }
 }
 
@@ -191,8 +214,8 @@ const KernelVariant<LayerNorm> kLayerNorm(DeviceType::CUDA, "layer_norm",
 
 }  // namespace
 
-void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out, const Tensor& mean,
-                const Tensor& rstd, double eps) {
+void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Out& out, const Out& mean,
+                const Out& rstd, double eps) {
   const int64_t n = x.size(x.dim() - 1), rows = x.numel() / std::max<int64_t>(n, 1);
   if (rows == 0) return;
   cudaStream_t s = stream_for(out);
@@ -211,8 +234,7 @@ void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const
 }
 
 void layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& mean, const Tensor& rstd,
-                         const Tensor& weight, const Tensor& grad_x, const Tensor& grad_weight,
-                         const Tensor& grad_bias) {
+                         const Tensor& weight, const Out& grad_x, const Out& grad_weight, const Out& grad_bias) {
   const int64_t n = x.size(x.dim() - 1), rows = x.numel() / std::max<int64_t>(n, 1);
   cudaStream_t s = stream_for(x);
   dispatch_floating(x.dtype(), "layer_norm_backward", [&](auto xt) {
@@ -222,15 +244,22 @@ void layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& mean
     if (grad_x.defined() && rows > 0)
       layer_norm_grad_x_kernel<<<grid_for(rows, 1), kThreads, 0, s>>>(g, xp, mp, rp, dptr_or_null<T>(weight),
                                                                       dptr<T>(grad_x), rows, n);
-    if ((grad_weight.defined() || grad_bias.defined()) && n > 0)
-      layer_norm_grad_wb_kernel<<<grid_for((n + 31) / 32, 1), dim3(32, 8), 0, s>>>(
-          g, xp, mp, rp, dptr_or_null<T>(grad_weight), dptr_or_null<T>(grad_bias), rows, n);
+    if ((grad_weight.defined() || grad_bias.defined()) && n > 0) {
+      T *gw = dptr_or_null<T>(grad_weight), *gb = dptr_or_null<T>(grad_bias);
+      const int64_t slices = layer_norm_wb_slices(rows, n);
+      const Tensor part = layer_norm_backward_scratch(grad, x, mean, rstd, weight, grad_x, grad_weight, grad_bias)[0];
+      const dim3 grid(unsigned(grid_for((n + 31) / 32, 1)), unsigned(slices));
+      layer_norm_grad_wb_kernel<<<grid, dim3(32, 8), 0, s>>>(g, xp, mp, rp, gw, gb, dptr_or_null<opmath_t<T>>(part),
+                                                             rows, n);
+      if (part.defined())
+        layer_norm_wb_sum_kernel<<<grid_for(n), kThreads, 0, s>>>(dptr<opmath_t<T>>(part), gw, gb, slices, n);
+    }
   });
   check_launch("layer_norm_backward");
 }
 
-void batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out, const Tensor& mean,
-                const Tensor& var, const Tensor& rstd, bool training, double eps) {
+void batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Out& out, const Out& mean,
+                const Out& var, const Out& rstd, bool training, double eps) {
   const int64_t N = x.size(0), C = x.size(1), S = x.size(2);
   if (C == 0) return;
   cudaStream_t s = stream_for(out);
@@ -245,7 +274,7 @@ void batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const
 }
 
 void batch_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& mean, const Tensor& rstd,
-                         const Tensor& weight, const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
+                         const Tensor& weight, const Out& grad_x, const Out& grad_weight, const Out& grad_bias,
                          bool training) {
   const int64_t N = x.size(0), C = x.size(1), S = x.size(2);
   if (C == 0) return;
@@ -262,8 +291,8 @@ void batch_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& mean
 
 // The sum, then layer_norm on it: two launches of the existing kernels (no fused CUDA kernel yet),
 // the same bytes as the fused CPU kernel.
-void add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
-                    const Tensor& sum, const Tensor& out, const Tensor& mean, const Tensor& rstd, double eps) {
+void add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias, const Out& sum,
+                    const Out& out, const Out& mean, const Out& rstd, double eps) {
   binary(BinaryOp::Add, x, residual, sum, 1.0);
   layer_norm(sum, weight, bias, out, mean, rstd, eps);
 }

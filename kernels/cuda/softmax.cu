@@ -78,13 +78,14 @@ __global__ void scaled_masked_softmax_kernel(const T* x, const void* mask, T* y,
   using Kind = AttentionMask::Kind;
   __shared__ MaxSum<A> shared[32];
   for (int64_t row = blockIdx.x; row < BH * Tq; row += gridDim.x) {
-    const int64_t bh = row / Tq, i = row % Tq;
+    const int64_t bh = row / Tq, i = row % Tq, mask_row = m.kind == Kind::None ? 0 : m.offset(bh, i, 0);
     const T* p = x + row * Tk;
     auto score = [&](int64_t k) {
       A s = dload(dstore<T>(dload(p[k]) * A(scale)));
       if (causal && k > i) s = A(-INFINITY);
-      if (m.kind == Kind::Bool) s = static_cast<const bool*>(mask)[m.offset(bh, i, k)] ? s : A(-INFINITY);
-      if (m.kind == Kind::Additive) s = dload(dstore<T>(s + dload(static_cast<const T*>(mask)[m.offset(bh, i, k)])));
+      const int64_t at = mask_row + k * m.stride_k;
+      if (m.kind == Kind::Bool) s = static_cast<const bool*>(mask)[at] ? s : A(-INFINITY);
+      if (m.kind == Kind::Additive) s = dload(dstore<T>(s + dload(static_cast<const T*>(mask)[at])));
       return s;
     };
     MaxSum<A> ms{-INFINITY, A(0)};
@@ -97,7 +98,7 @@ __global__ void scaled_masked_softmax_kernel(const T* x, const void* mask, T* y,
 
 }  // namespace
 
-void softmax(const Tensor& x, const Tensor& out, int64_t outer, int64_t r, int64_t inner, bool log) {
+void softmax(const Tensor& x, const Out& out, int64_t outer, int64_t r, int64_t inner, bool log) {
   if (out.numel() == 0) return;
   cudaStream_t s = stream_for(out);
   dispatch_floating(x.dtype(), "softmax", [&](auto xt) {
@@ -108,7 +109,7 @@ void softmax(const Tensor& x, const Tensor& out, int64_t outer, int64_t r, int64
   check_launch("softmax");
 }
 
-void softmax_backward(const Tensor& grad, const Tensor& out, const Tensor& grad_in, int64_t outer, int64_t r,
+void softmax_backward(const Tensor& grad, const Tensor& out, const Out& grad_in, int64_t outer, int64_t r,
                       int64_t inner, bool log) {
   if (out.numel() == 0) return;
   cudaStream_t s = stream_for(out);
@@ -121,15 +122,15 @@ void softmax_backward(const Tensor& grad, const Tensor& out, const Tensor& grad_
   check_launch("softmax_backward");
 }
 
-void scaled_masked_softmax(const Tensor& x, const Tensor& mask, const Tensor& out, double scale, bool causal,
+void scaled_masked_softmax(const Tensor& x, const Tensor& mask, const Out& out, double scale, bool causal,
                            const AttentionMask& m) {
   if (out.numel() == 0) return;
   cudaStream_t s = stream_for(out);
   const int64_t BH = x.size(0), Tq = x.size(1), Tk = x.size(2);
   dispatch_floating(x.dtype(), "scaled_masked_softmax", [&](auto xt) {
     using T = typename decltype(xt)::type;
-    scaled_masked_softmax_kernel<<<grid_for(BH * Tq, 1), kThreads, 0, s>>>(
-        dptr<T>(x), mask.defined() ? mask.raw_data() : nullptr, dptr<T>(out), BH, Tq, Tk, scale, causal, m);
+    scaled_masked_softmax_kernel<<<grid_for(BH * Tq, 1), kThreads, 0, s>>>(dptr<T>(x), dptr_or_null<const char>(mask),
+                                                                           dptr<T>(out), BH, Tq, Tk, scale, causal, m);
   });
   check_launch("scaled_masked_softmax");
 }

@@ -1,4 +1,4 @@
-// The memory budget runtime (core/budget.h): under a limit well below the unconstrained peak,
+// The memory budget runtime (core/budget/budget.h): under a limit well below the unconstrained peak,
 // training evicts and recomputes (or offloads) and still gives the same losses, gradients and
 // parameters, bitwise, with dropout on. Each run starts from the same seed; the allocator's cache
 // is off so the limit binds on the bytes handed out (the cache would only add whole segments).
@@ -8,14 +8,16 @@
 #include <atomic>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <optional>
 #include <thread>
 
-#include <memgrad/core/budget.h>
+#include <memgrad/core/budget/budget.h>
 #include <memgrad/kernels/backend.h>
 #include <memgrad/memgrad.h>
 
 #include "expect_error.h"
+#include "timeline_page.h"
 
 using namespace mg;
 
@@ -140,8 +142,15 @@ budget::Options at(const Outcome& free_run, double fraction, budget::Offload off
 
 }  // namespace
 
-TEST_CASE("budget: every kernel of kernel_list.h says which tensors it writes") {
-  CHECK(kernels::written_table_errors() == std::vector<std::string>{});
+// What the runtime records comes from kernel_list.h: a kernel writes its `const Out&` parameters, and
+// MG_FLOPS prices it (that every kernel writes something is a static_assert in kernels/backend.cpp).
+TEST_CASE("budget: a kernel's writes and FLOPs are the kernel list's facts") {
+  CHECK(kernels::written_params(kernels::cpu_backend().layer_norm) ==
+        std::array<bool, 7>{false, false, false, true, true, true, false});
+  CHECK(kernels::written_params(kernels::cpu_backend().copy) == std::array<bool, 2>{false, true});
+  Tensor a = zeros({2, 3, 4}), b = zeros({2, 4, 5}), out = zeros({2, 3, 5});
+  CHECK(kernels::kernel_flops(&kernels::Backend::matmul, a, b, out) == 2.0 * 2 * 3 * 5 * 4);
+  CHECK(kernels::kernel_flops(&kernels::Backend::copy, a, a) == 0);
 }
 
 TEST_CASE("budget: an MLP with dropout under 35% of its peak trains bitwise as without a budget") {
@@ -262,12 +271,34 @@ TEST_CASE("budget: the history and the timeline show evictions and rematerializa
     evicts += e.kind == MemoryEventKind::Evict, remats += e.kind == MemoryEventKind::Remat;
   CHECK(evicts == b.stats.evictions);
   CHECK(remats == b.stats.rematerializations);
+  // Each names its block: after an eviction, the block's next event is its free; before a remat, its alloc.
+  const std::vector<MemoryEvent> events = memory_history();
+  const auto beside = [&](size_t i, size_t step) -> const MemoryEvent* {  // step 1: the next, -1: the previous
+    for (size_t k = i + step; k < events.size(); k += step)
+      if (events[k].address == events[i].address && events[k].device == events[i].device &&
+          events[k].kind != MemoryEventKind::Relabel)
+        return &events[k];
+    return nullptr;
+  };
+  for (size_t i = 0; i < events.size(); ++i) {
+    if (events[i].kind == MemoryEventKind::Evict) CHECK((beside(i, 1) && beside(i, 1)->kind == MemoryEventKind::Free));
+    if (events[i].kind == MemoryEventKind::Remat)
+      CHECK((beside(i, size_t(-1)) && beside(i, size_t(-1))->kind == MemoryEventKind::Alloc));
+  }
   const std::string path = "/tmp/memgrad_budget_timeline.html";
-  write_memory_timeline(path);
+  memory::write_timeline(path);
   record_history(false);
-  std::ifstream f(path);
-  std::string html((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  CHECK(html.find(std::to_string(b.stats.evictions) + " evictions") != std::string::npos);
+  // The page marks each event, and flags the blocks they happened to.
+  const nlohmann::json run = timeline_page::data(timeline_page::read_file(path))["runs"][0];
+  std::remove(path.c_str());
+  std::map<std::string, int64_t> marks;
+  for (auto& k : run["marks"]["kind"]) ++marks[k.get<std::string>()];
+  CHECK(marks["evict"] == b.stats.evictions);
+  CHECK(marks["remat"] == b.stats.rematerializations);
+  int64_t evicted = 0, rematerialized = 0;
+  for (auto& f : run["blocks"]["flags"]) evicted += (f.get<int>() & 4) != 0, rematerialized += (f.get<int>() & 16) != 0;
+  CHECK(evicted == b.stats.evictions);
+  CHECK(rematerialized == b.stats.rematerializations);
   CHECK(budget::stats_report().find("evicted") != std::string::npos);
 }
 

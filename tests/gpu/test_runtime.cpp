@@ -1,6 +1,7 @@
 // The CUDA runtime (streams, events, pinned memory, async copies, device memory), the kernel
 // table and variant registry, and the ledger: one training step books the same bytes on cuda
 // as on the cpu. Cases tagged [no-gpu] also run on machines without a device.
+#include <memgrad/core/cuda/runtime_impl.h>
 #include <memgrad/kernels/backend.h>
 
 #include "gpu_util.h"
@@ -343,4 +344,69 @@ TEST_CASE("cuda streams: the out-of-memory path reuses a deferred block whose se
   CHECK(data_of(z) == xp);  // the wait freed x's block, and the pool was searched again
   CHECK(memory_stats(kGPU).num_ooms == before.num_ooms);
   check_ledger(kGPU);
+}
+
+TEST_CASE("cuda: a failing cudaFree is raised by the next allocation, and neither call moves the current device") {
+  const int before = cuda::current_device();
+  int not_device_memory = 0;
+  CHECK_NOTHROW(cuda::free(0, &not_device_memory));  // runs inside release(): it must not throw
+  CHECK_THROWS_WITH_AS(cuda::malloc(0, 512), doctest::Contains("cudaFree"), DeviceError);
+  void* p = cuda::malloc(0, 512);  // the error was raised once: the runtime is usable again
+  CHECK(p != nullptr);
+  cuda::free(0, p);
+  CHECK(cuda::current_device() == before);
+}
+
+TEST_CASE("cuda budget: the host bytes of a copy out outlive the tensor until the copy's event is seen") {
+  // Offload copies out on a side stream and records an event; the pinned bytes must stay until the
+  // runtime sees that event complete, not go (through cudaFreeHost's synchronising) when the tensor
+  // dies. `a` (8 MiB) is the one storage that may leave, and the filler cannot fit beside it.
+  const int64_t mib = int64_t(1) << 20;
+  empty_cache(kGPU);
+  budget::Options o;
+  o.limit = memory_stats(kGPU).reserved + 256 * mib;  // set exactly below, once `a` is made
+  o.remat = budget::Remat::None;
+  o.offload = budget::Offload::All;
+  budget::enable(kGPU, o);
+  Tensor a = full({2048, 1024}, 3.0, kGPU);
+  const MemoryStats s = memory_stats(kGPU);
+  const int64_t filler_bytes = (s.largest_free_block + 2 * mib - 1) / (2 * mib) * (2 * mib) + 4 * mib;
+  set_memory_limit(kGPU, s.reserved + filler_bytes - 4 * mib);
+  const int64_t pinned_before = cuda::pinned_bytes();
+  Tensor filler = zeros({filler_bytes / 4}, kGPU);
+  REQUIRE_FALSE(budget::is_resident(a));
+  const int64_t held = cuda::pinned_bytes();
+  CHECK(held >= pinned_before + 8 * mib);
+  a = Tensor();                         // its copy out's host bytes go with the copy, not with it
+  CHECK(cuda::pinned_bytes() == held);  // (without the event they went here, in cudaFreeHost)
+  CHECK(budget::stats(kGPU).host_bytes == 0);
+  cuda::synchronize(0);
+  budget::disable(kGPU);
+  set_memory_limit(kGPU, 0);
+}
+
+TEST_CASE("cuda: layer_norm backward on tall inputs (row slices): the cpu's gradients, meta's Workspace") {
+  manual_seed(12);
+  // 2048 rows of 96: 3 column blocks in 8 slices of 256 rows (layer_norm_wb_slices), summed in order.
+  for (DType t : {kFloat32, kBFloat16}) {
+    Tensor x = randn({2048, 96}).to(t), w = (randn({96}) + 1).to(t), b = randn({96}).to(t);
+    parity("layer_norm 2048 x 96 " + std::string(dtype_name(t)), {x, w, b},
+           [](const std::vector<Tensor>& in) { return layer_norm(in[0], {96}, in[1], in[2]); });
+  }
+  // The slices' scratch ([8, 2, 96] float32: 6 KiB) on cuda, and what a plan for cuda books on meta.
+  auto workspace_peak = [](const Device& d) {
+    Tensor x = randn({2048, 96}).to(d).requires_grad_(), w = ones({96}, d).requires_grad_();
+    Tensor y = layer_norm(x, {96}, w, Tensor());
+    reset_peak(d);
+    y.backward(ones_like(y));
+    return memory_stats(d).peak(Category::Workspace);
+  };
+  const int64_t on_cuda = workspace_peak(kGPU);
+  int64_t on_meta = 0;
+  {
+    MetaTargetGuard target(DeviceType::CUDA);
+    on_meta = workspace_peak(kMeta);
+  }
+  CHECK(on_cuda == on_meta);
+  CHECK(on_cuda >= 8 * 2 * 96 * 4);
 }

@@ -271,7 +271,7 @@ TEST_CASE("allocator: stats arithmetic, categories, owners and peaks") {
   check_consistent(kMeta);
 }
 
-// The owner breakdown at the peak is taken lazily (core/allocator.cpp, settle_peak): it must still be the
+// The owner breakdown at the peak is taken lazily (core/memory/ledger.cpp, settle_peak): it must still be the
 // one at the moment of the peak after owners change, blocks are freed and a lower rise follows.
 TEST_CASE("allocator: owners at the peak are those of the peak's moment") {
   IsolatedAllocator fresh(kMeta);

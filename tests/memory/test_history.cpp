@@ -1,4 +1,4 @@
-// History, snapshot, summary and the HTML timeline.
+// History, snapshot and summary (the timeline page: test_timeline.cpp).
 #include <doctest/doctest.h>
 
 #include <cstdio>
@@ -141,36 +141,38 @@ TEST_CASE("summary: a table with the stats and the breakdown at the peak") {
   CHECK(format_bytes(-(3 << 20)) == "-3.00 MiB");
 }
 
-TEST_CASE("timeline: a self-contained HTML page of a training step") {
-  empty_cache(kCPU);
-  record_history(true, 1 << 20);
-  mlp::train_step(kCPU, 64);
-  auto ev = memory_history();
-  int64_t peak = 0;
-  for (auto& e : ev)
-    if (e.device == kCPU) peak = std::max(peak, e.allocated);
-  std::string path = temp_path("timeline.html");
-  write_memory_timeline(path, kCPU, "MLP training step");
-  // MG_TIMELINE_OUT=docs/memory_timeline.html writes the example page kept in docs/.
-  if (const char* out = std::getenv("MG_TIMELINE_OUT"))
-    write_memory_timeline(out, kCPU, "3-layer MLP training step, batch 64");
+TEST_CASE("history: a relabel names the owner and category before; segment events name their pool") {
+  IsolatedAllocator fresh(kMeta);
+  record_history(true);
+  Block* b;
+  {
+    MemoryScope scope(Category::Temporary, "x");
+    b = memory::allocate(kMeta, 1000, Category::Other);
+  }
+  memory::set_owner(b, "x.grad");
+  memory::set_category(b, Category::Gradient);
+  memory::release(memory::allocate(kMeta, 3 << 20, Category::Other));
+  memory::release(b);
+  empty_cache(kMeta);
+  const std::vector<MemoryEvent> ev = memory_history();
   record_history(false);
-  std::string html = read_file(path);
-  std::remove(path.c_str());
-  CHECK(html.rfind("<!DOCTYPE html>", 0) == 0);
-  CHECK(html.find("</html>") != std::string::npos);
-  CHECK(html.find("<svg") != std::string::npos);
-  CHECK(html.find("<polygon") != std::string::npos);
-  CHECK(html.find("peak " + format_bytes(peak)) != std::string::npos);
-  for (int c = 0; c < kNumCategories; ++c) CHECK(html.find(category_name(Category(c))) != std::string::npos);
-  for (const char* note : {">forward<", ">backward<", ">optimizer<", "fc1.weight"})
-    CHECK_MESSAGE(html.find(note) != std::string::npos, note);
-  // Nothing loaded from elsewhere.
-  for (const char* external : {"<script", "src=", "href=", "@import", "url("})
-    CHECK_MESSAGE(html.find(external) == std::string::npos, external);
-
-  std::string empty_path = temp_path("empty.html");
-  write_memory_timeline(empty_path, kMeta);
-  CHECK(read_file(empty_path).find("No allocation events") != std::string::npos);
-  std::remove(empty_path.c_str());
+  std::vector<const MemoryEvent*> relabels, segments;
+  for (auto& e : ev) {
+    if (e.kind == MemoryEventKind::Relabel) relabels.push_back(&e);
+    if (e.kind == MemoryEventKind::SegmentAlloc || e.kind == MemoryEventKind::SegmentFree) segments.push_back(&e);
+  }
+  REQUIRE(relabels.size() == 2);
+  CHECK(relabels[0]->owner == "x.grad");
+  CHECK(relabels[0]->previous_owner == "x");
+  CHECK(relabels[0]->category == Category::Temporary);
+  CHECK(relabels[0]->previous_category == Category::Temporary);
+  CHECK(relabels[0]->allocated == 1024);
+  CHECK(relabels[1]->owner == "x.grad");
+  CHECK(relabels[1]->previous_owner == "x.grad");
+  CHECK(relabels[1]->category == Category::Gradient);
+  CHECK(relabels[1]->previous_category == Category::Temporary);
+  REQUIRE(segments.size() == 4);  // the small segment, the large one, and both returned by empty_cache
+  for (auto* s : segments) CHECK(s->small_pool == (s->bytes == memory::kSmallSegment));
+  CHECK(segments[0]->small_pool);
+  CHECK_FALSE(segments[1]->small_pool);
 }

@@ -2,6 +2,7 @@
 //
 //   memgrad train [flags]    a small GPT on embedded sonnets (or an MLP), with a live memory line
 //   memgrad plan [flags]     one step of GPT-2 (or any size) on the meta device: peak and breakdown
+//   memgrad view A.json [B]  the interactive memory timeline of a snapshot, or of two compared
 //
 // Exit codes: 0 done, 1 error, 2 bad flag or value, 3 out of memory.
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include "options.h"
 #include "plan.h"
 #include "train.h"
+#include "view.h"
 
 int main(int argc, char** argv) {
   using namespace memgrad_cli;
@@ -22,6 +24,10 @@ int main(int argc, char** argv) {
   CLI::App* plan_cmd =
       app.add_subcommand("plan", "predict a training step's peak memory on the meta device, without allocating it");
   add_plan_flags(*plan_cmd, plan);
+  ViewFlags view;
+  CLI::App* view_cmd = app.add_subcommand(
+      "view", "the memory timeline of a snapshot as an HTML page (two snapshots: compared on one time axis)");
+  add_view_flags(*view_cmd, view);
   // Under mpirun a rank that fails ends every rank (MPI_Abort with its exit code), so none is left
   // waiting in a collective; its message names the rank.
   const bool launched = mg::distributed::launched_world_size() > 1;
@@ -35,7 +41,7 @@ int main(int argc, char** argv) {
   };
   try {
     app.parse(argc, argv);
-    return train_cmd->parsed() ? run_train(train) : run_plan(plan);
+    return train_cmd->parsed() ? run_train(train) : view_cmd->parsed() ? run_view(view) : run_plan(plan);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

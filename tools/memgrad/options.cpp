@@ -187,6 +187,16 @@ void add_step_flags(CLI::App& app, StepFlags& s) {
   byte_size(app.add_option("--budget", s.budget,
                            "memory budget (reserved bytes: a --memory-limit the steps must run under) for "
                            "--checkpoint auto and batch search, e.g. 512MiB or 80GB"));
+  app.add_option("--num-workers", s.num_workers,
+                 "data loader threads reading batches ahead in the background (0: the training thread reads them)")
+      ->transform(integer_in(0, 256))
+      ->capture_default_str();
+  app.add_option("--prefetch", s.prefetch, "batches each data loader thread reads ahead (held for the whole run)")
+      ->transform(integer_in(1, 1024))
+      ->capture_default_str();
+  app.add_flag("--pin-memory", s.pin_memory,
+               "cuda: the data loader's host buffers page-locked, and batches copied to the device on a side stream "
+               "while the step before runs");
 }
 
 void add_data_parallel_flags(CLI::App& app, StepFlags& s) {
@@ -248,18 +258,38 @@ mg::plan::StepOptions step_options(const StepFlags& s) {
 
 mg::plan::InputShape input_shape(const StepFlags& s) { return {s.batch, s.seq}; }
 
+mg::data::DataLoaderOptions loader_options(const StepFlags& s, const mg::Device& device) {
+  const bool cuda = device.is_cuda() || (device.is_meta() && mg::meta_target() == mg::DeviceType::CUDA);
+  if (s.pin_memory && !cuda)
+    throw UsageError("--pin-memory page-locks host memory for copies to a GPU; the batches stay on the cpu here");
+  return mg::data::DataLoaderOptions(s.batch)
+      .drop_last()
+      .num_workers(s.num_workers)
+      .prefetch(s.prefetch)
+      .pin_memory(s.pin_memory)
+      .device(device);
+}
+
+std::pair<mg::data::Field, mg::data::Field> example_fields(const mg::plan::ModelSpec& spec, const StepFlags& s) {
+  if (spec.kind == mg::plan::ModelSpec::Kind::MLP)
+    return {{{spec.mlp_width}, mg::kFloat32}, {{spec.mlp_width}, mg::kFloat32}};
+  return {{{s.seq}, mg::kInt64}, {{s.seq}, mg::kInt64}};
+}
+
 mg::plan::Program train_program(const mg::plan::ModelSpec& spec, const StepFlags& s) {
   const mg::plan::Program model = mg::plan::program(spec, input_shape(s), step_options(s));
-  if (spec.kind != mg::plan::ModelSpec::Kind::MLP) return model;
-  const int64_t n = spec.mlp_width;
-  return [model, n](const mg::plan::StepContext& ctx) -> mg::plan::Step {
+  const int64_t n = spec.kind == mg::plan::ModelSpec::Kind::MLP ? spec.mlp_width : 0;
+  const auto fields = example_fields(spec, s);
+  return [model, n, fields, s](const mg::plan::StepContext& ctx) -> mg::plan::Step {
     auto teacher = std::make_shared<mg::Tensor>();
-    if (ctx.device.is_cpu() || (ctx.device.is_meta() && mg::meta_target() == mg::DeviceType::CPU)) {
+    if (n && (ctx.device.is_cpu() || (ctx.device.is_meta() && mg::meta_target() == mg::DeviceType::CPU))) {
       mg::MemoryScope scope(mg::Category::Input, "data.teacher");
       *teacher = mg::empty({n, n}, mg::TensorOptions().device(ctx.device));
     }
+    auto loader = std::make_shared<std::vector<mg::data::Example>>(
+        mg::data::plan_buffers(fields.first, fields.second, loader_options(s, ctx.device), ctx.device));
     const mg::plan::Step step = model(ctx);
-    return [teacher, step] { step(); };
+    return [teacher, loader, step] { step(); };
   };
 }
 

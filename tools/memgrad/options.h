@@ -61,6 +61,10 @@ struct StepFlags {
   int zero = 0;
   uint64_t bucket_cap = uint64_t(25) << 20;
   int64_t world_size = 1, rank = 0;
+  // The DataLoader train reads through (and plan counts): background threads, batches each reads
+  // ahead, page-locked host buffers (cuda).
+  int64_t num_workers = 0, prefetch = 2;
+  bool pin_memory = false;
 };
 
 void add_model_flags(CLI::App& app, ModelFlags& m);
@@ -74,9 +78,17 @@ std::string model_str(const mg::plan::ModelSpec& spec);
 // Loss scaling (a GradScaler) for the float16 modes.
 mg::plan::StepOptions step_options(const StepFlags& s);
 mg::plan::InputShape input_shape(const StepFlags& s);
+// The DataLoader of a step: batches of --batch, every one full (drop_last), --num-workers,
+// --prefetch and --pin-memory, delivered to `device`. UsageError for --pin-memory unless the device
+// is cuda (on meta: the device the plan is for).
+mg::data::DataLoaderOptions loader_options(const StepFlags& s, const mg::Device& device);
+// One example of the built-in model's data: a GPT's window of --seq token ids and the same window one
+// token later; an MLP's input and target rows.
+std::pair<mg::data::Field, mg::data::Field> example_fields(const mg::plan::ModelSpec& spec, const StepFlags& s);
 // What `memgrad train` runs on a device, as a program for the planner: the built-in model and its
 // trainer (plan::program), after the teacher matrix the MLP's data is drawn through ([width, width]
-// float32, Input), which train holds on the cpu. Every plan of the command is of this program.
+// float32, Input), which train holds on the cpu, and the DataLoader's buffers (data::plan_buffers).
+// Every plan of the command is of this program.
 mg::plan::Program train_program(const mg::plan::ModelSpec& spec, const StepFlags& s);
 // none, every-K, sqrt or selective for n blocks; `auto` chooses segments for the budget with the
 // planner: among its methods' plans that run under the budget on meta, the one that recomputes

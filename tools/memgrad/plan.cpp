@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <limits>
 
+#include "data_source.h"
 #include "report.h"
 
 namespace memgrad_cli {
@@ -46,6 +47,7 @@ int run_plan(const PlanFlags& f) {
     std::printf("data parallel: rank %lld of %lld processes, ZeRO stage %d, buckets of %s\n",
                 static_cast<long long>(f.step.rank), static_cast<long long>(f.step.world_size), f.step.zero,
                 mg::format_bytes(int64_t(f.step.bucket_cap)).c_str());
+  print_loader_plan(spec, f.step, options.device);
   const Policy chosen = policy(f.step, spec, true, options);
   const StepOptions step = step_options(f.step);
   const StepReport r = plan(train_program(spec, f.step), context(shape, chosen), options);

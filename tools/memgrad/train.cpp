@@ -10,8 +10,8 @@
 #include <optional>
 #include <random>
 
-#include "corpus.h"
 #include "report.h"
+#include "view.h"
 
 namespace memgrad_cli {
 
@@ -24,77 +24,6 @@ constexpr bool kBuiltWithCuda = true;
 constexpr bool kBuiltWithCuda = false;
 #endif
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-// Batches drawn from (seed, step, micro-batch) alone, so a resumed run sees the same data. Each
-// batch (and the MLP's teacher matrix) is allocated in the ledger first, as Input, and filled in
-// place: a --memory-limit covers it, and a batch too large for the machine is an OutOfMemoryError
-// at once instead of std::bad_alloc after filling host vectors for a while.
-class Data {
- public:
-  // seq: the GPT's window; the held-out end of the corpus is its last tenth, or one window and its
-  // next byte where that is longer (GPT-2's 1024 positions on the 8 KB corpus).
-  Data(const mg::plan::ModelSpec& spec, uint64_t seed, const mg::Device& device, int64_t seq)
-      : spec_(spec), seed_(seed), device_(device) {
-    if (is_gpt()) {
-      for (const char* c = kCorpus; *c; ++c) tokens_.push_back(int64_t(static_cast<unsigned char>(*c)));
-      split_ = std::min(int64_t(tokens_.size()) * 9 / 10, int64_t(tokens_.size()) - (seq + 2));
-    } else {
-      const int64_t n = spec.mlp_width;
-      {
-        mg::MemoryScope scope(mg::Category::Input, "data.teacher");
-        teacher_ = mg::empty({n, n});
-      }
-      std::mt19937_64 rng(seed ^ 0x7eac4e5ULL);
-      std::normal_distribution<float> normal(0.f, 1.f / std::sqrt(float(n)));
-      float* w = teacher_.data_ptr<float>();
-      for (int64_t i = 0; i < n * n; ++i) w[i] = normal(rng);
-    }
-  }
-  bool is_gpt() const { return spec_.kind == mg::plan::ModelSpec::Kind::GPT; }
-  // GPT: windows of the corpus and the next byte of each; MLP: x ~ N(0, 1) and relu(x A).
-  std::pair<mg::Tensor, mg::Tensor> batch(int64_t step, int64_t micro, const mg::plan::InputShape& s,
-                                          bool eval = false) const {
-    std::seed_seq key{uint32_t(seed_), uint32_t(seed_ >> 32), uint32_t(step), uint32_t(micro), uint32_t(eval)};
-    std::mt19937_64 rng(key);
-    if (is_gpt()) {
-      const int64_t T = s.seq_len, begin = eval ? split_ : 0, end = eval ? int64_t(tokens_.size()) : split_;
-      mg::Tensor x = mg::empty({s.batch, T}, mg::kInt64), y = mg::empty({s.batch, T}, mg::kInt64);
-      int64_t *px = x.data_ptr<int64_t>(), *py = y.data_ptr<int64_t>();
-      for (int64_t b = 0; b < s.batch; ++b) {
-        const auto window = tokens_.begin() + begin + int64_t(rng() % uint64_t(end - begin - T - 1));
-        std::copy(window, window + T, px + b * T);
-        std::copy(window + 1, window + T + 1, py + b * T);
-      }
-      return {to_device(x), to_device(y)};
-    }
-    const int64_t n = spec_.mlp_width;
-    std::normal_distribution<float> normal(0.f, 1.f);
-    mg::Tensor x = mg::empty({s.batch, n}), y = mg::empty({s.batch, n});
-    float *px = x.data_ptr<float>(), *py = y.data_ptr<float>();
-    const float* w = teacher_.data_ptr<float>();
-    for (int64_t i = 0; i < s.batch * n; ++i) px[i] = normal(rng);
-    for (int64_t b = 0; b < s.batch; ++b)
-      for (int64_t i = 0; i < n; ++i) {
-        float acc = 0;
-        for (int64_t j = 0; j < n; ++j) acc += px[b * n + j] * w[j * n + i];
-        py[b * n + i] = std::max(acc, 0.f);
-      }
-    return {to_device(x), to_device(y)};
-  }
-  int64_t corpus_bytes() const { return int64_t(tokens_.size()); }
-  int64_t held_out_bytes() const { return corpus_bytes() - split_; }
-  // Whether both parts hold a window of seq positions and the byte after it.
-  bool holds(int64_t seq) const { return split_ >= seq + 2; }
-
- private:
-  mg::Tensor to_device(const mg::Tensor& t) const { return device_.is_cpu() ? t : t.to(device_); }
-  mg::plan::ModelSpec spec_;
-  uint64_t seed_;
-  mg::Device device_;
-  std::vector<int64_t> tokens_;
-  int64_t split_ = 0;
-  mg::Tensor teacher_;  // MLP: [width, width] on the cpu
-};
 
 std::unique_ptr<mg::optim::Optimizer> make_optimizer(const TrainFlags& f, const mg::nn::NamedTensors& params) {
   using namespace mg::optim;
@@ -120,11 +49,11 @@ std::string run_signature(const TrainFlags& f, const mg::plan::ModelSpec& spec, 
 
 // One training run's state, as a safetensors file: model.*, master.* (the float32 masters of a
 // storage precision; with data parallelism they are in optim.*), optim.* (with data parallelism every
-// rank's slices gathered), scaler.*, and in the metadata the step, the default generator's position
-// and the run's signature.
+// rank's slices gathered), scaler.*, and in the metadata the step, the default generator's position,
+// the run's signature and `metadata` (the data's position).
 void save_state(const std::string& path, int64_t step, const std::string& signature, const mg::nn::Module& model,
                 const mg::optim::StateDict& optimizer, const mg::amp::MasterWeights* masters,
-                const mg::amp::GradScaler* scaler) {
+                const mg::amp::GradScaler* scaler, mg::nn::Metadata metadata) {
   mg::nn::StateDict all;
   for (auto& [k, t] : model.state_dict()) all["model." + k] = t;
   if (masters)
@@ -133,17 +62,18 @@ void save_state(const std::string& path, int64_t step, const std::string& signat
   if (scaler)
     for (auto& [k, v] : scaler->state_dict()) all["scaler." + k] = mg::scalar_tensor(v, mg::kFloat64);
   mg::Generator& g = mg::default_generator();
-  mg::nn::save_safetensors(all, path,
-                           {{"memgrad.step", std::to_string(step)},
-                            {"memgrad.rng_seed", std::to_string(g.seed())},
-                            {"memgrad.rng_offset", std::to_string(g.offset())},
-                            {"memgrad.run", signature}});
+  metadata.insert({{"memgrad.step", std::to_string(step)},
+                   {"memgrad.rng_seed", std::to_string(g.seed())},
+                   {"memgrad.rng_offset", std::to_string(g.offset())},
+                   {"memgrad.run", signature}});
+  mg::nn::save_safetensors(all, path, metadata);
 }
 
 // A state written by save_state, read and checked before the model is built: a bad file, a
 // different run or metadata that does not parse is a usage error (exit 2) naming --resume.
 struct SavedState {
   mg::nn::StateDict tensors;
+  mg::nn::Metadata meta;
   int64_t step = 0;
   uint64_t rng_seed = 0, rng_offset = 0;
 };
@@ -174,6 +104,7 @@ SavedState read_state(const std::string& path, const std::string& signature) {
   const auto offset = parse_integer<uint64_t>(meta["memgrad.rng_offset"]);
   if (!offset) throw bad("memgrad.rng_offset", "an integer in [0, 2^64 - 1]");
   s.step = *step, s.rng_seed = *seed, s.rng_offset = *offset;
+  s.meta = meta;
   return s;
 }
 
@@ -288,6 +219,7 @@ void add_train_flags(CLI::App& app, TrainFlags& f) {
   add_model_flags(app, f.model);
   add_step_flags(app, f.step);
   add_data_parallel_flags(app, f.step);
+  add_data_flags(app, f.data);
   app.add_option("--device", f.device, "auto (cuda when a GPU is present), cpu or cuda[:N]")->capture_default_str();
   app.add_option("-n,--steps", f.steps, "optimizer steps in total (a resumed run continues to this step)")
       ->transform(integer_in(1, kMaxCount))
@@ -319,6 +251,7 @@ void add_train_flags(CLI::App& app, TrainFlags& f) {
       ->check(CLI::ExistingFile);
   app.add_option("--timeline", f.timeline, "HTML memory timeline of the first steps ('' for none)")
       ->capture_default_str();
+  app.add_option("--snapshot", f.snapshot, "the same steps' memory snapshot (JSON) for `memgrad view`");
   app.add_option("--timeline-steps", f.timeline_steps, "steps the timeline covers")
       ->transform(integer_in(1, kMaxCount))
       ->capture_default_str();
@@ -339,6 +272,8 @@ int run_train(const TrainFlags& f) {
   if (!f.save.empty()) check_writable("--save", f.save);
   if (!f.log.empty()) check_writable("--log", f.log);
   if (!f.timeline.empty()) check_writable("--timeline", f.timeline);
+  if (!f.snapshot.empty()) check_writable("--snapshot", f.snapshot);
+  TrainData data(f);  // the files opened and checked against the flags, nothing allocated yet
   // Data parallelism: the processes mpirun started (or this one alone, with --zero); rank 0 prints.
   namespace dist = mg::distributed;
   const bool data_parallel = dist::launched_world_size() > 1 || f.step.zero > 0;
@@ -379,14 +314,11 @@ int run_train(const TrainFlags& f) {
   } else if (f.memory_limit) {
     mg::set_memory_limit(device, int64_t(f.memory_limit));
   }
-  const mg::plan::ModelSpec spec = model_spec(f.model, f.step.seq);
+  const mg::plan::ModelSpec spec = model_spec(data.model_flags(f.model), f.step.seq);
   const mg::plan::InputShape shape = input_shape(f.step);
   mg::plan::PlanOptions target;
   target.device = device.type;
   const mg::plan::Policy policy = memgrad_cli::policy(step_flags, spec, rank == 0, target);
-  if (spec.kind == mg::plan::ModelSpec::Kind::GPT && spec.gpt.vocab_size < 256)
-    throw UsageError("--vocab " + std::to_string(spec.gpt.vocab_size) +
-                     ": memgrad train reads bytes, so the GPT needs a vocabulary of at least 256");
   auto tokens = mg::checked_mul(f.step.batch, spec.kind == mg::plan::ModelSpec::Kind::GPT ? f.step.seq : 1);
   if (tokens) tokens = mg::checked_mul(*tokens, f.step.accum);
   if (!tokens)
@@ -399,16 +331,12 @@ int run_train(const TrainFlags& f) {
     throw UsageError("--steps " + std::to_string(f.steps) + ": the state is already at step " +
                      std::to_string(saved->step));
   // The plan starts from an empty allocator: so does the run (nothing the checks above made is cached),
-  // and its program holds the data's teacher as train does (train_program).
+  // and its program holds the data's teacher and the loader's buffers as train does (train_program).
   mg::empty_cache(device);
   const mg::MemoryStats base = mg::memory_stats(device);
   std::optional<mg::cuda::DeviceMemory> driver_before;  // cuda: the driver's view, for the bytes outside the ledger
   if (device.is_cuda()) driver_before = mg::cuda::device_memory(device.index);
-  Data data(spec, f.seed, device, f.step.seq);
-  if (data.is_gpt() && !data.holds(f.step.seq))
-    throw UsageError("--seq " + std::to_string(f.step.seq) + " is too long for the " +
-                     std::to_string(data.corpus_bytes()) +
-                     "-byte corpus (its training and held-out parts must each hold a window and the byte after it)");
+  data.start(spec, step_flags, device, rank, ranks);
 
   // cuda tensors travel over NCCL (this process alone: a group of one, or NCCL's when built with it)
   std::unique_ptr<dist::ProcessGroup> nccl;
@@ -439,6 +367,7 @@ int run_train(const TrainFlags& f) {
   const int64_t first =
       saved ? apply_state(*saved, f.resume, model, load_optimizer, dp ? nullptr : trainer.masters(), scaler) + 1 : 1;
   for (int64_t t = 1; warmup && t < first; ++t) warmup->step();  // the schedule's position at the saved step
+  if (saved) data.resume(saved->meta, f.resume);
   std::printf("memgrad train: %s, %s parameters, on %s\n", model_str(spec).c_str(),
               thousands(model.num_parameters()).c_str(), device.str().c_str());
   std::printf("  batch %lld%s, accum %lld, %s lr %g, %s, checkpoint %s (%s), seed %llu%s\n",
@@ -447,6 +376,7 @@ int run_train(const TrainFlags& f) {
               static_cast<long long>(f.step.accum), f.step.optimizer.c_str(), f.lr, f.step.precision.c_str(),
               policy.name.c_str(), policy.str().c_str(), static_cast<unsigned long long>(f.seed),
               f.resume.empty() ? "" : (", resumed at step " + std::to_string(first - 1)).c_str());
+  std::printf("  data: %s\n", data.str().c_str());
   if (dp)
     std::printf(
         "  data parallel: %d process%s (%s), ZeRO stage %d, %zu gradient buckets of up to %s; each step's %lld "
@@ -457,7 +387,7 @@ int run_train(const TrainFlags& f) {
         static_cast<long long>(f.step.accum));
 
   std::ofstream log;
-  const bool timeline = !f.timeline.empty() && rank == 0;  // files: rank 0 writes them
+  const bool timeline = (!f.timeline.empty() || !f.snapshot.empty()) && rank == 0;  // files: rank 0 writes them
   if (!f.log.empty() && rank == 0) {
     log.open(f.log);
     if (!log) throw mg::IOError("--log: cannot write " + f.log);
@@ -482,7 +412,7 @@ int run_train(const TrainFlags& f) {
       if (timeline) mg::annotate_memory("step " + std::to_string(step), device);
       mg::reset_peak(device);  // as the planner does: the step (gradients cleared first) is measured whole
       loss = mg::plan::train_step(
-          chain, trainer, [&](int64_t micro) { return data.batch(step, micro, shape); }, policy);
+          chain, trainer, [&](int64_t) { return data.next(); }, policy);
       if (warmup) warmup->step();
       if (device.is_cuda()) mg::cuda::synchronize(device.index);
       const double dt = seconds_since(t0);
@@ -506,13 +436,19 @@ int run_train(const TrainFlags& f) {
         log << line;
       }
       if (timeline && step == std::min(first + f.timeline_steps - 1, f.steps)) {  // once: off clears it
-        mg::write_memory_timeline(
-            f.timeline, device,
-            "memgrad train: steps " + std::to_string(first) + "-" + std::to_string(step) + ", " + model_str(spec));
+        write_memory_files(f.timeline, f.snapshot, device,
+                           "memgrad train: steps " + std::to_string(first) + "-" + std::to_string(step) + ", " +
+                               model_str(spec) + ", checkpoint " + policy.name + ", " + f.step.precision);
         mg::record_history(false);
       }
     }
   } catch (const mg::OutOfMemoryError&) {
+    if (timeline && mg::recording_history()) {  // the steps up to the failure, with it marked
+      write_memory_files(f.timeline, f.snapshot, device,
+                         "memgrad train: out of memory, " + model_str(spec) + ", checkpoint " + policy.name);
+      std::printf("\nmemory timeline up to the out-of-memory error: %s\n",
+                  (f.timeline.empty() ? f.snapshot : f.timeline).c_str());
+    }
     std::fflush(stdout);
     std::fprintf(stderr, "%s", oom_advice(f, spec, policy, device).c_str());
     throw;
@@ -533,22 +469,14 @@ int run_train(const TrainFlags& f) {
     std::printf(" (%lld steps skipped by the grad scaler)", static_cast<long long>(scaler->skipped_steps()));
   std::printf("\n");
   const double communication = dp ? dp->communication_seconds() - communication_before : 0;
+  data.print_wait(steps_run, train_seconds);
   if (dp)
     std::printf("communication: rank 0 was blocked waiting for reductions and gathers %s of %s (%.1f%%)\n",
                 format_seconds(communication).c_str(), format_seconds(train_seconds).c_str(),
                 100.0 * communication / train_seconds);
 
   if (data.is_gpt() && rank == 0) {  // held-out loss, without recording history: no activations are kept
-    mg::NoGradGuard no_grad;
-    model.eval();
-    double eval = 0;
-    for (int64_t i = 0; i < 4; ++i) {
-      auto [x, y] = data.batch(i, 0, shape, /*eval=*/true);
-      eval += chain.loss(x, y, mg::plan::Policy::none()).item<double>() / 4;
-    }
-    model.train();
-    std::printf("held-out loss %.4f (the corpus's last %lld bytes)\n", eval,
-                static_cast<long long>(data.held_out_bytes()));
+    data.print_held_out_loss(chain);
     if (f.sample > 0)
       std::printf("sample:\n%s\n", sample_text(dynamic_cast<mg::nn::GPT&>(model), device, f.sample, f.seed).c_str());
   }
@@ -601,6 +529,7 @@ int run_train(const TrainFlags& f) {
                 mg::format_bytes(int64_t(f.memory_limit)).c_str(), f.remat.c_str(), f.offload.c_str());
     std::printf("  %s\n", mg::budget::stats_report(device).c_str());
   }
+  data.print_memory();
   if (dp) {  // every rank's figures, gathered (the calls below are collective: every rank makes them)
     auto held = [&s, &base](mg::Category c) { return s.category(c) - base.category(c); };
     const std::vector<int64_t> mine = {peaks[0],
@@ -639,10 +568,12 @@ int run_train(const TrainFlags& f) {
   } else {
     std::printf("\noptimizer state per parameter (%s):\n%s", opt.type().c_str(), opt.state_report().str().c_str());
   }
-  if (timeline) std::printf("memory timeline: %s\n", f.timeline.c_str());
+  if (timeline && !f.timeline.empty()) std::printf("memory timeline: %s\n", f.timeline.c_str());
+  if (timeline && !f.snapshot.empty()) std::printf("memory snapshot: %s (memgrad view draws it)\n", f.snapshot.c_str());
   if (!f.save.empty()) {
     const mg::optim::StateDict optimizer = dp ? dp->state_dict(opt) : opt.state_dict();  // collective with dp
-    if (rank == 0) save_state(f.save, f.steps, signature, model, optimizer, dp ? nullptr : trainer.masters(), scaler);
+    if (rank == 0)
+      save_state(f.save, f.steps, signature, model, optimizer, dp ? nullptr : trainer.masters(), scaler, data.state());
     if (world) world->barrier();  // the file exists when any rank returns
     std::printf("training state (step %lld): %s\n", static_cast<long long>(f.steps), f.save.c_str());
   }

@@ -1,0 +1,121 @@
+// The public API of the memory budget (budget.h): enable and disable a device, pin, stats.
+#include <cstdlib>
+#include <cstring>
+
+#include <memgrad/core/budget/cell_impl.h>
+#include <memgrad/core/cuda/runtime_impl.h>
+
+namespace mg::budget {
+
+using namespace impl;
+
+void enable(const Device& d, const Options& options) {
+  MG_CHECK(d.is_cpu() || d.is_cuda(), DeviceError, "budget::enable: expected a cpu or cuda device, got ", d);
+  MG_CHECK(options.limit > 0, ValueError, "budget::enable: expected a limit in bytes > 0, got ", options.limit);
+  Lock g(mu());
+  auto& db = device_budget(d);
+  memory::set_pressure_hook({&detail::active, &relieve});  // the budget's one entrance from the allocator
+  set_memory_limit(d, options.limit);
+  db.options = options;
+  if (!db.on.exchange(true)) ++detail::g_active_devices;
+  // Measured once: the copy bandwidth to the host pool and back (what an offload costs). The
+  // other side of the choice, recompute, is priced by each recorded kernel's own measured time.
+  if (db.stats.bandwidth == 0) {
+    const size_t n = size_t(4) << 20;
+    auto host = host_alloc(d, n);
+    std::memset(host.get(), 1, n);
+    Block* dev = d.is_cuda() ? memory::allocate(d, n, Category::Workspace) : nullptr;
+    std::shared_ptr<void> other(d.is_cuda() ? nullptr : std::aligned_alloc(memory::kRoundBytes, n),
+                                [](void* p) { std::free(p); });
+    const int64_t t0 = now_ns();
+    for (int i = 0; i < 2; ++i) {
+      if (dev) {
+        cuda::copy(dev->ptr, host.get(), n, cuda::CopyKind::HostToDevice, d.index);
+        cuda::copy(host.get(), dev->ptr, n, cuda::CopyKind::DeviceToHost, d.index);
+      } else {
+        std::memcpy(other.get(), host.get(), n);
+        std::memcpy(host.get(), other.get(), n);
+      }
+    }
+    db.stats.bandwidth = 4.0 * double(n) / std::max(1e-9, seconds_since(t0));
+    memory::release(dev);
+  }
+}
+
+void disable(const Device& d) {
+  Lock g(mu());
+  auto& db = device_budget(d);
+  if (!db.on.load()) return;
+  std::vector<std::shared_ptr<Cell>> live;
+  for (Cell* c : db.cells)
+    if (auto p = c->self.lock()) live.push_back(p);
+  for (auto& c : live) {
+    if (c->has_storage && !c->resident()) ensure_resident(*c);
+    drop_recipe(*c);
+    c->dependents.clear();
+  }
+  db.on = false;
+  --detail::g_active_devices;
+}
+
+bool enabled(const Device& d) { return detail::active(d); }
+Options options(const Device& d) {
+  Lock g(mu());
+  return device_budget(d).options;
+}
+
+void pin(const Tensor& t) {
+  MG_CHECK(t.defined(), ValueError, "budget::pin: expected a defined tensor");
+  Lock g(mu());
+  if (const auto& c = t.storage()->budget_cell()) {
+    ensure_resident(*c);
+    c->user_pinned = true;
+  }
+}
+
+bool is_resident(const Tensor& t) {
+  MG_CHECK(t.defined(), ValueError, "budget::is_resident: expected a defined tensor");
+  Lock g(mu());
+  const auto& c = t.storage()->budget_cell();
+  return !c || c->resident();
+}
+
+Stats stats(const Device& d) {
+  Lock g(mu());
+  return device_budget(d).stats;
+}
+
+void reset_stats(const Device& d) {
+  Lock g(mu());
+  auto& s = device_budget(d).stats;
+  Stats fresh;
+  fresh.bandwidth = s.bandwidth;
+  fresh.host_bytes = fresh.peak_host_bytes = s.host_bytes;
+  s = fresh;
+}
+
+std::string stats_report(const Device& d) {
+  const Stats s = stats(d);
+  auto by_category = [](const CategoryBytes& b) {
+    std::string r;
+    for (int c = 0; c < kNumCategories; ++c)
+      if (b[size_t(c)])
+        r += mg::detail::str(r.empty() ? "" : ", ", category_name(Category(c)), " ", format_bytes(b[size_t(c)]));
+    return r.empty() ? std::string("none") : r;
+  };
+  int64_t evicted = 0, offloaded = 0;
+  for (int c = 0; c < kNumCategories; ++c)
+    evicted += s.evicted_bytes[size_t(c)], offloaded += s.offloaded_bytes[size_t(c)];
+  char times[160];
+  std::snprintf(times, sizeof times, "%.3f s recomputing (%.3g matmul FLOP), %.3f s copying", s.recompute_seconds,
+                s.recompute_flops, s.transfer_seconds);
+  return mg::detail::str("evicted ", format_bytes(evicted), " in ", s.evictions, " evictions (",
+                         by_category(s.evicted_bytes), "); rematerialized ", format_bytes(s.rematerialized_bytes),
+                         " in ", s.rematerializations, " recomputes; offloaded ", format_bytes(offloaded), " in ",
+                         s.offloads, " copies (", by_category(s.offloaded_bytes), "), fetched back ", s.fetches, " (",
+                         s.prefetches, " ahead of use)", "; host pool peak ", format_bytes(s.peak_host_bytes), "; ",
+                         times, "; largest kernel working set ", format_bytes(s.largest_working_set),
+                         s.largest_working_set_kernel.empty() ? "" : " (" + s.largest_working_set_kernel + ")");
+}
+
+}  // namespace mg::budget

@@ -1,0 +1,107 @@
+// A memory budget runtime: training inside a hard limit by dynamic rematerialization (DTR,
+// Kirisame et al., ICLR 2021) and offload to host memory.
+//
+// With a budget on a device, every kernel run records, for each storage it writes, how to make
+// those bytes again: the kernel, its arguments (random draws included: seed and Philox offset are
+// kernel arguments), and its measured time (or a modeled one: Cost). When an allocation would pass the limit even after
+// the allocator has released its cache, the runtime frees the bytes of resident storages it can
+// re-create (evicts them) and, with offload on, copies others to a separately accounted host
+// pool. A storage is rematerialized when a kernel (or a read of its values) touches it again:
+// recursively, from the recorded kernels, bitwise as the first time.
+//
+// What is never evicted: parameters, gradients and optimizer state (by ledger category), tensors
+// pinned with pin(), storages whose values the user has read or written through data pointers
+// (raw_data/data_ptr/item outside kernels), and the arguments of the kernel running now.
+// Eviction picks the smallest DTR score h = cost / (bytes x staleness), where cost is the storage's
+// recompute time plus that of the evicted storages it would bring back (the paper's equivalence
+// classes: evicted neighbours merged with union-find); a storage no handle refers to costs nothing
+// while no evicted storage needs it. Offload is chosen for a storage when moving
+// it out and back is cheaper than recomputing it (bandwidth and compute measured), and is the only
+// way out for storages that cannot be recomputed. Backward fetches offloaded saved tensors back
+// ahead of the nodes that read them, within the limit (Options::prefetch; on cuda the copies run on
+// a side stream and a kernel waits only for those it touches: never run on a GPU).
+//
+// An in-place write to a storage whose old value an evicted storage still needs brings that one
+// back first; nothing is recomputed from values that changed. Storages no user handle refers to
+// any more are freed at once but keep their recipe while a recipe that may run needs them.
+//
+// Under a budget that cannot work (pinned bytes plus the working set of one kernel exceed it)
+// allocation raises MemoryBudgetError naming that minimum. The runtime is for one thread at a time
+// per device (the kernels' own worker threads are fine).
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include <memgrad/core/error.h>
+#include <memgrad/core/memory.h>
+#include <memgrad/core/tensor.h>
+
+namespace mg {
+
+namespace budget {
+
+enum class Remat : uint8_t { None, Dynamic };  // None: offload only (or a plain limit)
+enum class Offload : uint8_t { None, Activations, Optimizer, All };
+// How eviction prices a storage and ages it. Measured (DTR's): each recorded kernel's measured time,
+// staleness in wall-clock time, offload at the copy bandwidth measured at enable(). Modeled: a
+// kernel takes its matmul FLOPs at kModeledFlopsPerSecond plus its arguments' bytes at
+// kModeledBytesPerSecond, both to price a recompute and as the clock staleness is counted on, and
+// offload moves at kModeledBytesPerSecond. The same program under the same budget then evicts,
+// recomputes and offloads the same storages on any machine and under any load (the reports'
+// measured seconds still vary).
+enum class Cost : uint8_t { Measured, Modeled };
+constexpr double kModeledFlopsPerSecond = 1e11, kModeledBytesPerSecond = 1e10;
+
+struct Options {
+  int64_t limit = 0;  // bytes the device may reserve (set_memory_limit)
+  Remat remat = Remat::Dynamic;
+  Offload offload = Offload::None;
+  // Fetch offloaded saved tensors back as backward reaches the node that reads them and the one
+  // after it (within the limit: a prefetch never makes anything else leave), rather than when a
+  // kernel first touches them.
+  bool prefetch = true;
+  Cost cost = Cost::Measured;
+};
+
+// Puts `d` (cpu or cuda) under a budget: sets its memory limit and turns the runtime on. Storages
+// allocated from now on are managed; existing ones are, once a kernel touches them.
+void enable(const Device& d, const Options& options);
+// Back to a plain device: every evicted or offloaded storage still alive is brought back first
+// (the limit stays; set_memory_limit(d, 0) removes it).
+void disable(const Device& d);
+bool enabled(const Device& d);
+Options options(const Device& d);
+
+// Never evict or offload `t`'s storage.
+void pin(const Tensor& t);
+// True when `t`'s bytes are on the device now (not evicted, not offloaded).
+bool is_resident(const Tensor& t);
+
+// What the runtime did on one device since enable() or reset_stats(). Byte counts are the
+// ledger's (rounded) block sizes; by_category is the category a storage had when it left.
+struct Stats {
+  int64_t evictions = 0, rematerializations = 0;
+  CategoryBytes evicted_bytes{};     // cumulative, by category
+  int64_t rematerialized_bytes = 0;  // cumulative
+  double recompute_seconds = 0;      // kernel time spent recomputing
+  double recompute_flops = 0;        // matmul FLOPs recomputed (2 per multiply-add; as FlopCounter counts)
+  int64_t offloads = 0, fetches = 0;
+  int64_t prefetches = 0;                       // of the fetches, those made ahead of the kernel that reads them
+  CategoryBytes offloaded_bytes{};              // cumulative, by category
+  int64_t host_bytes = 0, peak_host_bytes = 0;  // the host pool: bytes held now and at most
+  double transfer_seconds = 0;                  // copying to and from the host pool
+  int64_t banished = 0;                         // recipes dropped because an input changed in place
+  int64_t largest_working_set = 0;              // bytes of the largest kernel's arguments
+  std::string largest_working_set_kernel;       // that kernel's name
+  // Bytes/s to the host pool and back, measured at enable(); offload is chosen for a storage when
+  // 2 x bytes / bandwidth is below its recompute cost (its recorded kernels' time, or Cost::Modeled's).
+  double bandwidth = 0;
+};
+Stats stats(const Device& d = kCPU);
+void reset_stats(const Device& d = kCPU);
+// "evicted 12.0 MiB in 40 storages (Activation 10.0 MiB, Temporary 2.0 MiB), ..." for reports.
+std::string stats_report(const Device& d = kCPU);
+
+}  // namespace budget
+}  // namespace mg

@@ -22,6 +22,7 @@
 #include <memgrad/autograd/node.h>
 #include <memgrad/core/autocast.h>
 #include <memgrad/core/budget/budget.h>
+#include <memgrad/core/cpu_isa.h>
 #include <memgrad/core/cuda.h>
 #include <memgrad/core/device.h>
 #include <memgrad/core/dtype.h>

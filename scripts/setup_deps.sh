@@ -1,10 +1,10 @@
 # Sourced by train.sh and test.sh: installs the Debian packages the build needs that are missing.
 # As root it runs apt-get (one update, one install); otherwise it prints the command and stops.
 
-# OpenBLAS in its OpenMP flavour: it shares memgrad's libgomp threads instead of starting a
-# second pool of spinning pthreads (CMakeLists.txt, MG_OPENBLAS).
-MG_PACKAGES=(g++ cmake make ccache libeigen3-dev libopenblas-openmp-dev doctest-dev libbenchmark-dev nlohmann-json3-dev
-  libcli11-dev libfmt-dev libopenmpi-dev openmpi-bin python3)
+# oneDNN and OpenBLAS in their OpenMP flavours: they share memgrad's libgomp threads instead of
+# starting a second pool of spinning pthreads (CMakeLists.txt, MG_ONEDNN and MG_OPENBLAS).
+MG_PACKAGES=(g++ cmake make ccache libeigen3-dev libdnnl-dev libopenblas-openmp-dev doctest-dev libbenchmark-dev
+  nlohmann-json3-dev libcli11-dev libfmt-dev libopenmpi-dev openmpi-bin python3)
 # The fuzz targets (tests/fuzz): clang, its libFuzzer (libclang_rt.fuzzer in libclang-rt-14-dev) and OpenMP.
 MG_FUZZ_PACKAGES=(clang libclang-rt-14-dev libomp-dev)
 # The browser test (tests/browser): the memory timeline page in Debian's chromium, headless. test.sh

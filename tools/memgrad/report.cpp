@@ -63,6 +63,14 @@ void print_kernel_times(const mg::KernelProfile& profile, double wall_seconds, i
   }
   line("(outside kernels)", "", wall_seconds - profile.seconds());
   line("step", "", wall_seconds);
+  // What the cpu kernels ran on here (DESIGN principle 8): the ISA level and each variant's library.
+  std::printf("  cpu: %s;", mg::to_string(mg::cpu_isa()));
+  for (const std::string& op : mg::kernel_ops(mg::DeviceType::CPU)) {
+    const std::string variant = mg::kernel_variant(mg::DeviceType::CPU, op);
+    const std::string detail = mg::kernel_variant_detail(mg::DeviceType::CPU, op, variant);
+    std::printf(" %s %s%s%s", op.c_str(), variant.c_str(), detail.empty() ? "" : ": ", detail.c_str());
+  }
+  std::printf("\n");
 }
 
 void print_outside_ledger(const mg::cuda::DeviceMemory& before, const mg::cuda::DeviceMemory& after) {

@@ -211,6 +211,8 @@ struct StepReport {
   CategoryBytes at_peak{};        // by category at the last step's peak
   CategoryBytes category_peak{};  // each category's own peak in the last step
   std::map<std::string, int64_t> at_peak_by_owner;
+  // With out_of_memory: the error's fragmentation forensics (why the cache could not serve it).
+  std::shared_ptr<const Fragmentation> oom_fragmentation;
   double flops = 0, recompute_flops = 0;  // in the last step
   int64_t category(Category c) const { return at_peak[size_t(c)]; }
   int64_t peak_of(Category c) const { return category_peak[size_t(c)]; }

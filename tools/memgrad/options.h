@@ -65,6 +65,7 @@ struct StepFlags {
   // ahead, page-locked host buffers (cuda).
   int64_t num_workers = 0, prefetch = 2;
   bool pin_memory = false;
+  bool expandable_segments = false;  // the allocator's mode (set_allocator_config), for train and plan alike
 };
 
 void add_model_flags(CLI::App& app, ModelFlags& m);

@@ -31,7 +31,6 @@
 #include <memgrad/core/memory.h>
 #include <memgrad/core/memory/batch_size.h>
 #include <memgrad/core/op.h>
-#include <memgrad/core/ops.h>
 #include <memgrad/core/profile.h>
 #include <memgrad/core/random.h>
 #include <memgrad/core/tensor.h>
@@ -48,6 +47,7 @@
 #include <memgrad/nn/loss.h>
 #include <memgrad/nn/module.h>
 #include <memgrad/nn/safetensors.h>
+#include <memgrad/ops/ops.h>
 #include <memgrad/optim/adam.h>
 #include <memgrad/optim/clip.h>
 #include <memgrad/optim/optimizer.h>

@@ -4,8 +4,8 @@
 
 #include <memgrad/core/grad_mode.h>
 #include <memgrad/core/memory.h>
-#include <memgrad/core/ops.h>
-#include <memgrad/kernels/backend.h>
+#include <memgrad/ops/multi_tensor.h>
+#include <memgrad/ops/ops.h>
 
 namespace mg::amp {
 
@@ -46,10 +46,8 @@ bool check_and_unscale(const std::vector<Tensor>& tensors, double inv_scale) {
       MemoryScope scope(Category::Temporary, "GradScaler.found_inf");
       flag = zeros({1}, TensorOptions(kFloat32).device(device));
     }
-    kernels::run(device, &kernels::Backend::non_finite_check_and_unscale, list, flag, inv_scale);
+    mg::detail::non_finite_check_and_unscale_(list, flag, inv_scale);
     if (!device.is_meta()) found |= flag.item<float>() != 0;  // meta: the flag's bytes, no values
-    if (inv_scale != 1.0)
-      for (auto& t : list) t.storage()->bump_version();
   }
   return found;
 }

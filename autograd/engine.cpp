@@ -6,11 +6,11 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include <memgrad/autograd/grad_math.h>
 #include <memgrad/autograd/node.h>
 #include <memgrad/core/budget/runtime_impl.h>
 #include <memgrad/core/grad_mode.h>
 #include <memgrad/core/memory.h>
-#include <memgrad/core/ops.h>
 
 namespace mg::autograd {
 
@@ -25,7 +25,7 @@ void accumulate(Tensor& slot, Tensor&& g) {
   if (!slot.defined())
     slot = std::move(g);
   else
-    slot = add(slot, g);
+    slot = math::add(slot, g);
 }
 
 // Under a memory budget (core/budget/budget.h): the offloaded tensors saved for `n`, and for the nodes
@@ -140,7 +140,7 @@ TensorList execute(const TensorList& roots, const TensorList& grads, bool retain
     for (size_t i = 0; i < n->outputs().size() && i < in.size(); ++i)
       if (!in[i].defined()) {
         auto& m = n->outputs()[i];
-        in[i] = zeros(m.shape, TensorOptions().dtype(m.dtype).device(m.device));
+        in[i] = math::zeros(m.shape, TensorOptions().dtype(m.dtype).device(m.device));
       }
     if (budget::detail::any_active()) prefetch_saved(*n, deps);
     TensorList out = n->apply(std::move(in));
@@ -172,7 +172,7 @@ TensorList seeds(const TensorList& outputs, const TensorList& given) {
       MG_CHECK(y.numel() == 1, AutogradError, "grad: expected a one-element output when no gradient is given, got ",
                shape_str(y.shape()), " for output ", i);
       NoGradGuard ng;
-      g = ones(y.shape(), y.options());
+      g = math::ones(y.shape(), y.options());
     }
     MG_CHECK(g.shape() == y.shape(), ShapeError, "grad: expected a gradient of shape ", shape_str(y.shape()),
              " for output ", i, ", got ", shape_str(g.shape()));

@@ -2,9 +2,9 @@
 
 #include <cmath>
 
+#include <memgrad/autograd/grad_math.h>
 #include <memgrad/autograd/node.h>
 #include <memgrad/core/grad_mode.h>
-#include <memgrad/core/ops.h>
 
 namespace mg {
 
@@ -45,7 +45,7 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
   for (auto k : checked) analytic[k].assign(size_t(m * inputs[k].numel()), 0.0);
   for (int64_t j = 0; j < m; ++j) {
     for (auto k : checked) inputs[k].set_grad(Tensor());
-    Tensor seed = zeros(y.shape(), TensorOptions(y.dtype()));
+    Tensor seed = autograd::math::zeros(y.shape(), TensorOptions(y.dtype()));
     element(seed, j)[0] = 1.0;
     if (!y.requires_grad()) break;
     y.backward(seed, true);

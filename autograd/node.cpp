@@ -2,8 +2,8 @@
 
 #include <atomic>
 
+#include <memgrad/autograd/grad_math.h>
 #include <memgrad/core/grad_mode.h>
-#include <memgrad/core/ops.h>
 #include <memgrad/core/tensor_impl.h>
 
 namespace mg {
@@ -146,7 +146,7 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
       Tensor owned;
       {
         MemoryScope scope(Category::Gradient);
-        owned = sole ? g : cur.defined() ? cur + g.to(leaf->dtype) : g.to(leaf->dtype).clone();
+        owned = sole ? g : cur.defined() ? math::add(cur, g.to(leaf->dtype)) : g.to(leaf->dtype).clone();
       }
       owned.storage()->set_category(Category::Gradient);
       if (auto* param_block = leaf->storage->block())  // the ledger names the buffer after its parameter
@@ -235,7 +235,7 @@ Tensor with_history(const Tensor& t, Edge edge) { return with_history(t, std::mo
 Tensor with_history(const Tensor& t, Edge edge, const Shape& shape, DType dtype) {
   Tensor alias = t.detach();
   auto node = std::make_shared<FunctionNode>(Op::none, "SavedTensor", [shape, dtype](const TensorList& g, const Node&) {
-    Tensor r = g[0].shape() == shape ? g[0] : sum_to(g[0], shape);
+    Tensor r = g[0].shape() == shape ? g[0] : math::sum_to(g[0], shape);
     return TensorList{r.to(dtype)};
   });
   node->next_edges().push_back(std::move(edge));

@@ -2,7 +2,7 @@
 // this file, which undefines it again (core/op.h builds the Op enum and op_name() from it). No
 // include guard on purpose.
 
-// ---- elementwise (core/ops/elementwise.cpp)
+// ---- elementwise (ops/elementwise.cpp; dropout and bias_dropout_add there too, under nn)
 MG_OP(abs)
 MG_OP(add)
 MG_OP(clamp)
@@ -32,7 +32,7 @@ MG_OP(sub)
 MG_OP(tanh)
 MG_OP(where)
 
-// ---- in place (core/ops/elementwise.cpp; scatter_, scatter_add_ and index_add_ in core/ops/index.cpp)
+// ---- in place (ops/elementwise.cpp; scatter_, scatter_add_ and index_add_ in ops/index.cpp)
 MG_OP(add_)
 MG_OP(clamp_)
 MG_OP(div_)
@@ -44,7 +44,7 @@ MG_OP(scatter_)
 MG_OP(scatter_add_)
 MG_OP(sub_)
 
-// ---- reductions, scans, sorting and softmax (core/ops/reduce.cpp)
+// ---- reductions and scans (ops/reduce.cpp), sorting (ops/sort.cpp), softmax (ops/softmax.cpp)
 MG_OP(amax)
 MG_OP(amin)
 MG_OP(argmax)
@@ -61,13 +61,14 @@ MG_OP(topk)
 MG_OP(softmax)
 MG_OP(log_softmax)
 
-// ---- linear algebra (core/ops/linalg.cpp) and attention (core/ops/attention.cpp)
+// ---- matmul (ops/matmul.cpp), attention (ops/attention.cpp; scaled_masked_softmax in ops/softmax.cpp)
 MG_OP(matmul)
 MG_OP(linear)
 MG_OP(attention)
 MG_OP(scaled_masked_softmax)
 
-// ---- neural-network ops (core/ops/nn.cpp)
+// ---- neural-network ops: norms (ops/norm.cpp), dropout (ops/elementwise.cpp), losses (ops/loss.cpp),
+// convolution and pooling (ops/conv.cpp)
 MG_OP(layer_norm)
 MG_OP(group_norm)
 MG_OP(batch_norm)
@@ -80,7 +81,7 @@ MG_OP(conv2d)
 MG_OP(max_pool2d)
 MG_OP(avg_pool2d)
 
-// ---- indexing and joining (core/ops/index.cpp)
+// ---- indexing and joining (ops/index.cpp)
 MG_OP(cat)
 MG_OP(gather)
 MG_OP(scatter)
@@ -93,7 +94,7 @@ MG_OP(repeat)
 MG_OP(tril)
 MG_OP(triu)
 
-// ---- views, copies and conversions (core/ops/view.cpp)
+// ---- views, copies and conversions (ops/view.cpp)
 MG_OP(view)
 MG_OP(as_strided)
 MG_OP(transpose)
@@ -106,5 +107,14 @@ MG_OP(clone)
 MG_OP(to)
 MG_OP(copy_)
 MG_OP(fill_)
+
+// ---- random fills in place (ops/factory.cpp)
+MG_OP(uniform_)
+MG_OP(normal_)
+
+// ---- multi-tensor ops: optimizer steps and loss unscaling (ops/multi_tensor.cpp)
+MG_OP(sgd_update_)
+MG_OP(adam_update_)
+MG_OP(non_finite_check_and_unscale_)
 
 #undef MG_OP

@@ -201,6 +201,8 @@ Tensor make_tensor(std::shared_ptr<Storage> storage, Shape shape, Strides stride
 size_t nbytes_of(const Shape& shape, DType dtype);
 // A fresh contiguous tensor allocated under the scope's category, else `fallback`.
 Tensor empty_with(Shape shape, DType dtype, const Device& device, Category fallback);
+// Wraps memory the caller owns, without copying; `deleter` runs when the last view dies.
+Tensor from_blob(void* data, const Shape& shape, const TensorOptions& o = {}, std::function<void(void*)> deleter = {});
 
 namespace detail {
 double load_as_double(const void* p, DType t);

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include <memgrad/core/ops.h>
+#include <memgrad/ops/ops.h>
 
 namespace mg::data {
 

@@ -4,7 +4,7 @@
 
 #include <memgrad/core/allocator.h>
 #include <memgrad/core/memory.h>
-#include <memgrad/core/ops.h>
+#include <memgrad/ops/ops.h>
 
 namespace mg::data {
 

@@ -8,7 +8,7 @@
 
 #include <memgrad/core/grad_mode.h>
 #include <memgrad/core/memory.h>
-#include <memgrad/core/ops.h>
+#include <memgrad/ops/ops.h>
 #include <memgrad/optim/clip.h>
 
 namespace mg::distributed {

@@ -13,6 +13,17 @@ std::vector<std::string> missing_kernels(const Backend& b) {
   return missing;
 }
 
+// Every kernel writes something: a `const Out&` parameter, or a list of tensors (all taken as written).
+template <class R, class... P>
+constexpr bool writes_something(R (*)(P...)) {
+  return ((std::is_same_v<P, const Out&> || std::is_same_v<P, const std::vector<Tensor>&> ||
+           std::is_same_v<P, const TensorLists&>) ||
+          ...);
+}
+#define MG_KERNEL(name, ...) \
+  static_assert(writes_something(decltype(Backend::name){}), #name ": a kernel writes a const Out& or a list");
+#include <memgrad/kernels/kernel_list.h>
+
 const Backend& scratch_backend(DeviceType target) {
   static const Backend none;
   return target == DeviceType::CPU ? cpu_scratch() : target == DeviceType::CUDA ? cuda_scratch() : none;

@@ -1,16 +1,17 @@
 // The kernel interface every device backend fills in. Ops check arguments and allocate outputs;
 // kernels only compute. The entries and their contracts are listed once, in kernel_list.h.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include <memgrad/core/budget/kernel_call.h>
 #include <memgrad/core/grad_mode.h>
 #include <memgrad/core/memory.h>
 #include <memgrad/core/profile.h>
 #include <memgrad/core/tensor.h>
-#include <memgrad/kernels/budget_run.h>
 #include <memgrad/kernels/host_device.h>
 #include <memgrad/kernels/pool.h>
 #include <memgrad/kernels/unary.h>
@@ -58,6 +59,13 @@ struct AttentionParams {
   AttentionMask mask;
 };
 
+// A tensor argument the kernel writes (an output, a gradient, an in-place destination). It is the
+// Tensor itself, which the kernel uses as one; ops pass plain Tensors. The type is what tells
+// kernels::run, and through it the budget runtime, which storages a run makes.
+struct Out : Tensor {
+  Out(const Tensor& t) : Tensor(t) {}  // implicit: ops pass the Tensors they allocated
+};
+
 // Operands of a multi-tensor op: lists[k][j] is operand k of tensor j.
 using TensorLists = std::vector<std::vector<Tensor>>;
 
@@ -74,19 +82,52 @@ inline DimSplit split_at(const Shape& s, int64_t dim) {
 // One function pointer per kernel of kernel_list.h, null where the backend has none.
 struct Backend {
 #define MG_KERNEL(name, ret, ...) ret (*name)(__VA_ARGS__) = nullptr;
-#define MG_OPTIONAL_KERNEL MG_KERNEL
 #include <memgrad/kernels/kernel_list.h>
 };
 
 const Backend& cpu_backend();
 const Backend& cuda_backend();  // all null when memgrad is built without CUDA
-// A kernel's scratch is part of its op's contract. These tables hold, for the kernels that allocate
-// scratch, functions that allocate exactly what that backend's kernel allocates and compute nothing;
-// the other entries are null. A meta run calls the table of meta_target() (core/device.h), so a plan
-// books the Workspace bytes of the device it is made for. cuda_scratch is built without nvcc too.
+// A kernel's scratch is part of its op's contract. These tables hold, for the kernels of MG_SCRATCH,
+// their backend's scratch function (which allocates what the kernel does and computes nothing); the
+// other entries are null. A meta run calls the table of meta_target() (core/device.h), so a plan books
+// the Workspace bytes of the device it is made for. cuda_scratch is built without nvcc too.
 const Backend& cpu_scratch();
 const Backend& cuda_scratch();
 const Backend& scratch_backend(DeviceType target);
+
+// The scratch function of a kernel of type F (kernel_list.h's MG_SCRATCH): the kernel's parameters,
+// returning what the kernel computes on. Backends declare theirs as `ScratchOf<decltype(name)> name_scratch;`.
+template <class F>
+struct ScratchFn;
+template <class R, class... P>
+struct ScratchFn<R(P...)> {
+  using type = std::vector<Tensor>(P...);
+};
+template <class F>
+using ScratchOf = typename ScratchFn<F>::type;
+// A Backend entry that runs scratch function F and drops what it returns (a scratch table's entry).
+template <auto F>
+struct ScratchOnly;
+template <class... P, std::vector<Tensor> (*F)(P...)>
+struct ScratchOnly<F> {
+  static void run(P... p) { F(p...); }
+};
+
+// Which parameters of a kernel of type R(P...) it writes: its `const Out&` ones.
+template <class R, class... P>
+constexpr std::array<bool, sizeof...(P)> written_params(R (*)(P...)) {
+  return {std::is_same_v<P, const Out&>...};
+}
+// The FLOPs of a call of `fn` with `args`, as kernel_list.h's MG_FLOPS says (0 for the others).
+template <class Fn, class... Args>
+double kernel_flops(Fn Backend::*fn, const Args&... args) {
+#define MG_KERNEL(name, ...)
+#define MG_FLOPS(name, f)                                    \
+  if constexpr (std::is_same_v<Fn, decltype(Backend::name)>) \
+    if (fn == &Backend::name) return f(args...);
+#include <memgrad/kernels/kernel_list.h>
+  return 0;
+}
 // The names of the required (non-optional) entries `b` lacks: empty for a complete backend.
 std::vector<std::string> missing_kernels(const Backend& b);
 
@@ -96,7 +137,6 @@ const char* kernel_name(Fn Backend::*fn) {
 #define MG_KERNEL(name, ...)                                 \
   if constexpr (std::is_same_v<Fn, decltype(Backend::name)>) \
     if (fn == &Backend::name) return #name;
-#define MG_OPTIONAL_KERNEL MG_KERNEL
 #include <memgrad/kernels/kernel_list.h>
   return "?";
 }
@@ -105,9 +145,9 @@ const char* kernel_name(Fn Backend::*fn) {
 
 // Runs `fn` of the backend for `device`; on meta, only the scratch the kernel of meta_target() would
 // allocate. Raises NotImplementedError naming the current op (OpScope) and the kernel when the
-// backend lacks it. Under a memory budget
-// (core/budget/budget.h) the run goes through the budget runtime, which records how to recompute what it
-// writes (kernels/budget_run.h). Under a KernelProfile (core/profile.h) the call is timed.
+// backend lacks it. Under a memory budget (core/budget/budget.h) the run goes through the budget
+// runtime, which records how to recompute what it writes (its Out parameters) at what cost (its
+// MG_FLOPS). Under a KernelProfile (core/profile.h) the call is timed.
 template <class Fn, class... Args>
 void run(const Device& device, Fn Backend::*fn, Args&&... args) {
   NoGradGuard no_grad;                       // kernels never record history
@@ -119,7 +159,9 @@ void run(const Device& device, Fn Backend::*fn, Args&&... args) {
   auto f = (device.is_cuda() ? cuda_backend() : cpu_backend()).*fn;
   if (f == nullptr) no_kernel(device, kernel_name(fn));
   auto call = [&] {
-    if (budget::detail::any_active()) return run_budgeted(device, kernel_name(fn), f, args...);
+    if (budget::detail::any_active())
+      return budget::detail::run_kernel(device, kernel_name(fn), f, written_params(f), kernel_flops(fn, args...),
+                                        args...);
     f(std::forward<Args>(args)...);
   };
   if (!mg::detail::any_kernel_profile()) return call();

@@ -1,5 +1,5 @@
 // The unary ops' formulas and derivatives, written once. The CPU and CUDA kernels instantiate them
-// with numbers; a backward pass that creates a graph (core/ops/elementwise.cpp) instantiates the
+// with numbers; a backward pass that creates a graph (ops/elementwise.cpp) instantiates the
 // derivatives with Tensors, so the gradient of a gradient follows the very formula the kernels run.
 #pragma once
 #include <cstdint>

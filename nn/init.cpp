@@ -2,13 +2,12 @@
 
 #include <cmath>
 
+#include <memgrad/core/grad_mode.h>
 #include <memgrad/core/random.h>
-#include <memgrad/kernels/backend.h>
 #include <memgrad/nn/module.h>
+#include <memgrad/ops/random_fill_impl.h>
 
 namespace mg::nn::init {
-
-using kernels::Backend;
 
 double calculate_gain(Nonlinearity nl, double negative_slope) {
   switch (nl) {
@@ -38,31 +37,25 @@ void check(const char* op, const Tensor& t) {
 }
 }  // namespace
 
+// The fills run as ops (ops/), under NoGradGuard: parameters are leaves that require grad.
 Tensor& constant_(Tensor& t, double value) {
   check("constant_", t);
-  kernels::run(t.device(), &Backend::fill, t, value);
-  t.storage()->bump_version();
-  return t;
+  NoGradGuard no_grad;
+  return t.fill_(value);
 }
 Tensor& zeros_(Tensor& t) { return constant_(t, 0.0); }
 Tensor& ones_(Tensor& t) { return constant_(t, 1.0); }
 
 Tensor& normal_(Tensor& t, double mean, double std, Generator* generator) {
   check("normal_", t);
-  MG_CHECK(t.is_contiguous(), ValueError, "normal_: expected a contiguous tensor");
-  auto d = generator_or_default(generator).draw(2 * uint64_t(t.numel()));  // Box-Muller: two words each
-  kernels::run(t.device(), &Backend::normal, t, d.seed, d.offset, mean, std);
-  t.storage()->bump_version();
-  return t;
+  NoGradGuard no_grad;
+  return mg::detail::normal_(t, mean, std, generator);
 }
 
 Tensor& uniform_(Tensor& t, double lo, double hi, Generator* generator) {
   check("uniform_", t);
-  MG_CHECK(t.is_contiguous(), ValueError, "uniform_: expected a contiguous tensor");
-  auto d = generator_or_default(generator).draw(uint64_t(t.numel()));
-  kernels::run(t.device(), &Backend::uniform, t, d.seed, d.offset, lo, hi);
-  t.storage()->bump_version();
-  return t;
+  NoGradGuard no_grad;
+  return mg::detail::uniform_(t, lo, hi, generator);
 }
 
 Tensor& xavier_uniform_(Tensor& t, double gain, Generator* generator) {

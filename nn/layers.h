@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include <memgrad/core/ops.h>
 #include <memgrad/nn/module.h>
+#include <memgrad/ops/ops.h>
 
 namespace mg::nn {
 

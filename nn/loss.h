@@ -1,6 +1,6 @@
-// Losses as modules (the functional forms are mg::cross_entropy and mg::mse_loss in core/ops.h).
+// Losses as modules (the functional forms are mg::cross_entropy and mg::mse_loss in ops/ops.h).
 #pragma once
-#include <memgrad/core/ops.h>
+#include <memgrad/ops/ops.h>
 
 namespace mg::nn {
 

@@ -4,7 +4,7 @@
 #include <set>
 
 #include <memgrad/core/grad_mode.h>
-#include <memgrad/core/ops.h>
+#include <memgrad/ops/ops.h>
 
 namespace mg::nn {
 

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include <memgrad/core/grad_mode.h>
-#include <memgrad/core/ops.h>
+#include <memgrad/ops/ops.h>
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assumes a little-endian host");
 

@@ -2,8 +2,7 @@
 
 #include <cmath>
 
-#include <memgrad/kernels/update_rules.h>
-#include <memgrad/optim/multi_tensor_impl.h>
+#include <memgrad/ops/multi_tensor.h>
 
 namespace mg::optim {
 
@@ -53,8 +52,7 @@ void Adam::update(const Hyperparameters& o, const std::vector<ParamUpdate>& para
     scalars.push_back({lr, b1, b2, o.at("eps"), o.at("weight_decay"), lr / (1 - std::pow(b1, t)),
                        std::sqrt(1 - std::pow(b2, t)), amsgrad, o.at("maximize") != 0, decoupled_});
   }
-  detail::run_update(type().c_str(), &kernels::Backend::adam_update, lists, scalars);
-  for (const ParamUpdate& u : params) u.param->storage()->bump_version();
+  mg::detail::adam_update_(type().c_str(), lists, scalars);
 }
 
 }  // namespace mg::optim

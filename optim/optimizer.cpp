@@ -10,7 +10,7 @@
 
 #include <memgrad/core/grad_mode.h>
 #include <memgrad/core/memory.h>
-#include <memgrad/core/ops.h>
+#include <memgrad/ops/ops.h>
 
 namespace mg::optim {
 

@@ -1,7 +1,6 @@
 #include <memgrad/optim/sgd.h>
 
-#include <memgrad/kernels/update_rules.h>
-#include <memgrad/optim/multi_tensor_impl.h>
+#include <memgrad/ops/multi_tensor.h>
 
 namespace mg::optim {
 
@@ -46,8 +45,7 @@ void SGD::update(const Hyperparameters& o, const std::vector<ParamUpdate>& param
     lists[0].push_back(*u.param), lists[1].push_back(u.param->grad());
     scalars.push_back(s);
   }
-  detail::run_update("SGD", &kernels::Backend::sgd_update, lists, scalars);
-  for (const ParamUpdate& u : params) u.param->storage()->bump_version();
+  mg::detail::sgd_update_("SGD", lists, scalars);
 }
 
 }  // namespace mg::optim

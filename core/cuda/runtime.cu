@@ -17,7 +17,6 @@
 #include <memgrad/core/cuda/runtime_impl.h>
 #include <memgrad/core/error.h>
 #include <memgrad/core/memory.h>
-#include <memgrad/core/ops.h>
 
 namespace mg::cuda {
 namespace {

@@ -128,8 +128,8 @@ void for_each_head(int64_t BH, F f) {
 
 }  // namespace
 
-void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const Tensor& out,
-               const Tensor& lse, const AttentionParams& p) {
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const Out& out, const Out& lse,
+               const AttentionParams& p) {
   const void* mask_data = mask.defined() ? mask.raw_data() : nullptr;
   const int64_t BH = q.size(0), Tq = q.size(1), Tk = k.size(1), D = q.size(2);
   dispatch_floating(q.dtype(), "attention", [&](auto tag) {
@@ -163,8 +163,8 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
 }
 
 void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
-                        const Tensor& out, const Tensor& lse, const Tensor& delta, const Tensor& grad_q,
-                        const Tensor& grad_k, const Tensor& grad_v, const AttentionParams& p) {
+                        const Tensor& out, const Tensor& lse, const Out& delta, const Out& grad_q, const Out& grad_k,
+                        const Out& grad_v, const AttentionParams& p) {
   const void* mask_data = mask.defined() ? mask.raw_data() : nullptr;
   const int64_t BH = q.size(0), Tq = q.size(1), Tk = k.size(1), D = q.size(2);
   dispatch_floating(q.dtype(), "attention_backward", [&](auto tag) {

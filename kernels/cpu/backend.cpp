@@ -16,7 +16,9 @@ const Backend& cpu_backend() {
 const Backend& cpu_scratch() {
   static const Backend b = [] {
     Backend k;
-    k.matmul = cpu::matmul_scratch;
+#define MG_KERNEL(name, ...)
+#define MG_SCRATCH(name) k.name = &ScratchOnly<&cpu::name##_scratch>::run;
+#include <memgrad/kernels/kernel_list.h>
     return k;
   }();
   return b;

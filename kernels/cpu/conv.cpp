@@ -12,7 +12,7 @@ void for_each_plane(const Conv2dGeometry& g, F f) {
 }
 }  // namespace
 
-void im2col(const Tensor& x, const Tensor& col, const Conv2dGeometry& g) {
+void im2col(const Tensor& x, const Out& col, const Conv2dGeometry& g) {
   dispatch(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* xp = ptr<T>(x);
@@ -37,7 +37,7 @@ void im2col(const Tensor& x, const Tensor& col, const Conv2dGeometry& g) {
   });
 }
 
-void col2im(const Tensor& col, const Tensor& x, const Conv2dGeometry& g) {
+void col2im(const Tensor& col, const Out& x, const Conv2dGeometry& g) {
   dispatch(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* xp = ptr<T>(x);
@@ -63,7 +63,7 @@ void col2im(const Tensor& col, const Tensor& x, const Conv2dGeometry& g) {
   });
 }
 
-void max_pool2d(const Tensor& x, const Tensor& out, const Tensor& indices, const Conv2dGeometry& g) {
+void max_pool2d(const Tensor& x, const Out& out, const Out& indices, const Conv2dGeometry& g) {
   dispatch(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* xp = ptr<T>(x);
@@ -82,7 +82,7 @@ void max_pool2d(const Tensor& x, const Tensor& out, const Tensor& indices, const
   });
 }
 
-void max_pool2d_backward(const Tensor& grad, const Tensor& indices, const Tensor& grad_x) {
+void max_pool2d_backward(const Tensor& grad, const Tensor& indices, const Out& grad_x) {
   Conv2dGeometry g{grad_x.size(0),
                    grad_x.size(1),
                    grad_x.size(2),
@@ -124,7 +124,7 @@ void for_each_avg_tap(const Conv2dGeometry& g, F f) {
 }
 }  // namespace
 
-void avg_pool2d(const Tensor& x, const Tensor& out, const Conv2dGeometry& g) {
+void avg_pool2d(const Tensor& x, const Out& out, const Conv2dGeometry& g) {
   dispatch_floating(x.dtype(), "avg_pool2d", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* xp = ptr<T>(x);
@@ -138,7 +138,7 @@ void avg_pool2d(const Tensor& x, const Tensor& out, const Conv2dGeometry& g) {
   });
 }
 
-void avg_pool2d_backward(const Tensor& grad, const Tensor& grad_x, const Conv2dGeometry& g) {
+void avg_pool2d_backward(const Tensor& grad, const Out& grad_x, const Conv2dGeometry& g) {
   dispatch_floating(grad.dtype(), "avg_pool2d_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* gp = ptr<T>(grad);

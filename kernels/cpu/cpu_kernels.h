@@ -7,9 +7,8 @@ namespace mg::cpu {
 using namespace mg::kernels;
 #define MG_KERNEL(name, ret, ...) ret name(__VA_ARGS__);
 #define MG_OPTIONAL_KERNEL(name, ret, ...)
+#define MG_SCRATCH(name) ScratchOf<decltype(name)> name##_scratch;
 #include <memgrad/kernels/kernel_list.h>
-// The scratch of the kernels that allocate some, made without computing (scratch_backend(cpu)).
-void matmul_scratch(const Tensor& a, const Tensor& b, const Tensor& out);
 
 // C = alpha op(A) op(B) + beta C for kernels that split their own work over threads (matmul,
 // fused attention): row-major m x k / k x n operands (op transposes a stored k x m / n x k one)

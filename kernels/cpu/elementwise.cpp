@@ -8,7 +8,7 @@
 
 namespace mg::cpu {
 
-void copy(const Tensor& src, const Tensor& dst) {
+void copy(const Tensor& src, const Out& dst) {
   if (src.dtype() == dst.dtype() && src.is_contiguous() && dst.is_contiguous() && src.shape() == dst.shape()) {
     std::memcpy(dst.raw_data(), src.raw_data(), dst.nbytes());
     return;
@@ -23,7 +23,7 @@ void copy(const Tensor& src, const Tensor& dst) {
   });
 }
 
-void fill(const Tensor& dst, double value) {
+void fill(const Out& dst, double value) {
   dispatch(dst.dtype(), [&](auto d) {
     using T = typename decltype(d)::type;
     opmath_t<T> v = opmath_t<T>(value);
@@ -42,26 +42,26 @@ void fill_indexed(const Tensor& dst, F f) {
   });
 }
 
-void fill_range(const Tensor& dst, double start, double step) {
+void fill_range(const Out& dst, double start, double step) {
   fill_indexed(dst, [=](int64_t i) { return start + double(i) * step; });
 }
 
-void uniform(const Tensor& dst, uint64_t seed, uint64_t offset, double lo, double hi) {
+void uniform(const Out& dst, uint64_t seed, uint64_t offset, double lo, double hi) {
   fill_indexed(dst, [=](int64_t i) { return lo + (hi - lo) * double(kernels::random_uniform(seed, offset, i)); });
 }
 
-void normal(const Tensor& dst, uint64_t seed, uint64_t offset, double mean, double std) {
+void normal(const Out& dst, uint64_t seed, uint64_t offset, double mean, double std) {
   fill_indexed(dst, [=](int64_t i) { return mean + std * double(kernels::random_normal(seed, offset, i)); });
 }
 
-void randint(const Tensor& dst, uint64_t seed, uint64_t offset, int64_t lo, int64_t hi) {
+void randint(const Out& dst, uint64_t seed, uint64_t offset, int64_t lo, int64_t hi) {
   uint64_t range = uint64_t(hi - lo);
   fill_indexed(dst, [=](int64_t i) {  // multiply-shift maps a 32-bit word onto [0, range)
     return double(lo + int64_t((uint64_t(kernels::random_word(seed, offset, i)) * range) >> 32));
   });
 }
 
-void unary(UnaryOp op, const Tensor& x, const Tensor& out, UnaryParams p) {
+void unary(UnaryOp op, const Tensor& x, const Out& out, UnaryParams p) {
   dispatch(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = std::conditional_t<std::is_same_v<T, bool>, int64_t, opmath_t<T>>;
@@ -111,7 +111,7 @@ void unary(UnaryOp op, const Tensor& x, const Tensor& out, UnaryParams p) {
   });
 }
 
-void unary_backward(UnaryOp op, const Tensor& grad, const Tensor& saved, const Tensor& grad_in, UnaryParams p) {
+void unary_backward(UnaryOp op, const Tensor& grad, const Tensor& saved, const Out& grad_in, UnaryParams p) {
   dispatch_floating(grad.dtype(), "unary_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
@@ -123,7 +123,7 @@ void unary_backward(UnaryOp op, const Tensor& grad, const Tensor& saved, const T
   });
 }
 
-void binary(BinaryOp op, const Tensor& x, const Tensor& y, const Tensor& out, double alpha) {
+void binary(BinaryOp op, const Tensor& x, const Tensor& y, const Out& out, double alpha) {
   dispatch(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = std::conditional_t<std::is_same_v<T, bool>, int64_t, opmath_t<T>>;
@@ -167,7 +167,7 @@ void binary(BinaryOp op, const Tensor& x, const Tensor& y, const Tensor& out, do
   });
 }
 
-void bias_gelu(const Tensor& x, const Tensor& bias, const Tensor& out, bool tanh) {
+void bias_gelu(const Tensor& x, const Tensor& bias, const Out& out, bool tanh) {
   dispatch_floating(x.dtype(), "bias_gelu", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
@@ -180,7 +180,7 @@ void bias_gelu(const Tensor& x, const Tensor& bias, const Tensor& out, bool tanh
   });
 }
 
-void bias_gelu_backward(const Tensor& grad, const Tensor& x, const Tensor& bias, const Tensor& grad_in, bool tanh) {
+void bias_gelu_backward(const Tensor& grad, const Tensor& x, const Tensor& bias, const Out& grad_in, bool tanh) {
   dispatch_floating(x.dtype(), "bias_gelu_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
@@ -193,7 +193,7 @@ void bias_gelu_backward(const Tensor& grad, const Tensor& x, const Tensor& bias,
   });
 }
 
-void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
+void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Out& out) {
   dispatch(out.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     map<T, bool, T, T>(
@@ -201,7 +201,7 @@ void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& o
   });
 }
 
-void dropout(const Tensor& x, const Tensor& out, double p, uint64_t seed, uint64_t offset) {
+void dropout(const Tensor& x, const Out& out, double p, uint64_t seed, uint64_t offset) {
   // x and out are contiguous; element i keeps when its uniform draw is >= p.
   dispatch_floating(x.dtype(), "dropout", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -227,7 +227,7 @@ void dropout(const Tensor& x, const Tensor& out, double p, uint64_t seed, uint64
 
 namespace mg::cpu {
 
-void bias_dropout_add(const Tensor& x, const Tensor& bias, const Tensor& residual, const Tensor& out, double p,
+void bias_dropout_add(const Tensor& x, const Tensor& bias, const Tensor& residual, const Out& out, double p,
                       uint64_t seed, uint64_t offset) {
   dispatch_floating(x.dtype(), "bias_dropout_add", [&](auto tag) {
     using T = typename decltype(tag)::type;

@@ -14,7 +14,7 @@ void check_indices(const char* op, const int64_t* idx, int64_t n, int64_t size) 
 }
 }  // namespace
 
-void index_select(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) {
+void index_select(const Tensor& x, int64_t dim, const Tensor& index, const Out& out) {
   DimSplit s = split_at(x.shape(), dim);
   const int64_t n = index.numel(), es = int64_t(x.element_size());
   const int64_t* idx = ptr<int64_t>(index);
@@ -27,7 +27,7 @@ void index_select(const Tensor& x, int64_t dim, const Tensor& index, const Tenso
   });
 }
 
-void index_add(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src) {
+void index_add(const Out& dst, int64_t dim, const Tensor& index, const Tensor& src) {
   DimSplit s = split_at(dst.shape(), dim);
   const int64_t n = index.numel();
   const int64_t* idx = ptr<int64_t>(index);
@@ -67,7 +67,7 @@ void check_gather(const char* op, const Tensor& index, int64_t size) {
 }
 }  // namespace
 
-void gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) {
+void gather(const Tensor& x, int64_t dim, const Tensor& index, const Out& out) {
   check_gather("gather", index, x.size(dim));
   dispatch(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -92,10 +92,10 @@ void scatter_into(const char* op, const Tensor& dst, int64_t dim, const Tensor& 
 }
 }  // namespace
 
-void scatter(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src) {
+void scatter(const Out& dst, int64_t dim, const Tensor& index, const Tensor& src) {
   scatter_into("scatter", dst, dim, index, src, false);
 }
-void scatter_add(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src) {
+void scatter_add(const Out& dst, int64_t dim, const Tensor& index, const Tensor& src) {
   scatter_into("scatter_add", dst, dim, index, src, true);
 }
 

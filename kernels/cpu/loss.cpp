@@ -33,7 +33,7 @@ ClassWeights<T> class_weights(const Tensor& weight, int64_t C) {
   return r;
 }
 
-void cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& weight, const Tensor& loss,
+void cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& weight, const Out& loss,
                    int64_t ignore_index, double smoothing) {
   const int64_t N = logits.size(0), C = logits.size(1);
   check_targets(target, C, ignore_index);
@@ -69,7 +69,7 @@ void cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& wei
 }
 
 void cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& target, const Tensor& weight,
-                            const Tensor& grad_logits, int64_t ignore_index, double smoothing) {
+                            const Out& grad_logits, int64_t ignore_index, double smoothing) {
   const int64_t N = logits.size(0), C = logits.size(1);
   dispatch_floating(logits.dtype(), "cross_entropy_backward", [&](auto xt) {
     using T = typename decltype(xt)::type;

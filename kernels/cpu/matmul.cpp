@@ -116,36 +116,30 @@ DType arithmetic_type(DType t) {
   return r;
 }
 
-// What the GEMM runs on, and all the scratch the CPU's matmul allocates: operands Eigen can map
-// (a contiguous copy otherwise) and, when the arithmetic type is wider than out's, widened copies of
-// both and a wide result buffer (narrowed into out after). matmul_scratch makes the same tensors on
-// meta, so a plan for the cpu books these bytes too.
-struct GemmOperands {
-  Tensor x, y, result;
-};
-GemmOperands gemm_operands(const Tensor& a, const Tensor& b, const Tensor& out) {
+}  // namespace
+
+// What the GEMM runs on, and all the scratch the CPU's matmul allocates: {x, y, result}, operands
+// Eigen can map (a contiguous copy otherwise) and, when the arithmetic type is wider than out's,
+// widened copies of both and a wide result buffer (narrowed into out after). Nothing for K = 0 (a fill).
+std::vector<Tensor> matmul_scratch(const Tensor& a, const Tensor& b, const Out& out) {
+  if (a.size(2) == 0) return {};
   const DType wide = arithmetic_type(out.dtype());
   if (wide == out.dtype()) return {mappable(a) ? a : a.contiguous(), mappable(b) ? b : b.contiguous(), out};
   Tensor x = a.to(wide).contiguous(), y = b.to(wide).contiguous();
   return {x, y, empty_with(out.shape(), wide, out.device(), Category::Workspace)};
 }
 
-}  // namespace
-
-void matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
+void matmul(const Tensor& a, const Tensor& b, const Out& out) {
   const int64_t B = out.size(0), M = out.size(1), N = out.size(2), K = a.size(2);
   if (K == 0) return fill(out, 0.0);
-  const GemmOperands g = gemm_operands(a, b, out);
-  dispatch(g.result.dtype(), [&](auto tag) {
+  const std::vector<Tensor> g = matmul_scratch(a, b, out);
+  const Tensor &x = g[0], &y = g[1], &result = g[2];
+  dispatch(result.dtype(), [&](auto tag) {
     using A = typename decltype(tag)::type;
     if constexpr (std::is_same_v<A, opmath_t<A>> && !std::is_same_v<A, bool>)
-      gemm_batched<A>(ptr<A>(g.x), g.x.strides(), ptr<A>(g.y), g.y.strides(), ptr<A>(g.result), B, M, K, N);
+      gemm_batched<A>(ptr<A>(x), x.strides(), ptr<A>(y), y.strides(), ptr<A>(result), B, M, K, N);
   });
-  if (!g.result.is_same(out)) copy(g.result, out);
-}
-
-void matmul_scratch(const Tensor& a, const Tensor& b, const Tensor& out) {
-  if (a.size(2) > 0) gemm_operands(a, b, out);
+  if (!result.is_same(out)) copy(result, out);
 }
 
 template <class A>

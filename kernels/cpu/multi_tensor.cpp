@@ -85,7 +85,7 @@ void adam_update(const TensorLists& lists, const std::vector<rules::AdamScalars>
   }
 }
 
-void non_finite_check_and_unscale(const std::vector<Tensor>& tensors, const Tensor& found_inf, double inv_scale) {
+void non_finite_check_and_unscale(const std::vector<Tensor>& tensors, const Out& found_inf, double inv_scale) {
   int found = 0;
   for (const Tensor& t : tensors)
     dispatch_floating(t.dtype(), "non_finite_check_and_unscale", [&](auto tag) {

@@ -66,8 +66,8 @@ int64_t row_length(const Tensor& x) { return x.dim() ? x.size(x.dim() - 1) : 1; 
 
 }  // namespace
 
-void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out, const Tensor& mean,
-                const Tensor& rstd, double eps) {
+void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Out& out, const Out& mean,
+                const Out& rstd, double eps) {
   const int64_t n = row_length(x), rows = x.numel() / std::max<int64_t>(n, 1);
   dispatch_floating(x.dtype(), "layer_norm", [&](auto xt) {
     using T = typename decltype(xt)::type;
@@ -76,8 +76,8 @@ void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const
   });
 }
 
-void add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
-                    const Tensor& sum, const Tensor& out, const Tensor& mean, const Tensor& rstd, double eps) {
+void add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias, const Out& sum,
+                    const Out& out, const Out& mean, const Out& rstd, double eps) {
   const int64_t n = row_length(x), rows = x.numel() / std::max<int64_t>(n, 1);
   dispatch_floating(x.dtype(), "add_layer_norm", [&](auto xt) {
     using T = typename decltype(xt)::type;
@@ -93,9 +93,14 @@ void add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weigh
   });
 }
 
+// The cpu sums grad_weight and grad_bias in each task's stack accumulators: no scratch.
+std::vector<Tensor> layer_norm_backward_scratch(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                                const Tensor&, const Out&, const Out&, const Out&) {
+  return {};
+}
+
 void layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& mean, const Tensor& rstd,
-                         const Tensor& weight, const Tensor& grad_x, const Tensor& grad_weight,
-                         const Tensor& grad_bias) {
+                         const Tensor& weight, const Out& grad_x, const Out& grad_weight, const Out& grad_bias) {
   const int64_t n = row_length(x), rows = x.numel() / std::max<int64_t>(n, 1);
   dispatch_floating(x.dtype(), "layer_norm_backward", [&](auto xt) {
     using T = typename decltype(xt)::type;
@@ -157,8 +162,8 @@ template <class T>
 using StatT = std::conditional_t<std::is_same_v<T, double>, double, float>;
 }  // namespace
 
-void batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out, const Tensor& mean,
-                const Tensor& var, const Tensor& rstd, bool training, double eps) {
+void batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Out& out, const Out& mean,
+                const Out& var, const Out& rstd, bool training, double eps) {
   const int64_t N = x.size(0), C = x.size(1), S = x.size(2);
   dispatch_floating(x.dtype(), "batch_norm", [&](auto xt) {
     using T = typename decltype(xt)::type;
@@ -197,7 +202,7 @@ void batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const
 }
 
 void batch_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& mean, const Tensor& rstd,
-                         const Tensor& weight, const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
+                         const Tensor& weight, const Out& grad_x, const Out& grad_weight, const Out& grad_bias,
                          bool training) {
   const int64_t N = x.size(0), C = x.size(1), S = x.size(2);
   dispatch_floating(x.dtype(), "batch_norm_backward", [&](auto xt) {

@@ -15,7 +15,7 @@ template <class T>
 using acc_t = std::conditional_t<std::is_floating_point_v<opmath_t<T>>, double, int64_t>;
 }  // namespace
 
-void reduce(ReduceOp op, const Tensor& x, const Tensor& out, int64_t outer, int64_t r, int64_t inner) {
+void reduce(ReduceOp op, const Tensor& x, const Out& out, int64_t outer, int64_t r, int64_t inner) {
   dispatch(x.dtype(), [&](auto xt) {
     using T = typename decltype(xt)::type;
     using A = acc_t<T>;
@@ -86,7 +86,7 @@ void reduce(ReduceOp op, const Tensor& x, const Tensor& out, int64_t outer, int6
   });
 }
 
-void scan(ScanOp op, const Tensor& x, const Tensor& out, int64_t outer, int64_t r, int64_t inner) {
+void scan(ScanOp op, const Tensor& x, const Out& out, int64_t outer, int64_t r, int64_t inner) {
   dispatch(x.dtype(), [&](auto xt) {
     using T = typename decltype(xt)::type;
     using A = acc_t<T>;  // double for floating x, as PyTorch's CPU scans; int64 otherwise
@@ -107,7 +107,7 @@ void scan(ScanOp op, const Tensor& x, const Tensor& out, int64_t outer, int64_t 
   });
 }
 
-void cumprod_backward(const Tensor& grad, const Tensor& x, const Tensor& out, const Tensor& grad_in, int64_t outer,
+void cumprod_backward(const Tensor& grad, const Tensor& x, const Tensor& out, const Out& grad_in, int64_t outer,
                       int64_t r, int64_t inner) {
   dispatch_floating(x.dtype(), "cumprod_backward", [&](auto xt) {
     using T = typename decltype(xt)::type;
@@ -122,7 +122,7 @@ void cumprod_backward(const Tensor& grad, const Tensor& x, const Tensor& out, co
   });
 }
 
-void arg_reduce(ReduceOp op, const Tensor& x, const Tensor& values, const Tensor& indices, int64_t outer, int64_t r,
+void arg_reduce(ReduceOp op, const Tensor& x, const Out& values, const Out& indices, int64_t outer, int64_t r,
                 int64_t inner) {
   dispatch(x.dtype(), [&](auto xt) {
     using T = typename decltype(xt)::type;

@@ -33,7 +33,7 @@ constexpr bool kSimdRows = std::is_same_v<T, opmath_t<T>>;
 
 }  // namespace
 
-void softmax(const Tensor& x, const Tensor& out, int64_t outer, int64_t r, int64_t inner, bool log) {
+void softmax(const Tensor& x, const Out& out, int64_t outer, int64_t r, int64_t inner, bool log) {
   dispatch_floating(x.dtype(), "softmax", [&](auto xt) {
     using T = typename decltype(xt)::type;
     using A = opmath_t<T>;
@@ -63,7 +63,7 @@ void softmax(const Tensor& x, const Tensor& out, int64_t outer, int64_t r, int64
   });
 }
 
-void softmax_backward(const Tensor& grad, const Tensor& out, const Tensor& grad_in, int64_t outer, int64_t r,
+void softmax_backward(const Tensor& grad, const Tensor& out, const Out& grad_in, int64_t outer, int64_t r,
                       int64_t inner, bool log) {
   dispatch_floating(out.dtype(), "softmax_backward", [&](auto xt) {
     using T = typename decltype(xt)::type;
@@ -95,7 +95,7 @@ void softmax_backward(const Tensor& grad, const Tensor& out, const Tensor& grad_
   });
 }
 
-void scaled_masked_softmax(const Tensor& x, const Tensor& mask, const Tensor& out, double scale, bool causal,
+void scaled_masked_softmax(const Tensor& x, const Tensor& mask, const Out& out, double scale, bool causal,
                            const AttentionMask& m) {
   const int64_t BH = x.size(0), Tq = x.size(1), Tk = x.size(2);
   dispatch_floating(x.dtype(), "scaled_masked_softmax", [&](auto xt) {

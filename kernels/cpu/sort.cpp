@@ -9,7 +9,7 @@
 
 namespace mg::cpu {
 
-void sort(const Tensor& x, const Tensor& values, const Tensor& indices, int64_t outer, int64_t r, int64_t inner,
+void sort(const Tensor& x, const Out& values, const Out& indices, int64_t outer, int64_t r, int64_t inner,
           bool descending) {
   dispatch(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;

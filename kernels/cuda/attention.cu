@@ -300,8 +300,8 @@ constexpr int kGradKeys = 4;                    // keys per warp in the dk/dv ke
 
 }  // namespace
 
-void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const Tensor& out,
-               const Tensor& lse, const AttentionParams& p) {
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const Out& out, const Out& lse,
+               const AttentionParams& p) {
   const int64_t BH = q.size(0), Tq = q.size(1), Tk = k.size(1), D = q.size(2);
   check_head_dim("attention", D);
   cudaStream_t s = stream_for(out);
@@ -327,8 +327,8 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
 }
 
 void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
-                        const Tensor& out, const Tensor& lse, const Tensor& delta, const Tensor& grad_q,
-                        const Tensor& grad_k, const Tensor& grad_v, const AttentionParams& p) {
+                        const Tensor& out, const Tensor& lse, const Out& delta, const Out& grad_q, const Out& grad_k,
+                        const Out& grad_v, const AttentionParams& p) {
   const int64_t BH = q.size(0), Tq = q.size(1), Tk = k.size(1), D = q.size(2);
   check_head_dim("attention_backward", D);
   cudaStream_t s = stream_for(grad_q);

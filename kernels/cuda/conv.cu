@@ -85,7 +85,7 @@ __global__ void avg_pool_kernel(const T* in, T* out, Conv2dGeometry g) {
 
 }  // namespace
 
-void im2col(const Tensor& x, const Tensor& col, const Conv2dGeometry& g) {
+void im2col(const Tensor& x, const Out& col, const Conv2dGeometry& g) {
   if (col.numel() == 0) return;
   cudaStream_t s = stream_for(col);
   dispatch(x.dtype(), [&](auto tag) {
@@ -95,7 +95,7 @@ void im2col(const Tensor& x, const Tensor& col, const Conv2dGeometry& g) {
   check_launch("im2col");
 }
 
-void col2im(const Tensor& col, const Tensor& x, const Conv2dGeometry& g) {
+void col2im(const Tensor& col, const Out& x, const Conv2dGeometry& g) {
   if (x.numel() == 0) return;
   cudaStream_t s = stream_for(x);
   dispatch(x.dtype(), [&](auto tag) {
@@ -105,7 +105,7 @@ void col2im(const Tensor& col, const Tensor& x, const Conv2dGeometry& g) {
   check_launch("col2im");
 }
 
-void max_pool2d(const Tensor& x, const Tensor& out, const Tensor& indices, const Conv2dGeometry& g) {
+void max_pool2d(const Tensor& x, const Out& out, const Out& indices, const Conv2dGeometry& g) {
   if (out.numel() == 0) return;
   cudaStream_t s = stream_for(out);
   dispatch(x.dtype(), [&](auto tag) {
@@ -115,7 +115,7 @@ void max_pool2d(const Tensor& x, const Tensor& out, const Tensor& indices, const
   check_launch("max_pool2d");
 }
 
-void max_pool2d_backward(const Tensor& grad, const Tensor& indices, const Tensor& grad_x) {
+void max_pool2d_backward(const Tensor& grad, const Tensor& indices, const Out& grad_x) {
   if (grad.numel() == 0) return;
   cudaStream_t s = stream_for(grad_x);
   const int64_t L = grad.size(2) * grad.size(3), plane = grad_x.size(2) * grad_x.size(3);
@@ -127,7 +127,7 @@ void max_pool2d_backward(const Tensor& grad, const Tensor& indices, const Tensor
   check_launch("max_pool2d_backward");
 }
 
-void avg_pool2d(const Tensor& x, const Tensor& out, const Conv2dGeometry& g) {
+void avg_pool2d(const Tensor& x, const Out& out, const Conv2dGeometry& g) {
   if (out.numel() == 0) return;
   cudaStream_t s = stream_for(out);
   dispatch_floating(x.dtype(), "avg_pool2d", [&](auto tag) {
@@ -137,7 +137,7 @@ void avg_pool2d(const Tensor& x, const Tensor& out, const Conv2dGeometry& g) {
   check_launch("avg_pool2d");
 }
 
-void avg_pool2d_backward(const Tensor& grad, const Tensor& grad_x, const Conv2dGeometry& g) {
+void avg_pool2d_backward(const Tensor& grad, const Out& grad_x, const Conv2dGeometry& g) {
   if (grad.numel() == 0) return;
   cudaStream_t s = stream_for(grad_x);
   dispatch_floating(grad.dtype(), "avg_pool2d_backward", [&](auto tag) {

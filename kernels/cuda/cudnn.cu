@@ -237,7 +237,7 @@ const float kOne = 1.0f, kZero = 0.0f;  // alpha and beta: float for float and 1
 
 }  // namespace
 
-bool conv2d(const Tensor& x, const Tensor& weight, const Tensor& out, const Conv2dGeometry& g, int64_t groups) {
+bool conv2d(const Tensor& x, const Tensor& weight, const Out& out, const Conv2dGeometry& g, int64_t groups) {
   Conv c("conv2d");
   return describe(c, x, weight, out, g, groups) &&
          run_first_fit<cudnnConvolutionFwdAlgoPerf_t, FwdList>(
@@ -251,7 +251,7 @@ bool conv2d(const Tensor& x, const Tensor& weight, const Tensor& out, const Conv
              });
 }
 
-bool conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const Tensor& grad_x, const Conv2dGeometry& g,
+bool conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const Out& grad_x, const Conv2dGeometry& g,
                            int64_t groups) {
   Conv c("conv2d_backward");
   // beta = 0: every element of grad_x is written, padding taps included.
@@ -267,7 +267,7 @@ bool conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const T
              });
 }
 
-bool conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Tensor& grad_weight, const Conv2dGeometry& g,
+bool conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Out& grad_weight, const Conv2dGeometry& g,
                             int64_t groups) {
   Conv c("conv2d_backward");
   return describe(c, x, grad_weight, grad_out, g, groups) &&
@@ -291,13 +291,9 @@ const bool kRegistered = [] {
 }();
 }  // namespace
 
-bool conv2d(const Tensor&, const Tensor&, const Tensor&, const Conv2dGeometry&, int64_t) { return false; }
-bool conv2d_backward_input(const Tensor&, const Tensor&, const Tensor&, const Conv2dGeometry&, int64_t) {
-  return false;
-}
-bool conv2d_backward_weight(const Tensor&, const Tensor&, const Tensor&, const Conv2dGeometry&, int64_t) {
-  return false;
-}
+bool conv2d(const Tensor&, const Tensor&, const Out&, const Conv2dGeometry&, int64_t) { return false; }
+bool conv2d_backward_input(const Tensor&, const Tensor&, const Out&, const Conv2dGeometry&, int64_t) { return false; }
+bool conv2d_backward_weight(const Tensor&, const Tensor&, const Out&, const Conv2dGeometry&, int64_t) { return false; }
 
 #endif
 

@@ -238,7 +238,7 @@ __global__ void bias_dropout_add_kernel(const T* x, const T* bias, const T* resi
 
 }  // namespace
 
-void copy(const Tensor& src, const Tensor& dst) {
+void copy(const Tensor& src, const Out& dst) {
   if (src.dtype() == dst.dtype() && src.is_contiguous() && dst.is_contiguous() && src.shape() == dst.shape()) {
     if (dst.nbytes() == 0) return;
     cudaStream_t s = stream_for(dst);
@@ -255,28 +255,28 @@ void copy(const Tensor& src, const Tensor& dst) {
   });
 }
 
-void fill(const Tensor& dst, double value) {
+void fill(const Out& dst, double value) {
   dispatch(dst.dtype(), [&](auto d) {
     using T = typename decltype(d)::type;
     map<T>("fill", dst, Constant<opmath_t<T>>{opmath_t<T>(value)});
   });
 }
 
-void fill_range(const Tensor& dst, double start, double step) { fill_indexed("fill_range", dst, RangeFn{start, step}); }
+void fill_range(const Out& dst, double start, double step) { fill_indexed("fill_range", dst, RangeFn{start, step}); }
 
-void uniform(const Tensor& dst, uint64_t seed, uint64_t offset, double lo, double hi) {
+void uniform(const Out& dst, uint64_t seed, uint64_t offset, double lo, double hi) {
   fill_indexed("uniform", dst, UniformFn{seed, offset, lo, hi});
 }
 
-void normal(const Tensor& dst, uint64_t seed, uint64_t offset, double mean, double std) {
+void normal(const Out& dst, uint64_t seed, uint64_t offset, double mean, double std) {
   fill_indexed("normal", dst, NormalFn{seed, offset, mean, std});
 }
 
-void randint(const Tensor& dst, uint64_t seed, uint64_t offset, int64_t lo, int64_t hi) {
+void randint(const Out& dst, uint64_t seed, uint64_t offset, int64_t lo, int64_t hi) {
   fill_indexed("randint", dst, RandintFn{seed, offset, uint64_t(hi - lo), lo});
 }
 
-void unary(UnaryOp op, const Tensor& x, const Tensor& out, UnaryParams p) {
+void unary(UnaryOp op, const Tensor& x, const Out& out, UnaryParams p) {
   dispatch(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = arith_t<T>;
@@ -284,7 +284,7 @@ void unary(UnaryOp op, const Tensor& x, const Tensor& out, UnaryParams p) {
   });
 }
 
-void unary_backward(UnaryOp op, const Tensor& grad, const Tensor& saved, const Tensor& grad_in, UnaryParams p) {
+void unary_backward(UnaryOp op, const Tensor& grad, const Tensor& saved, const Out& grad_in, UnaryParams p) {
   dispatch_floating(grad.dtype(), "unary_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
@@ -292,7 +292,7 @@ void unary_backward(UnaryOp op, const Tensor& grad, const Tensor& saved, const T
   });
 }
 
-void binary(BinaryOp op, const Tensor& x, const Tensor& y, const Tensor& out, double alpha) {
+void binary(BinaryOp op, const Tensor& x, const Tensor& y, const Out& out, double alpha) {
   const bool compare = op >= BinaryOp::Eq;
   dispatch(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -304,28 +304,28 @@ void binary(BinaryOp op, const Tensor& x, const Tensor& y, const Tensor& out, do
   });
 }
 
-void bias_gelu(const Tensor& x, const Tensor& bias, const Tensor& out, bool tanh) {
+void bias_gelu(const Tensor& x, const Tensor& bias, const Out& out, bool tanh) {
   dispatch_floating(x.dtype(), "bias_gelu", [&](auto tag) {
     using T = typename decltype(tag)::type;
     map<T, T, T>("bias_gelu", out, BiasGelu<opmath_t<T>>{tanh}, x, bias);
   });
 }
 
-void bias_gelu_backward(const Tensor& grad, const Tensor& x, const Tensor& bias, const Tensor& grad_in, bool tanh) {
+void bias_gelu_backward(const Tensor& grad, const Tensor& x, const Tensor& bias, const Out& grad_in, bool tanh) {
   dispatch_floating(x.dtype(), "bias_gelu_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     map<T, T, T, T>("bias_gelu_backward", grad_in, BiasGeluGrad<opmath_t<T>>{tanh}, grad, x, bias);
   });
 }
 
-void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
+void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Out& out) {
   dispatch(out.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     map<T, bool, T, T>("where", out, Select{}, cond, a, b);
   });
 }
 
-void dropout(const Tensor& x, const Tensor& out, double p, uint64_t seed, uint64_t offset) {
+void dropout(const Tensor& x, const Out& out, double p, uint64_t seed, uint64_t offset) {
   const int64_t n = x.numel();
   if (n == 0) return;
   cudaStream_t s = stream_for(out);
@@ -338,7 +338,7 @@ void dropout(const Tensor& x, const Tensor& out, double p, uint64_t seed, uint64
   check_launch("dropout");
 }
 
-void bias_dropout_add(const Tensor& x, const Tensor& bias, const Tensor& residual, const Tensor& out, double p,
+void bias_dropout_add(const Tensor& x, const Tensor& bias, const Tensor& residual, const Out& out, double p,
                       uint64_t seed, uint64_t offset) {
   const int64_t n = x.numel();
   if (n == 0) return;

@@ -85,7 +85,7 @@ __global__ void scatter_add_kernel(T* dst, const int64_t* idx, const T* src, Gat
 
 }  // namespace
 
-void index_select(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) {
+void index_select(const Tensor& x, int64_t dim, const Tensor& index, const Out& out) {
   DimSplit s = split_at(x.shape(), dim);
   const int64_t n = index.numel();
   check_indices("index_select", index, s.size);
@@ -98,7 +98,7 @@ void index_select(const Tensor& x, int64_t dim, const Tensor& index, const Tenso
   check_launch("index_select");
 }
 
-void index_add(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src) {
+void index_add(const Out& dst, int64_t dim, const Tensor& index, const Tensor& src) {
   DimSplit s = split_at(dst.shape(), dim);
   const int64_t n = index.numel();
   check_indices("index_add", index, s.size);
@@ -111,7 +111,7 @@ void index_add(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor
   check_launch("index_add");
 }
 
-void gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) {
+void gather(const Tensor& x, int64_t dim, const Tensor& index, const Out& out) {
   check_indices("gather", index, x.size(dim));
   const int64_t n = index.numel();
   if (n == 0) return;
@@ -124,7 +124,7 @@ void gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out
   check_launch("gather");
 }
 
-void scatter(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src) {
+void scatter(const Out& dst, int64_t dim, const Tensor& index, const Tensor& src) {
   check_indices("scatter", index, dst.size(dim));
   const int64_t n = index.numel();
   if (n == 0) return;
@@ -137,7 +137,7 @@ void scatter(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& 
   check_launch("scatter");
 }
 
-void scatter_add(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src) {
+void scatter_add(const Out& dst, int64_t dim, const Tensor& index, const Tensor& src) {
   check_indices("scatter_add", index, dst.size(dim));
   const int64_t n = index.numel();
   if (n == 0) return;

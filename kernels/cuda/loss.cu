@@ -94,7 +94,7 @@ __global__ void cross_entropy_backward_kernel(const L* grad_loss, const T* x, co
 
 }  // namespace
 
-void cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& weight, const Tensor& loss,
+void cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& weight, const Out& loss,
                    int64_t ignore_index, double smoothing) {
   const int64_t N = logits.size(0), C = logits.size(1);
   check_indices("cross_entropy", target, C, ignore_index);
@@ -113,7 +113,7 @@ void cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& wei
 }
 
 void cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& target, const Tensor& weight,
-                            const Tensor& grad_logits, int64_t ignore_index, double smoothing) {
+                            const Out& grad_logits, int64_t ignore_index, double smoothing) {
   const int64_t N = logits.size(0), C = logits.size(1);
   if (N == 0) return;
   cudaStream_t s = stream_for(grad_logits);

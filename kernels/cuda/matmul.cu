@@ -36,18 +36,14 @@ void check(cublasStatus_t s, const char* what) {
 }
 
 // A row-major R x C matrix (per batch) as cuBLAS sees it: column-major data, transposed or not,
-// with leading dimension and batch stride.
+// with leading dimension and batch stride. `t` is one cuBLAS can read (matmul_scratch copied it if not).
 struct Operand {
-  Tensor t;  // keeps a contiguous copy alive
   cublasOperation_t op = CUBLAS_OP_N;
   int64_t ld = 1, batch_stride = 0;
 };
 Operand operand(const Tensor& t, int64_t R, int64_t C) {
   const BlasLayout l = blas_layout(R, C, t.stride(1), t.stride(2));
-  Operand o{l.kind == BlasLayout::Copy ? t.contiguous() : t, l.kind == BlasLayout::Columns ? CUBLAS_OP_T : CUBLAS_OP_N,
-            l.ld};
-  o.batch_stride = t.size(0) == 1 ? 0 : o.t.stride(0);
-  return o;
+  return {l.kind == BlasLayout::Columns ? CUBLAS_OP_T : CUBLAS_OP_N, l.ld, t.size(0) == 1 ? 0 : t.stride(0)};
 }
 
 template <class T>
@@ -64,7 +60,7 @@ __global__ void int_gemm_kernel(const T* a, const T* b, T* out, int64_t B, int64
 
 }  // namespace
 
-void matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
+void matmul(const Tensor& a, const Tensor& b, const Out& out) {
   const int64_t B = out.size(0), M = out.size(1), N = out.size(2), K = a.size(2);
   if (out.numel() == 0) return;
   if (K == 0) return fill(out, 0.0);
@@ -83,7 +79,8 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   for (int64_t v : {B, M, N, K})
     MG_CHECK(v < INT_MAX, NotImplementedError, "matmul: cuBLAS takes 32-bit sizes, got [", B, ", ", M, ", ", K, "] @ [",
              B, ", ", K, ", ", N, "]");
-  Operand x = operand(a, M, K), y = operand(b, K, N);
+  const std::vector<Tensor> g = matmul_scratch(a, b, out);  // a and b, or the copies cuBLAS reads
+  const Operand x = operand(g[0], M, K), y = operand(g[1], K, N);
   auto& hd = library_handle<cublasHandle_t>(out.device().index,
                                             [](cublasHandle_t* h) { check(cublasCreate(h), "cublasCreate"); });
   std::lock_guard<std::mutex> lock(hd.mu);  // another thread may set the handle's stream in between
@@ -100,8 +97,8 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   const void* alpha = t == kFloat64 ? static_cast<const void*>(&one_d) : &one_f;
   const void* beta = t == kFloat64 ? static_cast<const void*>(&zero_d) : &zero_f;
   // out^T (N x M, column-major) = op(b)^T (N x K) * op(a)^T (K x M)
-  check(cublasGemmStridedBatchedEx(hd.h, y.op, x.op, int(N), int(M), int(K), alpha, dptr<char>(y.t), type, int(y.ld),
-                                   y.batch_stride, dptr<char>(x.t), type, int(x.ld), x.batch_stride, beta,
+  check(cublasGemmStridedBatchedEx(hd.h, y.op, x.op, int(N), int(M), int(K), alpha, dptr<char>(g[1]), type, int(y.ld),
+                                   y.batch_stride, dptr<char>(g[0]), type, int(x.ld), x.batch_stride, beta,
                                    dptr<char>(out), type, int(std::max<int64_t>(N, 1)), M * N, int(B), compute,
                                    CUBLAS_GEMM_DEFAULT),
         "cublasGemmStridedBatchedEx");

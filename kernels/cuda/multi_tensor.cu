@@ -136,7 +136,7 @@ void adam_update(const TensorLists& lists, const std::vector<rules::AdamScalars>
   for_each_dtype<5>("Adam", lists, scalars, AdamElement{});
 }
 
-void non_finite_check_and_unscale(const std::vector<Tensor>& tensors, const Tensor& found_inf, double inv_scale) {
+void non_finite_check_and_unscale(const std::vector<Tensor>& tensors, const Out& found_inf, double inv_scale) {
   if (tensors.empty()) return;
   UnscaleElement f{dptr<float>(found_inf), inv_scale, inv_scale != 1.0};
   for_each_dtype<1>("non_finite_check_and_unscale", TensorLists{tensors}, std::vector<NoScalars>{}, f);

@@ -214,8 +214,8 @@ const bool kRegistered = [] {
 
 }  // namespace
 
-void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out, const Tensor& mean,
-                const Tensor& rstd, double eps) {
+void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Out& out, const Out& mean,
+                const Out& rstd, double eps) {
   const int64_t n = x.size(x.dim() - 1), rows = x.numel() / std::max<int64_t>(n, 1);
   if (rows == 0) return;
   cudaStream_t s = stream_for(out);
@@ -234,8 +234,7 @@ void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const
 }
 
 void layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& mean, const Tensor& rstd,
-                         const Tensor& weight, const Tensor& grad_x, const Tensor& grad_weight,
-                         const Tensor& grad_bias) {
+                         const Tensor& weight, const Out& grad_x, const Out& grad_weight, const Out& grad_bias) {
   const int64_t n = x.size(x.dim() - 1), rows = x.numel() / std::max<int64_t>(n, 1);
   cudaStream_t s = stream_for(x);
   dispatch_floating(x.dtype(), "layer_norm_backward", [&](auto xt) {
@@ -248,7 +247,7 @@ void layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& mean
     if ((grad_weight.defined() || grad_bias.defined()) && n > 0) {
       T *gw = dptr_or_null<T>(grad_weight), *gb = dptr_or_null<T>(grad_bias);
       const int64_t slices = layer_norm_wb_slices(rows, n);
-      const Tensor part = layer_norm_wb_scratch(x, rows, n);  // undefined for one slice
+      const Tensor part = layer_norm_backward_scratch(grad, x, mean, rstd, weight, grad_x, grad_weight, grad_bias)[0];
       const dim3 grid(unsigned(grid_for((n + 31) / 32, 1)), unsigned(slices));
       layer_norm_grad_wb_kernel<<<grid, dim3(32, 8), 0, s>>>(g, xp, mp, rp, gw, gb, dptr_or_null<opmath_t<T>>(part),
                                                              rows, n);
@@ -259,8 +258,8 @@ void layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& mean
   check_launch("layer_norm_backward");
 }
 
-void batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out, const Tensor& mean,
-                const Tensor& var, const Tensor& rstd, bool training, double eps) {
+void batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Out& out, const Out& mean,
+                const Out& var, const Out& rstd, bool training, double eps) {
   const int64_t N = x.size(0), C = x.size(1), S = x.size(2);
   if (C == 0) return;
   cudaStream_t s = stream_for(out);
@@ -275,7 +274,7 @@ void batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const
 }
 
 void batch_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& mean, const Tensor& rstd,
-                         const Tensor& weight, const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
+                         const Tensor& weight, const Out& grad_x, const Out& grad_weight, const Out& grad_bias,
                          bool training) {
   const int64_t N = x.size(0), C = x.size(1), S = x.size(2);
   if (C == 0) return;
@@ -292,8 +291,8 @@ void batch_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& mean
 
 // The sum, then layer_norm on it: two launches of the existing kernels (no fused CUDA kernel yet),
 // the same bytes as the fused CPU kernel.
-void add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
-                    const Tensor& sum, const Tensor& out, const Tensor& mean, const Tensor& rstd, double eps) {
+void add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias, const Out& sum,
+                    const Out& out, const Out& mean, const Out& rstd, double eps) {
   binary(BinaryOp::Add, x, residual, sum, 1.0);
   layer_norm(sum, weight, bias, out, mean, rstd, eps);
 }

@@ -213,7 +213,7 @@ __global__ void arg_reduce_kernel(const T* x, T* values, int64_t* indices, int64
 
 }  // namespace
 
-void reduce(ReduceOp op, const Tensor& x, const Tensor& out, int64_t outer, int64_t r, int64_t inner) {
+void reduce(ReduceOp op, const Tensor& x, const Out& out, int64_t outer, int64_t r, int64_t inner) {
   if (out.numel() == 0) return;
   cudaStream_t s = stream_for(out);
   if (op == ReduceOp::LogSumExp) {
@@ -241,7 +241,7 @@ void reduce(ReduceOp op, const Tensor& x, const Tensor& out, int64_t outer, int6
   check_launch("reduce");
 }
 
-void scan(ScanOp op, const Tensor& x, const Tensor& out, int64_t outer, int64_t r, int64_t inner) {
+void scan(ScanOp op, const Tensor& x, const Out& out, int64_t outer, int64_t r, int64_t inner) {
   if (out.numel() == 0) return;
   cudaStream_t s = stream_for(out);
   dispatch(x.dtype(), [&](auto xt) {
@@ -255,7 +255,7 @@ void scan(ScanOp op, const Tensor& x, const Tensor& out, int64_t outer, int64_t 
   check_launch("scan");
 }
 
-void cumprod_backward(const Tensor& grad, const Tensor& x, const Tensor& out, const Tensor& grad_in, int64_t outer,
+void cumprod_backward(const Tensor& grad, const Tensor& x, const Tensor& out, const Out& grad_in, int64_t outer,
                       int64_t r, int64_t inner) {
   if (grad_in.numel() == 0) return;
   cudaStream_t s = stream_for(grad_in);
@@ -267,7 +267,7 @@ void cumprod_backward(const Tensor& grad, const Tensor& x, const Tensor& out, co
   check_launch("cumprod_backward");
 }
 
-void arg_reduce(ReduceOp op, const Tensor& x, const Tensor& values, const Tensor& indices, int64_t outer, int64_t r,
+void arg_reduce(ReduceOp op, const Tensor& x, const Out& values, const Out& indices, int64_t outer, int64_t r,
                 int64_t inner) {
   if (indices.numel() == 0) return;
   cudaStream_t s = stream_for(indices);

@@ -98,7 +98,7 @@ __global__ void scaled_masked_softmax_kernel(const T* x, const void* mask, T* y,
 
 }  // namespace
 
-void softmax(const Tensor& x, const Tensor& out, int64_t outer, int64_t r, int64_t inner, bool log) {
+void softmax(const Tensor& x, const Out& out, int64_t outer, int64_t r, int64_t inner, bool log) {
   if (out.numel() == 0) return;
   cudaStream_t s = stream_for(out);
   dispatch_floating(x.dtype(), "softmax", [&](auto xt) {
@@ -109,7 +109,7 @@ void softmax(const Tensor& x, const Tensor& out, int64_t outer, int64_t r, int64
   check_launch("softmax");
 }
 
-void softmax_backward(const Tensor& grad, const Tensor& out, const Tensor& grad_in, int64_t outer, int64_t r,
+void softmax_backward(const Tensor& grad, const Tensor& out, const Out& grad_in, int64_t outer, int64_t r,
                       int64_t inner, bool log) {
   if (out.numel() == 0) return;
   cudaStream_t s = stream_for(out);
@@ -122,7 +122,7 @@ void softmax_backward(const Tensor& grad, const Tensor& out, const Tensor& grad_
   check_launch("softmax_backward");
 }
 
-void scaled_masked_softmax(const Tensor& x, const Tensor& mask, const Tensor& out, double scale, bool causal,
+void scaled_masked_softmax(const Tensor& x, const Tensor& mask, const Out& out, double scale, bool causal,
                            const AttentionMask& m) {
   if (out.numel() == 0) return;
   cudaStream_t s = stream_for(out);

@@ -57,7 +57,7 @@ __global__ void sort_kernel(const T* x, T* values, int64_t* indices, int64_t out
 
 }  // namespace
 
-void sort(const Tensor& x, const Tensor& values, const Tensor& indices, int64_t outer, int64_t r, int64_t inner,
+void sort(const Tensor& x, const Out& values, const Out& indices, int64_t outer, int64_t r, int64_t inner,
           bool descending) {
   if (values.numel() == 0) return;
   cudaStream_t s = stream_for(values);

@@ -1,36 +1,74 @@
 #!/usr/bin/env bash
-# Layers only point down: each folder may include memgrad headers from the folders listed for it
-# and nothing above. The op entry points (core/ops/, and Tensor's methods in core/tensor.cpp) sit
-# above autograd, which records their history; the rest of core sits below everything. data/ (the
-# DataLoader) only makes, fills and copies tensors: it uses core alone (tensors, their factories, the
-# cuda runtime), and no library layer uses it (a plan counts a loader through the program it runs,
-# with data::plan_buffers); the memgrad command and user code do.
+# Layers only point down, with no exception. A file's layer is its top folder; it may include memgrad
+# headers from the folders listed for that layer and nothing above. Besides the table, the graph of
+# folders the includes actually draw must have no cycle (a cycle is reported even if someone widened
+# the table to allow it), and kernels are entered only through ops/: no other folder of the library
+# calls kernels::run or kernels::try_run.
+# data/ (the DataLoader) makes, fills and copies tensors through ops and no library layer uses it (a
+# plan counts a loader through the program it runs, with data::plan_buffers); the memgrad command
+# and user code do.
 #   tests/layering/check_layers.sh [source root]
 set -u
 root=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
+layers=(core kernels autograd ops nn optim amp distributed plan data)
 declare -A allowed=(
   [core]="core"
-  [core/ops]="core kernels autograd"
   [kernels]="core kernels"
-  [autograd]="core kernels autograd"
-  [nn]="core kernels autograd nn"
-  [optim]="core kernels autograd optim"
-  [amp]="core kernels autograd optim amp"
-  [distributed]="core kernels autograd nn optim amp distributed"
-  [plan]="core kernels autograd nn optim amp distributed plan"
-  [data]="core data"
+  [autograd]="core autograd"
+  [ops]="core kernels autograd ops"
+  [nn]="core autograd ops nn"
+  [optim]="core autograd ops nn optim"
+  [amp]="core autograd ops nn optim amp"
+  [distributed]="core autograd ops nn optim amp distributed"
+  [plan]="core autograd ops nn optim amp distributed plan"
+  [data]="core ops data"
 )
 bad=0
 cd "$root" || exit 2
+declare -A edges=()  # "from to" -> a file that draws the edge
 while IFS= read -r file; do
   layer=${file%%/*}
-  [[ $file == core/ops/* || $file == core/tensor.cpp ]] && layer=core/ops
   while IFS= read -r target; do
+    [[ $target != "$layer" && -z ${edges["$layer $target"]:-} ]] && edges["$layer $target"]=$file
     if [[ " ${allowed[$layer]} " != *" $target "* ]]; then
       echo "$file includes <memgrad/$target/...>, above its layer ($layer may use: ${allowed[$layer]})"
       bad=1
     fi
-  done < <(sed -n 's|^#include <memgrad/\([a-z_]*\)/.*|\1|p' "$file" | sort -u)
-done < <(find core kernels autograd nn optim amp distributed plan data -type f \( -name '*.h' -o -name '*.cpp' -o -name '*.cu' -o -name '*.cuh' \) | sort)
-[ $bad -eq 0 ] && echo "layers point down: every include is at or below its folder's layer"
+  done < <(sed -n 's|^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]memgrad/\([a-z_]*\)/.*|\1|p' "$file" | sort -u)
+  if [[ $layer != ops && $layer != kernels ]] && grep -v '^[[:space:]]*//' "$file" | grep -Eq 'kernels::(try_)?run[[:space:]]*\('; then
+    echo "$file calls kernels::run: kernels are entered through an op (ops/), not from $layer"
+    bad=1
+  fi
+done < <(find "${layers[@]}" -type f \( -name '*.h' -o -name '*.cpp' -o -name '*.cu' -o -name '*.cuh' \) | sort)
+
+# Cycles in the folder graph: a depth-first search from every folder, reporting each back edge's loop.
+declare -A state=()  # unvisited, 1 on the current path, 2 done
+path=()
+visit() {
+  local from=$1 to
+  state[$from]=1
+  path+=("$from")
+  for to in "${layers[@]}"; do
+    [[ -z ${edges["$from $to"]:-} ]] && continue
+    if [[ ${state[$to]:-0} == 1 ]]; then
+      local cycle="" i seen=0
+      for i in "${path[@]}"; do
+        [[ $i == "$to" ]] && seen=1
+        [[ $seen == 1 ]] && cycle+="$i -> "
+      done
+      echo "cycle: ${cycle}$to (the edge $from -> $to: ${edges["$from $to"]})"
+      bad=1
+    elif [[ ${state[$to]:-0} == 0 ]]; then
+      visit "$to"
+    fi
+  done
+  unset 'path[${#path[@]}-1]'
+  state[$from]=2
+}
+for layer in "${layers[@]}"; do
+  [[ ${state[$layer]:-0} == 0 ]] && visit "$layer"
+done
+
+[ $bad -eq 0 ] && echo "layers point down: every include is at or below its folder's layer, the folders draw no cycle," \
+  "and only ops/ runs kernels"
 exit $bad

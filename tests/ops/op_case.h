@@ -39,8 +39,8 @@
 #include <vector>
 
 #include <memgrad/autograd/gradcheck.h>
-#include <memgrad/core/ops.h>
 #include <memgrad/core/random.h>
+#include <memgrad/ops/ops.h>
 #include <nlohmann/json_fwd.hpp>
 
 namespace mg::optest {

@@ -1,8 +1,9 @@
 // Factories: tensors the user creates count as Input unless a MemoryScope says otherwise.
 #include <cmath>
 
-#include <memgrad/core/ops/op_util.h>
 #include <memgrad/core/random.h>
+#include <memgrad/ops/op_util.h>
+#include <memgrad/ops/random_fill_impl.h>
 
 namespace mg {
 
@@ -92,6 +93,29 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, const TensorOption
   return finish(t, o);
 }
 
+namespace {
+// Draws `words` counters for t and fills it in place with kernel `fn` (uniform or normal).
+template <class Fn>
+Tensor& fill_random_(Op id, Tensor& t, uint64_t words, Generator* generator, Fn fn, double a, double b) {
+  MG_CHECK(t.is_contiguous(), ValueError, op_name(id), ": expected a contiguous tensor");
+  check_inplace(id, t, {});
+  OpScope scope(id);
+  auto d = generator_or_default(generator).draw(words);
+  kernels::run(t.device(), fn, t, d.seed, d.offset, a, b);
+  t.storage()->bump_version();
+  record_inplace(id, t, {t}, [](const TensorList&, const Node&) { return TensorList{Tensor()}; });
+  return t;
+}
+}  // namespace
+
+Tensor& detail::uniform_(Tensor& t, double lo, double hi, Generator* generator) {
+  return fill_random_(Op::uniform_, t, uint64_t(t.numel()), generator, &Backend::uniform, lo, hi);
+}
+
+Tensor& detail::normal_(Tensor& t, double mean, double std, Generator* generator) {  // Box-Muller: two words each
+  return fill_random_(Op::normal_, t, 2 * uint64_t(t.numel()), generator, &Backend::normal, mean, std);
+}
+
 template <class T>
 Tensor tensor(const std::vector<T>& data, const Shape& shape_, const TensorOptions& o) {
   Shape shape = shape_.empty() ? Shape{int64_t(data.size())} : shape_;
@@ -114,13 +138,6 @@ template Tensor tensor<double>(const std::vector<double>&, const Shape&, const T
 template Tensor tensor<int32_t>(const std::vector<int32_t>&, const Shape&, const TensorOptions&);
 template Tensor tensor<int64_t>(const std::vector<int64_t>&, const Shape&, const TensorOptions&);
 template Tensor tensor<bool>(const std::vector<bool>&, const Shape&, const TensorOptions&);
-
-Tensor from_blob(void* data, const Shape& shape, const TensorOptions& o, std::function<void(void*)> deleter) {
-  MG_CHECK(data != nullptr || numel_of(shape) == 0, ValueError, "from_blob: expected a data pointer, got null");
-  MG_CHECK(!o.device_.is_meta(), DeviceError, "from_blob: meta tensors have no memory to wrap");
-  auto st = std::make_shared<Storage>(data, nbytes_of(shape, o.dtype_), o.device_, std::move(deleter));
-  return finish(make_tensor(std::move(st), shape, contiguous_strides(shape), 0, o.dtype_), o);
-}
 
 // ---- whole-tensor comparisons
 

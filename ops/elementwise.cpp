@@ -1,11 +1,12 @@
 // Elementwise ops: unary maps, binary ops with broadcasting and type promotion, where,
-// comparisons, and the in-place forms.
+// comparisons, the in-place forms, dropout and the fused bias_dropout_add.
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
 
 #include <memgrad/core/autocast.h>
-#include <memgrad/core/ops/op_util.h>
+#include <memgrad/core/random.h>
+#include <memgrad/ops/op_util.h>
 
 namespace mg {
 
@@ -355,5 +356,73 @@ Tensor Tensor::tanh() const { return mg::tanh(*this); }
 Tensor Tensor::sigmoid() const { return mg::sigmoid(*this); }
 Tensor Tensor::relu() const { return mg::relu(*this); }
 Tensor Tensor::pow(const Scalar& p) const { return mg::pow(*this, p); }
+
+// ---- dropout (the elementwise kernels draw its mask)
+
+Tensor detail::dropout_with(const Tensor& x, double p, uint64_t seed, uint64_t offset) {
+  Tensor xc;
+  {
+    NoGradGuard ng;
+    xc = x.contiguous();
+  }
+  Tensor out = new_like(xc);
+  kernels::run(x.device(), &Backend::dropout, xc, out, p, seed, offset);
+  autograd::record(Op::dropout, {x}, {out}, [=](const TensorList& g, const Node&) {
+    return TensorList{dropout_with(g[0], p, seed, offset)};  // the same counters give the same mask
+  });
+  return out;
+}
+
+Tensor dropout(const Tensor& x, double p, bool training, Generator* generator) {
+  MG_CHECK(p >= 0 && p <= 1, ValueError, "dropout: expected a probability in [0, 1], got ", p);
+  if (!training || p == 0) return x;
+  if (p == 1) return x * 0.0;
+  OpScope scope(Op::dropout);
+  check_floating("dropout", x);
+  auto [seed, offset] = generator_or_default(generator).draw(uint64_t(x.numel()));
+  return dropout_with(x, p, seed, offset);
+}
+
+Tensor bias_dropout_add(const Tensor& x_in, const Tensor& bias_in, const Tensor& residual_in, double p, bool training,
+                        Generator* generator) {
+  MG_CHECK(p >= 0 && p <= 1, ValueError, "bias_dropout_add: expected a probability in [0, 1], got ", p);
+  Tensor x = amp::cast_for_float_op(x_in), bias = amp::cast_for_float_op(bias_in),
+         residual = amp::cast_for_float_op(residual_in);
+  OpScope scope(Op::bias_dropout_add);
+  check_floating("bias_dropout_add", x);
+  for (const Tensor* t : {&bias, &residual}) {
+    check_same_device("bias_dropout_add", x, *t);
+    MG_CHECK(t->dtype() == x.dtype(), DTypeError, "bias_dropout_add: expected bias and residual of the input's dtype ",
+             x.dtype(), ", got ", t->dtype());
+  }
+  MG_CHECK(x.dim() >= 1 && bias.shape() == Shape{x.size(-1)}, ShapeError,
+           "bias_dropout_add: expected a bias of shape [", x.dim() ? x.size(-1) : 0, "] for input ",
+           shape_str(x.shape()), ", got ", shape_str(bias.shape()));
+  MG_CHECK(residual.shape() == x.shape(), ShapeError, "bias_dropout_add: expected a residual of the input's shape ",
+           shape_str(x.shape()), ", got ", shape_str(residual.shape()));
+  if (!training) p = 0;
+  uint64_t seed = 0, offset = 0;
+  if (p > 0 && p < 1) {  // the draw dropout(x + bias) makes
+    auto d = generator_or_default(generator).draw(uint64_t(x.numel()));
+    seed = d.seed, offset = d.offset;
+  }
+  Tensor xc, bc, rc;
+  {
+    NoGradGuard ng;
+    xc = x.contiguous(), bc = bias.contiguous(), rc = residual.contiguous();
+  }
+  Tensor out = new_like(xc);
+  kernels::run(x.device(), &Backend::bias_dropout_add, xc, bc, rc, out, p, seed, offset);
+  const Shape bias_shape = bias.shape();
+  const DType bias_dtype = bias.dtype();
+  autograd::record(Op::bias_dropout_add, {x, bias, residual}, {out}, [=](const TensorList& g, const Node& node) {
+    // dropout's backward (its mask from the same counters), then the bias add's and the residual's
+    Tensor gx = p == 0 ? g[0] : p == 1 ? g[0] * 0.0 : dropout_with(g[0], p, seed, offset);
+    return TensorList{node.needs_input_grad(0) ? gx : Tensor(),
+                      node.needs_input_grad(1) ? grad_for(gx, bias_shape, bias_dtype) : Tensor(),
+                      node.needs_input_grad(2) ? g[0] : Tensor()};
+  });
+  return out;
+}
 
 }  // namespace mg

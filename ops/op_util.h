@@ -1,9 +1,9 @@
-// Helpers shared by the op entry points (private to core/ops).
+// Helpers shared by the op entry points (private to ops/).
 #pragma once
 #include <memgrad/autograd/node.h>
 #include <memgrad/core/grad_mode.h>
-#include <memgrad/core/ops.h>
 #include <memgrad/kernels/backend.h>
+#include <memgrad/ops/ops.h>
 
 namespace mg::detail {
 
@@ -43,6 +43,22 @@ inline Tensor prepare(const Tensor& t, DType dtype, const Shape& shape) {
   NoGradGuard ng;
   return t.to(dtype).expand(shape);
 }
+
+// x arranged so that `dims` (sorted) form one contiguous block [outer, r, inner]: how the reduce,
+// scan, sort and softmax kernels see their input (reductions over non-adjacent dims move them last).
+struct Layout {
+  Tensor x;  // contiguous, the dims forming the middle block
+  int64_t outer = 1, r = 1, inner = 1;
+};
+Layout arrange(const Tensor& x, const std::vector<int64_t>& dims);
+
+// attn_mask's checks (bool, or of the dtype of `like`, called like_name; broadcasting to `want`; not
+// with is_causal) and the mask expanded to `want`: a view, no copy. Undefined without a mask.
+Tensor expand_mask(const char* op, const char* like_name, const Tensor& attn_mask, bool is_causal, const Tensor& like,
+                   const Shape& want);
+// The expanded mask's strides over the batch dims (size-1 dims dropped), for the attention and
+// scaled_masked_softmax kernels.
+kernels::AttentionMask describe_mask(const Tensor& expanded, bool is_bool);
 
 // A view of `base` sharing its storage; records `backward` when base requires grad.
 Tensor make_view(Op id, const Tensor& base, Shape shape, Strides strides, int64_t offset,

@@ -1,7 +1,7 @@
 // matmul with torch.matmul's rules, and linear (x W^T + b) as one op that saves only x and W.
 #include <memgrad/core/autocast.h>
 #include <memgrad/core/flops.h>
-#include <memgrad/core/ops/op_util.h>
+#include <memgrad/ops/op_util.h>
 
 namespace mg {
 

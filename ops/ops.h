@@ -59,8 +59,7 @@ Tensor tensor(T value, const TensorOptions& o = dtype_of<T>::value) {
   return tensor(std::vector<T>{value}, {1}, o).view({});
 }
 Tensor scalar_tensor(const Scalar& v, const TensorOptions& o = {});
-// Wraps memory the caller owns, without copying; `deleter` runs when the last view dies.
-Tensor from_blob(void* data, const Shape& shape, const TensorOptions& o = {}, std::function<void(void*)> deleter = {});
+// from_blob (memory the caller owns, wrapped without a copy) is declared with Tensor (core/tensor.h).
 
 // ---- elementwise, with broadcasting and PyTorch's type promotion
 Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha = 1);  // a + alpha * b

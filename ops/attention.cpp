@@ -4,8 +4,8 @@
 
 #include <memgrad/core/autocast.h>
 #include <memgrad/core/flops.h>
-#include <memgrad/core/ops/op_util.h>
 #include <memgrad/core/random.h>
+#include <memgrad/ops/op_util.h>
 
 namespace mg {
 
@@ -37,8 +37,9 @@ Tensor attention_math(const Tensor& q, const Tensor& k, const Tensor& v, const T
   return matmul(probs, v);
 }
 
-// The mask's strides over the batch dims (size-1 dims dropped) for the kernels.
-AttentionMask describe_mask(const Tensor& expanded, bool is_bool) {
+}  // namespace
+
+AttentionMask detail::describe_mask(const Tensor& expanded, bool is_bool) {
   AttentionMask m;
   m.kind = is_bool ? AttentionMask::Kind::Bool : AttentionMask::Kind::Additive;
   const int64_t nd = expanded.dim() - 2;
@@ -55,10 +56,8 @@ AttentionMask describe_mask(const Tensor& expanded, bool is_bool) {
   return m;
 }
 
-// attn_mask's checks (bool, or of the dtype of `like`, called like_name; broadcasting to `want`; not with is_causal)
-// and the mask expanded to `want`: a view, no copy. Undefined without a mask.
-Tensor expand_mask(const char* op, const char* like_name, const Tensor& attn_mask, bool is_causal, const Tensor& like,
-                   const Shape& want) {
+Tensor detail::expand_mask(const char* op, const char* like_name, const Tensor& attn_mask, bool is_causal,
+                           const Tensor& like, const Shape& want) {
   if (!attn_mask.defined()) return Tensor();
   MG_CHECK(!is_causal, ValueError, op, ": expected either attn_mask or is_causal, got both");
   MG_CHECK(attn_mask.dtype() == kBool || attn_mask.dtype() == like.dtype(), DTypeError, op,
@@ -75,8 +74,6 @@ Tensor expand_mask(const char* op, const char* like_name, const Tensor& attn_mas
   NoGradGuard ng;
   return attn_mask.expand(want);
 }
-
-}  // namespace
 
 Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const Tensor& attn_mask,
                                     double dropout_p, bool is_causal, std::optional<double> scale) {
@@ -168,56 +165,6 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
       }
       for (size_t i = 0; i < 3; ++i)  // broadcast operands sum their gradient back to their own shape
         grads[i] = node.needs_input_grad(i) && grads[i].defined() ? sum_to(grads[i], shapes[i]) : Tensor();
-      return grads;
-    });
-  }
-  return out;
-}
-
-Tensor scaled_masked_softmax(const Tensor& x_in, double scale, const Tensor& attn_mask_in, bool is_causal) {
-  const bool additive = attn_mask_in.defined() && attn_mask_in.dtype() != kBool;
-  Tensor x = amp::cast_for_float_op(x_in), attn_mask = additive ? amp::cast_for_float_op(attn_mask_in) : attn_mask_in;
-  OpScope scope(Op::scaled_masked_softmax);
-  check_floating("scaled_masked_softmax", x);
-  MG_CHECK(x.dim() >= 2, ShapeError, "scaled_masked_softmax: expected scores [..., Tq, Tk], got ",
-           shape_str(x.shape()));
-  const int64_t Tq = x.size(-2), Tk = x.size(-1), BH = numel_of(Shape(x.shape().begin(), x.shape().end() - 2));
-  Tensor mask = expand_mask("scaled_masked_softmax", "the input", attn_mask, is_causal, x, x.shape());
-  const AttentionMask m = mask.defined() ? describe_mask(mask, !additive) : AttentionMask{};
-  Tensor xc;
-  {
-    NoGradGuard ng;
-    xc = x.contiguous();
-  }
-  Tensor out = new_like(xc);
-  kernels::run(x.device(), &Backend::scaled_masked_softmax, xc.view({BH, Tq, Tk}), mask, out.view({BH, Tq, Tk}), scale,
-               is_causal, m);
-  const TensorList inputs = additive ? TensorList{x, attn_mask} : TensorList{x};
-  if (autograd::any_requires_grad(inputs)) {
-    SavedTensor so(out);
-    const Shape mask_shape = additive ? attn_mask.shape() : Shape{};
-    autograd::record(Op::scaled_masked_softmax, inputs, {out}, [=](const TensorList& g, const Node& node) {
-      // softmax's backward, then the scale's; the additive mask gets softmax's input gradient
-      Tensor y = so.get(), gz;
-      const bool need_mask = additive && node.needs_input_grad(1);
-      if (autograd::creating_graph()) {
-        gz = y * (g[0] - sum(g[0] * y, {-1}, true));
-      } else {
-        gz = new_like(y);
-        kernels::run(y.device(), &Backend::softmax_backward, g[0].contiguous(), y, gz, BH * Tq, Tk, int64_t(1), false);
-      }
-      TensorList grads{Tensor()};
-      if (need_mask)
-        grads.push_back(sum_to(gz, mask_shape));
-      else if (additive)
-        grads.push_back(Tensor());
-      if (!node.needs_input_grad(0)) return grads;
-      if (need_mask || autograd::creating_graph()) {
-        grads[0] = gz * scale;
-      } else {  // gz is this node's own: scaled in place
-        kernels::run(y.device(), &Backend::unary, kernels::UnaryOp::MulScalar, gz, gz, kernels::UnaryParams{scale, 0});
-        grads[0] = gz;
-      }
       return grads;
     });
   }

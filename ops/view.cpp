@@ -1,7 +1,7 @@
 // Views share storage with their base; conversions copy. Each records its backward.
 #include <memgrad/core/cuda/runtime_impl.h>
-#include <memgrad/core/ops/op_util.h>
 #include <memgrad/core/tensor_impl.h>
+#include <memgrad/ops/op_util.h>
 
 namespace mg {
 

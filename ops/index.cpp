@@ -1,5 +1,5 @@
 // Joining, splitting and indexing ops.
-#include <memgrad/core/ops/op_util.h>
+#include <memgrad/ops/op_util.h>
 
 namespace mg {
 

@@ -1,7 +1,7 @@
-// Reductions and the softmax family. Kernels see the input as a contiguous [outer, r, inner]
-// block; reductions over several non-adjacent dims first move those dims to the end.
+// Reductions and scans. Kernels see the input as a contiguous [outer, r, inner] block (detail::arrange);
+// reductions over several non-adjacent dims first move those dims to the end.
 #include <memgrad/core/autocast.h>
-#include <memgrad/core/ops/op_util.h>
+#include <memgrad/ops/op_util.h>
 
 namespace mg {
 
@@ -9,15 +9,7 @@ using namespace detail;
 using kernels::ReduceOp;
 using kernels::ScanOp;
 
-namespace {
-
-struct Layout {
-  Tensor x;  // contiguous, reduced dims forming the middle block
-  int64_t outer = 1, r = 1, inner = 1;
-};
-
-// Arranges x so that `dims` (sorted) form one contiguous block [outer, r, inner].
-Layout arrange(const Tensor& x, const std::vector<int64_t>& dims) {
+Layout detail::arrange(const Tensor& x, const std::vector<int64_t>& dims) {
   Layout l;
   bool adjacent = dims.empty() || dims.back() - dims.front() + 1 == int64_t(dims.size());
   if (adjacent) {
@@ -33,6 +25,8 @@ Layout arrange(const Tensor& x, const std::vector<int64_t>& dims) {
   l.x = x.permute(perm).contiguous();
   return l;
 }
+
+namespace {
 
 // Gradient of a reduction, broadcast back over the reduced dims (a view, no copy).
 Tensor expand_back(const Tensor& g, const Shape& in, const std::vector<int64_t>& dims) {
@@ -222,58 +216,6 @@ Tensor cumprod(const Tensor& x, int64_t dim, std::optional<DType> dtype) {
   return scan_op(Op::cumprod, ScanOp::Prod, x, dim, dtype);
 }
 
-// ---- sorting
-
-std::tuple<Tensor, Tensor> sort(const Tensor& x, int64_t dim_, bool descending) {
-  OpScope scope(Op::sort);
-  const int64_t dim = x.dim() ? wrap_dim(dim_, x.dim(), "sort") : 0;
-  const std::vector<int64_t> dims = x.dim() ? std::vector<int64_t>{dim} : std::vector<int64_t>{};
-  Layout l;
-  {
-    NoGradGuard ng;
-    l = arrange(x, dims);
-  }
-  Tensor values = new_output(x.shape(), x.dtype(), x.device()), indices = new_output(x.shape(), kInt64, x.device());
-  kernels::run(x.device(), &Backend::sort, l.x, values, indices, l.outer, l.r, l.inner, descending);
-  if (autograd::any_requires_grad({x})) {
-    SavedTensor si(indices);
-    Shape in = x.shape();
-    autograd::record(Op::sort, {x}, {values, indices}, [in, dim, si](const TensorList& g, const Node&) {
-      return TensorList{scatter_add_into_zeros(in, dim, si.get(), g[0])};  // each value back to its place
-    });
-  }
-  return {values, indices};
-}
-
-Tensor argsort(const Tensor& x, int64_t dim, bool descending) {
-  NoGradGuard ng;  // indices have no gradient
-  return std::get<1>(sort(x, dim, descending));
-}
-
-std::tuple<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim_, bool largest, bool sorted) {
-  (void)sorted;  // always sorted: PyTorch leaves the order unspecified otherwise
-  OpScope scope(Op::topk);
-  const int64_t dim = x.dim() ? wrap_dim(dim_, x.dim(), "topk") : 0;
-  const int64_t n = x.dim() ? x.size(dim) : 1;
-  MG_CHECK(k >= 0 && k <= n, ValueError, "topk: expected k in [0, ", n, "] for dim ", dim, " of ", shape_str(x.shape()),
-           ", got ", k);
-  Tensor values, indices;
-  {
-    NoGradGuard ng;  // the full sort is scratch; only the k values and indices stay
-    auto [v, i] = sort(x, dim, largest);
-    values = x.dim() ? v.narrow(dim, 0, k).contiguous() : v;
-    indices = x.dim() ? i.narrow(dim, 0, k).contiguous() : i;
-  }
-  if (autograd::any_requires_grad({x})) {
-    SavedTensor si(indices);
-    Shape in = x.shape();
-    autograd::record(Op::topk, {x}, {values, indices}, [in, dim, si](const TensorList& g, const Node&) {
-      return TensorList{scatter_add_into_zeros(in, dim, si.get(), g[0])};
-    });
-  }
-  return {values, indices};
-}
-
 Tensor sum_to(const Tensor& x, const Shape& shape) {
   if (x.shape() == shape) return x;
   MG_CHECK(broadcast_shapes(shape, x.shape(), "sum_to") == x.shape(), ShapeError, "sum_to: shape ", shape_str(shape),
@@ -285,43 +227,6 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
   if (dims.empty()) return x.reshape(shape);
   return sum(x, dims, true).reshape(shape);
 }
-
-// ---- softmax family
-
-namespace {
-Tensor softmax_op(Op id, const Tensor& x_in, int64_t dim_, bool log) {
-  const char* name = op_name(id);
-  Tensor x = amp::cast_for_float_op(x_in);
-  OpScope scope(id);
-  check_floating(name, x);
-  int64_t dim = wrap_dim(dim_, x.dim(), name);
-  const std::vector<int64_t> dims = x.dim() ? std::vector<int64_t>{dim} : std::vector<int64_t>{};
-  Layout l;
-  {
-    NoGradGuard ng;
-    l = arrange(x, dims);
-  }
-  Tensor out = new_like(l.x);
-  kernels::run(x.device(), &Backend::softmax, l.x, out, l.outer, l.r, l.inner, log);
-  if (autograd::any_requires_grad({x})) {
-    SavedTensor so(out);
-    autograd::record(
-        id, {x}, {out},
-        [so, l = std::array<int64_t, 3>{l.outer, l.r, l.inner}, log, dims](const TensorList& g, const Node&) {
-          Tensor y = so.get();
-          if (autograd::creating_graph())  // the kernel's formula in ops, differentiable
-            return TensorList{log ? g[0] - exp(y) * sum(g[0], dims, true) : y * (g[0] - sum(g[0] * y, dims, true))};
-          Tensor gc = g[0].contiguous(), gi = new_like(y);
-          kernels::run(y.device(), &Backend::softmax_backward, gc, y, gi, l[0], l[1], l[2], log);
-          return TensorList{gi};
-        });
-  }
-  return out;
-}
-}  // namespace
-
-Tensor softmax(const Tensor& x, int64_t dim) { return softmax_op(Op::softmax, x, dim, false); }
-Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_op(Op::log_softmax, x, dim, true); }
 
 // ---- Tensor method forms
 Tensor Tensor::sum(const std::vector<int64_t>& dims, bool keepdim) const { return mg::sum(*this, dims, keepdim); }
@@ -342,12 +247,5 @@ std::tuple<Tensor, Tensor> Tensor::max(int64_t dim, bool keepdim) const { return
 std::tuple<Tensor, Tensor> Tensor::min(int64_t dim, bool keepdim) const { return mg::min(*this, dim, keepdim); }
 Tensor Tensor::cumsum(int64_t dim) const { return mg::cumsum(*this, dim); }
 Tensor Tensor::cumprod(int64_t dim) const { return mg::cumprod(*this, dim); }
-std::tuple<Tensor, Tensor> Tensor::sort(int64_t dim, bool descending) const { return mg::sort(*this, dim, descending); }
-Tensor Tensor::argsort(int64_t dim, bool descending) const { return mg::argsort(*this, dim, descending); }
-std::tuple<Tensor, Tensor> Tensor::topk(int64_t k, int64_t dim, bool largest, bool sorted) const {
-  return mg::topk(*this, k, dim, largest, sorted);
-}
-Tensor Tensor::softmax(int64_t dim) const { return mg::softmax(*this, dim); }
-Tensor Tensor::log_softmax(int64_t dim) const { return mg::log_softmax(*this, dim); }
 
 }  // namespace mg

@@ -1,0 +1,63 @@
+// Multi-tensor ops (ops/multi_tensor.h): the optimizers' steps and the GradScaler's unscale.
+#include <memgrad/ops/multi_tensor.h>
+#include <memgrad/ops/op_util.h>
+
+namespace mg::detail {
+
+namespace {
+
+// Checks the operands (an undefined one is an unused optional state) and runs `fn` once per device
+// over the tensors on it.
+template <class S>
+void run_update(Op id, const char* optimizer, void (*kernels::Backend::*fn)(const TensorLists&, const std::vector<S>&),
+                const TensorLists& lists, const std::vector<S>& scalars) {
+  OpScope scope(id);
+  std::vector<std::pair<Device, std::vector<size_t>>> by_device;  // in order of first appearance
+  for (size_t j = 0; j < scalars.size(); ++j) {
+    const Tensor& p = lists[0][j];
+    if (!p.is_meta())
+      for (auto& list : lists)
+        if (list[j].defined())
+          MG_CHECK(list[j].is_contiguous() && list[j].numel() == p.numel() && list[j].dtype() == p.dtype(), ValueError,
+                   optimizer, ": expected contiguous tensors of one size and dtype");
+    auto it = by_device.begin();
+    while (it != by_device.end() && it->first != p.device()) ++it;
+    if (it == by_device.end()) it = by_device.insert(it, {p.device(), {}});
+    it->second.push_back(j);
+  }
+  for (auto& [device, which] : by_device) {
+    if (by_device.size() == 1) {
+      kernels::run(device, fn, lists, scalars);
+      break;
+    }
+    TensorLists sub(lists.size());
+    std::vector<S> sub_scalars;
+    for (size_t j : which) {
+      for (size_t k = 0; k < lists.size(); ++k) sub[k].push_back(lists[k][j]);
+      sub_scalars.push_back(scalars[j]);
+    }
+    kernels::run(device, fn, sub, sub_scalars);
+  }
+  for (const Tensor& p : lists[0]) p.storage()->bump_version();
+}
+
+}  // namespace
+
+void sgd_update_(const char* optimizer, const TensorLists& lists,
+                 const std::vector<kernels::rules::SGDScalars>& scalars) {
+  run_update(Op::sgd_update_, optimizer, &Backend::sgd_update, lists, scalars);
+}
+
+void adam_update_(const char* optimizer, const TensorLists& lists,
+                  const std::vector<kernels::rules::AdamScalars>& scalars) {
+  run_update(Op::adam_update_, optimizer, &Backend::adam_update, lists, scalars);
+}
+
+void non_finite_check_and_unscale_(const std::vector<Tensor>& tensors, const Tensor& found_inf, double inv_scale) {
+  OpScope scope(Op::non_finite_check_and_unscale_);
+  kernels::run(found_inf.device(), &Backend::non_finite_check_and_unscale, tensors, found_inf, inv_scale);
+  if (inv_scale != 1.0)
+    for (const Tensor& t : tensors) t.storage()->bump_version();
+}
+
+}  // namespace mg::detail

@@ -1,0 +1,25 @@
+// Multi-tensor ops: one call updates many tensors (kernels/*/multi_tensor.*: one fused launch per
+// batch of tensors on cuda, a loop on the cpu, nothing on meta). lists[k][j] is operand k of tensor
+// j. Their scalars are the kernels' update rules (kernels/update_rules.h), so this header stays
+// private: the optimizers and the GradScaler call these, and nothing else of theirs runs kernels.
+#pragma once
+#include <vector>
+
+#include <memgrad/kernels/backend.h>
+
+namespace mg::detail {
+
+using kernels::TensorLists;
+// One SGD step: rules::sgd with scalars[j] on tensor j; lists = {params, grads, momentum buffers
+// (optional)}. `optimizer` names the caller in errors. The parameters' versions are bumped.
+void sgd_update_(const char* optimizer, const TensorLists& lists,
+                 const std::vector<kernels::rules::SGDScalars>& scalars);
+// One Adam(W) step: rules::adam; lists = {params, grads, exp_avg, exp_avg_sq, max_exp_avg_sq (optional)}.
+void adam_update_(const char* optimizer, const TensorLists& lists,
+                  const std::vector<kernels::rules::AdamScalars>& scalars);
+// Sets found_inf (float32 [1] on their device) to 1 when an element of the contiguous floating
+// `tensors` is inf or NaN (never clears it); unless inv_scale == 1, then multiplies them in place
+// (as t.mul_(inv_scale), their versions bumped).
+void non_finite_check_and_unscale_(const std::vector<Tensor>& tensors, const Tensor& found_inf, double inv_scale);
+
+}  // namespace mg::detail

@@ -1,0 +1,18 @@
+// The largest batch whose steps run on meta under a memory limit.
+#pragma once
+#include <cstdint>
+
+#include <memgrad/plan/model.h>
+
+namespace mg::plan {
+
+// A batch whose steps run on meta under a memory limit of `budget`, to the steady state, while
+// batch + 1's do not (doubling, then bisection); 0 if batch 1 does not. It is the largest when the
+// peak grows with the batch; segment rounding can break that, so a larger batch may fit after a gap
+// the search does not look past. ctx.batch is ignored.
+int64_t largest_batch(const Program& program, const StepContext& ctx, int64_t budget, const PlanOptions& options = {},
+                      int64_t max_batch = int64_t(1) << 20);
+int64_t largest_batch(const ModelSpec& model, const InputShape& input, const StepOptions& step, const Policy& policy,
+                      int64_t budget, const PlanOptions& options = {}, int64_t max_batch = int64_t(1) << 20);
+
+}  // namespace mg::plan

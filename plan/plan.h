@@ -1,0 +1,88 @@
+// A plan of a training program: what the planner hands a program (StepContext), what a plan is made
+// for (PlanOptions), what it states (StepReport: the steady-state step's allocated and reserved peaks,
+// to the byte), and plan(), measure() and fits(). See planner.h for the whole planner.
+#pragma once
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <memgrad/core/memory.h>
+#include <memgrad/plan/policy.h>
+
+namespace mg::plan {
+
+// What the planner hands a program: the device to build on, the batch to build for and the policy
+// to run its chain of blocks under (run_chain(chain, x, ctx.policy)).
+struct StepContext {
+  Device device;
+  int64_t batch = 1;
+  Policy policy;
+};
+// A training program: builds its model, optimizer and whatever else it keeps on ctx.device, and
+// returns one training step (forward, backward, optimizer step), which the planner calls
+// repeatedly. Everything the step allocates on the device must be made on ctx.device.
+using Step = std::function<void()>;
+using Program = std::function<Step(const StepContext&)>;
+
+// What a plan is made for and how far it runs.
+struct PlanOptions {
+  DeviceType device = DeviceType::CPU;  // the device whose kernels' scratch meta books (cpu or cuda)
+  int64_t memory_limit = 0;             // run the steps under this cap on reserved bytes (0: none)
+  int64_t max_steps = 12;               // steps at most while looking for the steady state
+  int64_t steps = 0;                    // 0: until the allocator repeats itself; k: exactly k steps
+  bool smallest_limit = true;           // search for the smallest memory limit the steps run under
+};
+
+// The allocation granule: requests, segments and therefore reserved bytes are multiples of it.
+inline constexpr int64_t kGranule = 512;
+
+// What the steps allocated. Byte figures count from a fresh allocator (plans and measure()) or from
+// what was live before the program was built (StepRunner).
+struct StepReport {
+  Device device;                        // where the steps ran
+  DeviceType target = DeviceType::CPU;  // the device the plan is for (meta), else device's type
+  int64_t peak = 0;                     // allocated bytes at the last step's peak
+  int64_t reserved = 0;                 // reserved bytes: the peak over all the steps run
+  int64_t first_peak = 0;               // allocated bytes at the first step's peak
+  // The smallest memory limit the steps run under: a limit kGranule bytes lower throws
+  // OutOfMemoryError (found by bisection on meta runs; 0 when not searched). With no limit the cache
+  // grows to `reserved`, which is at least this.
+  int64_t smallest_limit = 0;
+  // The step that runs out of memory under smallest_limit - kGranule (0: building the program).
+  int64_t below_limit_fails_at = -1;
+  int64_t steps = 0;    // steps run (with out_of_memory: the one that failed, 0 while building); breakdown of the last
+  bool steady = false;  // the allocator's layout repeated: every later step allocates as the last
+  bool out_of_memory = false;     // the steps did not run under PlanOptions::memory_limit
+  std::string oom_message;        // the OutOfMemoryError's message
+  // With out_of_memory: the error's fragmentation forensics (why the cache could not serve it).
+  std::shared_ptr<const Fragmentation> oom_fragmentation;
+  CategoryBytes at_peak{};        // by category at the last step's peak
+  CategoryBytes category_peak{};  // each category's own peak in the last step
+  std::map<std::string, int64_t> at_peak_by_owner;
+  double flops = 0, recompute_flops = 0;  // in the last step
+  int64_t category(Category c) const { return at_peak[size_t(c)]; }
+  int64_t peak_of(Category c) const { return category_peak[size_t(c)]; }
+  bool fits(int64_t budget) const;  // the steps ran, and their reserved peak is within budget
+  std::string str() const;          // peaks, categories at the peak, top owners, FLOPs
+};
+
+// Runs `program` on kMeta for options.device, in a fresh allocator (IsolatedAllocator) under
+// options.memory_limit, and reports it. An OutOfMemoryError under the limit is reported, not thrown.
+StepReport plan(const Program& program, const StepContext& ctx, const PlanOptions& options = {});
+// The same steps on a real device in a fresh allocator of its own, measured: what plan() predicts.
+StepReport measure(const Program& program, const StepContext& ctx, const PlanOptions& options = {});
+// Whether the steps run on meta under a memory limit of `budget` (every step, to the steady state).
+bool fits(const Program& program, const StepContext& ctx, int64_t budget, const PlanOptions& options = {});
+
+// Bytes a device uses outside memgrad's allocator, which no plan counts: the CUDA context, and the
+// cuBLAS and cuDNN handles and their workspaces. bytes < 0: not known without the device (on one,
+// cuda::device_memory().outside_memgrad measures them all).
+struct OutsideBytes {
+  std::string what;
+  int64_t bytes = -1;
+};
+std::vector<OutsideBytes> outside_allocator(DeviceType device);
+
+}  // namespace mg::plan

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# check_layers.sh must fail where the layering breaks: on an autograd -> ops include (an include above
+# its layer, and a cycle, reported even when the table is widened to allow it) and on an nn/ file
+# that runs a kernel itself. Each fault is injected into a scratch copy of the library's folders.
+#   tests/layering/test_check_layers.sh [source root]
+set -u
+root=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
+check=$root/tests/layering/check_layers.sh
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+fail=0
+expect() {  # expect NAME PATTERN: the check fails on the scratch copy and says PATTERN
+  local out
+  out=$(bash "$scratch/check_layers.sh" "$scratch/tree")
+  if [ $? -eq 0 ] || ! grep -q -- "$2" <<<"$out"; then
+    echo "FAIL: $1: expected a failure saying '$2', got:"
+    echo "$out"
+    fail=1
+  else
+    echo "ok: $1"
+  fi
+}
+fresh() {  # a clean copy of the tree and of the check
+  rm -rf "$scratch/tree"
+  mkdir -p "$scratch/tree"
+  (cd "$root" && cp -r core kernels autograd ops nn optim amp distributed plan "$scratch/tree/")
+  cp "$check" "$scratch/check_layers.sh"
+}
+
+fresh
+bash "$scratch/check_layers.sh" "$scratch/tree" >/dev/null || { echo "FAIL: the clean tree does not pass"; fail=1; }
+
+fresh
+sed -i '1i #include <memgrad/ops/ops.h>' "$scratch/tree/autograd/engine.cpp"
+expect "autograd includes ops" "autograd/engine.cpp includes <memgrad/ops/...>, above its layer"
+expect "autograd -> ops -> autograd is a cycle" "cycle: autograd -> ops -> autograd"
+
+fresh  # the same include with the table widened to allow it: the cycle is still found
+sed -i '1i #include <memgrad/ops/ops.h>' "$scratch/tree/autograd/engine.cpp"
+sed -i 's/^  \[autograd\]="core autograd"/  [autograd]="core autograd ops"/' "$scratch/check_layers.sh"
+expect "a widened table still finds the cycle" "cycle: autograd -> ops -> autograd"
+
+fresh
+printf 'void f(const mg::Tensor& t) { mg::kernels::run(t.device(), &mg::kernels::Backend::fill, t, 0.0); }\n' \
+  >>"$scratch/tree/nn/init.cpp"
+expect "nn runs a kernel" "nn/init.cpp calls kernels::run"
+
+exit $fail

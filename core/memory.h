@@ -182,7 +182,9 @@ struct BlockRef {
   std::string owner, op;  // owner "(released; waiting for other streams)" for a block other streams still use
 };
 // Consecutive blocks of one segment whose free bytes would hold the request if the live blocks
-// among them were freed: the live blocks that split that room into holes too small for it.
+// among them were freed: the live blocks that split that room into holes too small for it. Where no
+// segment has that much room, a segment's blocks from its first hole to its last (free_bytes below
+// the request): the live blocks that split the most room there is.
 struct SplitHole {
   uint64_t segment = 0, address = 0;
   int64_t size = 0;               // the span, from the first hole's start to the last one's end
@@ -204,7 +206,7 @@ struct Fragmentation {
   // pages an expandable segment would map.
   int64_t new_memory = 0;
   // When no free block holds the request: where freeing live blocks would make room, fewest
-  // pinned bytes first (at most 3).
+  // pinned bytes first; or, where nowhere would, the spans with the most free bytes first (at most 3).
   std::vector<SplitHole> split_holes;
   // Would it fit under the limit (no limit: the device's answer is unknown, so yes)...
   bool fits_after_empty_cache = false;  // ... once empty_cache() gave back what it can?

@@ -51,10 +51,11 @@ int64_t whole_pages(const Chunk* c) {
   return std::max<int64_t>(0, end / kPage * kPage - (begin + kPage - 1) / kPage * kPage);
 }
 
-// A candidate for SplitHole: the chunks first..last of one segment, with the live bytes among them.
+// A candidate for SplitHole: the chunks first..last of one segment, with the free and live bytes
+// among them.
 struct Run {
   const Chunk *first, *last;
-  int64_t pinned, count;
+  int64_t free, pinned, count;
 };
 
 // The runs of consecutive chunks in `seg` (between unmapped pages) from a free chunk to a free chunk
@@ -83,7 +84,7 @@ void find_runs(const Segment* seg, int64_t size, std::vector<Run>& out) {
         }
         ++i;
       }
-      if (free_sum >= size && live_count > 0) out.push_back({run[i], run[j], live_sum, live_count});
+      if (free_sum >= size && live_count > 0) out.push_back({run[i], run[j], free_sum, live_sum, live_count});
     }
   };
   for (const Chunk* c = seg->head; c; c = c->next) {
@@ -97,10 +98,35 @@ void find_runs(const Segment* seg, int64_t size, std::vector<Run>& out) {
   scan();
 }
 
-// The fewest pinned bytes first (then the fewest blocks, the lowest address); of overlapping runs
-// only the first; at most 3.
-std::vector<SplitHole> best_split_holes(std::vector<Run> runs) {
-  std::stable_sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) {
+// When no run holds `size`: in `seg`, each stretch between unmapped pages from its first hole to its
+// last, with live blocks inside: the live blocks that split the most room the segment has, though
+// freeing them would not make enough.
+void find_spans(const Segment* seg, std::vector<Run>& out) {
+  const Chunk *first = nullptr, *last = nullptr;
+  int64_t free_sum = 0, live_sum = 0, live_count = 0, live_after = 0, count_after = 0;
+  auto flush = [&] {
+    if (first && live_count > 0) out.push_back({first, last, free_sum, live_sum, live_count});
+    first = last = nullptr, free_sum = live_sum = live_count = live_after = count_after = 0;
+  };
+  for (const Chunk* c = seg->head; c; c = c->next) {
+    if (!c->mapped) {
+      flush();
+    } else if (c->is_free()) {
+      if (!first) first = c;
+      last = c, free_sum += int64_t(c->size);
+      live_sum += live_after, live_count += count_after, live_after = count_after = 0;
+    } else if (first) {  // counted once a hole follows it
+      live_after += int64_t(c->size), ++count_after;
+    }
+  }
+  flush();
+}
+
+// The fewest pinned bytes first (with `most_free`: the most free bytes first), then the fewest
+// blocks, the lowest address; of overlapping runs only the first; at most 3.
+std::vector<SplitHole> best_split_holes(std::vector<Run> runs, bool most_free) {
+  std::stable_sort(runs.begin(), runs.end(), [&](const Run& a, const Run& b) {
+    if (most_free && a.free != b.free) return a.free > b.free;
     if (a.pinned != b.pinned) return a.pinned < b.pinned;
     if (a.count != b.count) return a.count < b.count;
     return a.first->addr < b.first->addr;
@@ -146,7 +172,10 @@ std::string reason(const Fragmentation& f, OomCause cause, int64_t headroom) {
   std::string r;
   if (here >= f.request) {
     r = format_bytes(here) + " is free in the " + pool_name(small) + " pool, but in holes of at most " +
-        format_bytes(mine.largest_free) + ": live blocks split the room it needs";
+        format_bytes(mine.largest_free) +
+        (!f.split_holes.empty() && f.split_holes[0].free_bytes >= f.request
+             ? ": live blocks split the room it needs"
+             : " spread over segments, none of which has " + request + " free even around its live blocks");
   } else {
     if (other.free_bytes > 0 && other.free_bytes + here >= f.request)
       r = cached + " is cached, but " + (here > 0 ? format_bytes(other.free_bytes) + " of it " : "") + "in the " +
@@ -221,10 +250,12 @@ Fragmentation analyze(DeviceState& s, const Block* b, const cuda::Stream& stream
   f.fits_with_other_pool = !passes && headroom + mine.releasable + other.free_bytes >= f.new_memory;
   f.fits_expandable = !passes && headroom + free_pages >= pages(f.request - (f.expandable ? tail : 0));
   if (!f.fits_in_cache && f.caching) {
-    std::vector<Run> runs;
+    std::vector<Run> runs, spans;
     for (auto& [base, seg] : s.segments)
-      if (seg->small == f.small_request && stream_key(seg->head) == key) find_runs(seg, f.request, runs);
-    f.split_holes = best_split_holes(std::move(runs));
+      if (seg->small == f.small_request && stream_key(seg->head) == key)
+        find_runs(seg, f.request, runs), find_spans(seg, spans);
+    const bool enough = !runs.empty();
+    f.split_holes = best_split_holes(enough ? std::move(runs) : std::move(spans), !enough);
   }
   f.reason = reason(f, cause, headroom);
   return f;
@@ -256,8 +287,10 @@ std::string Fragmentation::str() const {
                            ";");
   }
   if (!split_holes.empty())
-    r += mg::detail::str("\n  live blocks that split the ", small_request ? "small" : "large",
-                         " pool's free room (with them freed it would fit):");
+    r += mg::detail::str("\n  live blocks that split the ", small_request ? "small" : "large", " pool's free room (",
+                         split_holes[0].free_bytes >= request ? "with them freed it would fit"
+                                                              : "the most room there is; even freed, too little",
+                         "):");
   for (const SplitHole& h : split_holes) {
     r += mg::detail::str("\n    ", format_bytes(h.free_bytes), " free in ", format_bytes(h.size), " at 0x", std::hex,
                          h.address, std::dec, " (holes up to ", format_bytes(h.largest_hole), "), split by");

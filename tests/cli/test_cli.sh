@@ -102,6 +102,7 @@ case $case_name in
       expect_output "reserved peak under this --memory-limit: .*: exact$"
       expect_exit 3 "$bin" train "$@" --steps "$steps" --timeline '' --sample 0 --memory-limit $((n - 512))
       expect_output "needs a --memory-limit of at least .*\($n B"
+      expect_output "Why the cache could not serve it: "  # the allocator's forensics
     }
     promise --model tiny --seq 64 --batch 4
     promise --model custom --n-layer 2 --n-head 2 --n-embd 32 --seq 16 --batch 3 --precision bf16 --checkpoint sqrt
@@ -109,6 +110,9 @@ case $case_name in
       --checkpoint selective --optimizer sgd --momentum 0.9 --clip 0.5
     promise --model mlp --layers 5 --width 96 --batch 32 --precision bf16-storage --accum 2 --optimizer adam
     promise --model mlp --layers 3 --width 64 --batch 16 --precision fp16-storage --checkpoint every-1
+    # expandable segments: meta maps the same 2 MiB pages, so the promise holds to the byte there too
+    promise --model tiny --seq 64 --batch 4 --expandable-segments
+    promise --model mlp --layers 5 --width 96 --batch 32 --optimizer adam --expandable-segments
     ;;
   checkpoint_auto)  # --checkpoint auto runs the least-recompute plan that runs under the budget, or says none does
     gpt=(--model custom --n-layer 2 --n-head 8 --n-embd 96 --vocab 744 --seq 48 --batch 2 --dropout 0.1 --optimizer sgd
@@ -117,6 +121,8 @@ case $case_name in
     expect_output "reserved peak under this --memory-limit: .*: exact$"
     expect_exit 3 "$bin" train "${gpt[@]}" --checkpoint auto --budget 6019765
     expect_output "no plan runs under the budget"
+    expect_output "Where it runs out of memory under the budget, planned on meta:"
+    expect_output "Why the cache could not serve it: "
     mlp=(--model mlp --layers 5 --width 282 --batch 288 --optimizer sgd --momentum 0.9 --precision bf16 --clip 1)
     expect_exit 3 "$bin" train "${mlp[@]}" --steps 2 --timeline '' --checkpoint auto --budget 6539875
     expect_exit 0 "$bin" plan --no-compare "${mlp[@]}" --checkpoint every-1

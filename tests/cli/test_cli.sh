@@ -112,7 +112,7 @@ case $case_name in
     promise --model mlp --layers 3 --width 64 --batch 16 --precision fp16-storage --checkpoint every-1
     # expandable segments: meta maps the same 2 MiB pages, so the promise holds to the byte there too
     promise --model tiny --seq 64 --batch 4 --expandable-segments
-    promise --model mlp --layers 5 --width 96 --batch 32 --optimizer adam --expandable-segments
+    promise --model mlp --layers 5 --width 300 --batch 256 --optimizer adam --expandable-segments
     ;;
   checkpoint_auto)  # --checkpoint auto runs the least-recompute plan that runs under the budget, or says none does
     gpt=(--model custom --n-layer 2 --n-head 8 --n-embd 96 --vocab 744 --seq 48 --batch 2 --dropout 0.1 --optimizer sgd

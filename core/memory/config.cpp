@@ -11,8 +11,8 @@ namespace {
 
 const char* const kAccepted = "expandable_segments (True or False)";
 
-AllocatorConfig parse(const std::string& text, const char* who) {
-  AllocatorConfig c;
+// `text` read over `c`: keys it does not name keep their values.
+AllocatorConfig parse(const std::string& text, const char* who, AllocatorConfig c) {
   size_t pos = 0;
   while (pos <= text.size()) {
     const size_t end = std::min(text.find(',', pos), text.size());
@@ -35,7 +35,8 @@ std::atomic<bool> g_expandable{false};
 // MG_ALLOC_CONF, read once when the first allocator starts (or the configuration is first asked for).
 void read_environment() {
   static const bool once = [] {
-    if (const char* env = std::getenv("MG_ALLOC_CONF")) g_expandable = parse(env, "MG_ALLOC_CONF").expandable_segments;
+    if (const char* env = std::getenv("MG_ALLOC_CONF"))
+      g_expandable = parse(env, "MG_ALLOC_CONF", {}).expandable_segments;
     return true;
   }();
   (void)once;
@@ -45,7 +46,7 @@ void read_environment() {
 
 void set_allocator_config(const std::string& config) {
   read_environment();  // the call wins over the environment, whichever comes first
-  g_expandable = parse(config, "set_allocator_config").expandable_segments;
+  g_expandable = parse(config, "set_allocator_config", allocator_config()).expandable_segments;
 }
 
 AllocatorConfig allocator_config() {

@@ -40,6 +40,10 @@ TEST_CASE("expandable: the configuration, spelled as PYTORCH_CUDA_ALLOC_CONF; ba
   CHECK_FALSE(allocator_config().expandable_segments);
   set_allocator_config("");  // nothing said: nothing changes
   CHECK_FALSE(allocator_config().expandable_segments);
+  set_allocator_config("expandable_segments:True");
+  set_allocator_config(",");
+  CHECK(allocator_config().expandable_segments);
+  set_allocator_config("expandable_segments:False");
   expect_error<ValueError>([] { set_allocator_config("expandable_segments:maybe"); },
                            {"expandable_segments takes True or False, got \"maybe\"",
                             "the accepted keys are expandable_segments (True or False)"});

@@ -243,7 +243,9 @@ Fragmentation analyze(DeviceState& s, const Block* b, const cuda::Stream& stream
   const auto pages = [](int64_t n) { return (std::max<int64_t>(0, n) + kPage - 1) / kPage * kPage; };
   f.new_memory = f.expandable ? pages(f.request - tail) : f.request;
   const int64_t headroom = f.limit ? f.limit - f.reserved : kNoLimit;
-  const bool passes = f.limit > 0 && f.allocated + f.request > f.limit;
+  // Past any address space (or a test's injected failure) nothing would make it fit.
+  const bool passes =
+      (f.limit > 0 && f.allocated + f.request > f.limit) || cause == OomCause::TooLarge || cause == OomCause::Injected;
   const PoolFragmentation &mine = f.pools[f.small_request ? 0 : 1], &other = f.pools[f.small_request ? 1 : 0];
   const int64_t releasable = mine.releasable + other.releasable;
   f.fits_after_empty_cache = !passes && headroom + releasable >= f.new_memory;

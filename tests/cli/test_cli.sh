@@ -238,7 +238,7 @@ case $case_name in
     # Not a snapshot, cut short, another version, edited: exit 1, one line naming the file, no page.
     printf 'hello' >bad.json
     head -c 3000 none.json >cut.json
-    sed 's/"version": 2/"version": 1/' none.json >old.json
+    sed 's/"version": 3/"version": 1/' none.json >old.json
     sed '0,/"bytes": \([1-9][0-9]*\)/s//"bytes": -\1/' none.json >negative.json
     for f in bad.json:"not a memgrad memory snapshot" cut.json:truncated old.json:"a version 1 snapshot" \
       negative.json:"expected a size >= 0"; do

@@ -4,6 +4,7 @@
 #pragma once
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -60,6 +61,8 @@ struct StepReport {
   bool steady = false;  // the allocator's layout repeated: every later step allocates as the last
   bool out_of_memory = false;     // the steps did not run under PlanOptions::memory_limit
   std::string oom_message;        // the OutOfMemoryError's message
+  // With out_of_memory: the error's fragmentation forensics (why the cache could not serve it).
+  std::shared_ptr<const Fragmentation> oom_fragmentation;
   CategoryBytes at_peak{};        // by category at the last step's peak
   CategoryBytes category_peak{};  // each category's own peak in the last step
   std::map<std::string, int64_t> at_peak_by_owner;

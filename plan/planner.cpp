@@ -165,6 +165,7 @@ StepReport run_steps(const Program& program, const StepContext& given, const Pla
   } catch (const OutOfMemoryError& e) {
     r.out_of_memory = true;
     r.oom_message = e.what();
+    r.oom_fragmentation = e.fragmentation();
   }
   if (o.budget) {
     r.budget = budget::stats(device);

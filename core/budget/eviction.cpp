@@ -42,7 +42,9 @@ bool relieve(const Device& d, size_t bytes) {
     if (score < best_score || (score == best_score && best && c->id < best->id))
       best = c, best_score = score, best_offload = move < remat;
   }
-  if (!best) throw MemoryBudgetError(floor_message(db, d, bytes));
+  if (!best)  // with the allocator's forensics: why its cache cannot serve the request either
+    throw MemoryBudgetError(floor_message(db, d, bytes),
+                            std::make_shared<const Fragmentation>(fragmentation(d, int64_t(bytes))));
   auto keep = best->self.lock();  // offload/evict must not destroy it midway
   if (best_offload)
     offload(*best);

@@ -267,7 +267,8 @@ TEST_CASE("budget: below the minimum a typed error names it, and the library sta
           std::vector<Tensor> params;
           mlp(1)(params);
         },
-        {"memory budget of", "needs at least", "set by", "beside what cannot leave: Parameter"});
+        {"memory budget of", "needs at least", "set by", "beside what cannot leave: Parameter",
+         "Why the cache could not serve it: "});  // the allocator's forensics, as every out-of-memory error
   }
   check_same(run(mlp(1)), free_run);
 }

@@ -119,6 +119,7 @@ case $case_name in
       expect_output "reserved peak under this --memory-limit: .*: exact$"
       expect_exit 3 "$bin" train "$@" --steps "$steps" --timeline '' --sample 0 --memory-limit $((n - 512))
       expect_output "needs a --memory-limit of at least .*\($n B"
+      expect_output "Why the cache could not serve it: "  # the allocator's forensics
     }
     promise --model tiny --seq 64 --batch 4
     promise --model custom --n-layer 2 --n-head 2 --n-embd 32 --seq 16 --batch 3 --precision bf16 --checkpoint sqrt
@@ -126,6 +127,9 @@ case $case_name in
       --checkpoint selective --optimizer sgd --momentum 0.9 --clip 0.5
     promise --model mlp --layers 5 --width 96 --batch 32 --precision bf16-storage --accum 2 --optimizer adam
     promise --model mlp --layers 3 --width 64 --batch 16 --precision fp16-storage --checkpoint every-1
+    # expandable segments: meta maps the same 2 MiB pages, so the promise holds to the byte there too
+    promise --model tiny --seq 64 --batch 4 --expandable-segments
+    promise --model mlp --layers 5 --width 300 --batch 256 --optimizer adam --expandable-segments
     ;;
   checkpoint_auto)  # --checkpoint auto runs the least-recompute plan that runs under the budget, or says none does
     gpt=(--model custom --n-layer 2 --n-head 8 --n-embd 96 --vocab 744 --seq 48 --batch 2 --dropout 0.1 --optimizer sgd
@@ -134,6 +138,8 @@ case $case_name in
     expect_output "reserved peak under this --memory-limit: .*: exact$"
     expect_exit 3 "$bin" train "${gpt[@]}" --checkpoint auto --budget 6019765
     expect_output "no plan runs under the budget"
+    expect_output "Where it runs out of memory under the budget, planned on meta:"
+    expect_output "Why the cache could not serve it: "
     mlp=(--model mlp --layers 5 --width 282 --batch 288 --optimizer sgd --momentum 0.9 --precision bf16 --clip 1)
     expect_exit 3 "$bin" train "${mlp[@]}" --steps 2 --timeline '' --checkpoint auto --budget 6539875
     expect_exit 0 "$bin" plan --no-compare "${mlp[@]}" --checkpoint every-1
@@ -276,7 +282,7 @@ case $case_name in
     # Not a snapshot, cut short, another version, edited: exit 1, one line naming the file, no page.
     printf 'hello' >bad.json
     head -c 3000 none.json >cut.json
-    sed 's/"version": 2/"version": 1/' none.json >old.json
+    sed 's/"version": 3/"version": 1/' none.json >old.json
     sed '0,/"bytes": \([1-9][0-9]*\)/s//"bytes": -\1/' none.json >negative.json
     for f in bad.json:"not a memgrad memory snapshot" cut.json:truncated old.json:"a version 1 snapshot" \
       negative.json:"expected a size >= 0"; do

@@ -155,6 +155,9 @@ void add_model_flags(CLI::App& app, ModelFlags& m) {
 }
 
 void add_step_flags(CLI::App& app, StepFlags& s) {
+  app.add_flag("--expandable-segments", s.expandable_segments,
+               "the allocator grows one segment per pool by mapping 2 MiB pages, instead of adding segments "
+               "(PyTorch's expandable_segments:True; MG_ALLOC_CONF=expandable_segments:True does the same)");
   app.add_option("-b,--batch", s.batch, "sequences (mlp: rows) per micro-batch")
       ->transform(integer_in(1, kMaxCount))
       ->capture_default_str();
@@ -349,12 +352,17 @@ mg::plan::Policy policy(const StepFlags& s, const mg::plan::ModelSpec& spec, boo
               .smallest_limit;
       if (!least || limit < least_limit) least = &r, least_limit = limit;
     }
+    mg::plan::PlanOptions under = plan_options;  // where the least fails under the budget: its forensics
+    under.memory_limit = budget, under.smallest_limit = false;
+    const auto failed = mg::plan::plan(train_program(spec, s), mg::plan::context(input_shape(s), least->policy), under);
     throw mg::OutOfMemoryError(
         "--checkpoint auto: no plan runs under the budget of " + mg::format_bytes(budget) + " (" +
-        std::to_string(budget) + " B); the least, " + least->method + " (" + least->policy.str() +
-        "), needs a memory limit of " + mg::format_bytes(least_limit) + " (" + std::to_string(least_limit) +
-        " B). Try a smaller --batch, --accum" +
-        (s.precision.find("storage") == std::string::npos ? " or --precision bf16-storage" : "") + ".");
+            std::to_string(budget) + " B); the least, " + least->method + " (" + least->policy.str() +
+            "), needs a memory limit of " + mg::format_bytes(least_limit) + " (" + std::to_string(least_limit) +
+            " B). Try a smaller --batch, --accum" +
+            (s.precision.find("storage") == std::string::npos ? " or --precision bf16-storage" : "") +
+            ". Where it runs out of memory under the budget, planned on meta:",
+        failed.oom_fragmentation);
   }
   try {
     return Policy::parse(c, n);

@@ -69,7 +69,8 @@ struct StepFlags {
   // ahead, page-locked host buffers (cuda).
   int64_t num_workers = 0, prefetch = 2;
   bool pin_memory = false;
-  bool step_in_backward = false;  // each parameter stepped as its gradient completes (StepOptions)
+  bool step_in_backward = false;     // each parameter stepped as its gradient completes (StepOptions)
+  bool expandable_segments = false;  // the allocator's mode (set_allocator_config), for train and plan alike
 };
 
 void add_model_flags(CLI::App& app, ModelFlags& m);

@@ -11,11 +11,17 @@ MG_FUZZ_PACKAGES=(clang libclang-rt-14-dev libomp-dev)
 # installs it when it can (mg_try_install_packages); without it that test is skipped, and says so.
 MG_BROWSER_PACKAGES=(chromium)
 
-mg_install_packages() {
-  local missing=() p
+# The packages of "$@" that dpkg does not have, one per line.
+mg_missing_packages() {
+  local p
   for p in "$@"; do
-    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+    dpkg -s "$p" >/dev/null 2>&1 || echo "$p"
   done
+}
+
+mg_install_packages() {
+  local missing
+  mapfile -t missing < <(mg_missing_packages "$@")
   [ ${#missing[@]} -eq 0 ] && return 0
   if [ "$(id -u)" -ne 0 ]; then
     echo "memgrad needs these Debian packages: ${missing[*]}" >&2
@@ -31,10 +37,8 @@ mg_install_packages() {
 # The same for packages only some tests need: what cannot be installed (not root, no network) is
 # reported, and those tests skip.
 mg_try_install_packages() {
-  local missing=() p
-  for p in "$@"; do
-    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
-  done
+  local missing
+  mapfile -t missing < <(mg_missing_packages "$@")
   [ ${#missing[@]} -eq 0 ] && return 0
   if [ "$(id -u)" -ne 0 ]; then
     echo "note: ${missing[*]} not installed (sudo apt-get install -y ${missing[*]}); the tests that need it will skip" >&2

@@ -26,6 +26,8 @@ with 2 OpenMP threads (OMP_NUM_THREADS=2), as the docs' training losses were pri
   drop=RE         leave out the lines that match (e.g. a program's `[ok]` checks)
   pick=RE         (value) group 1 of RE's first match in the output
   mask=RE         the matches are timings: written, never compared (repeatable)
+  approx=REL      numbers with a decimal point agree within a relative REL (a loss after many steps:
+                  its last digits depend on the CPU's GEMM and vector width); integers stay exact
   slow            run only without --skip-slow (the ctest `docs` skips it; `docs_slow` runs it)
   requires=PROG   skipped when PROG is not on PATH (mpirun in a build without MPI)
 
@@ -56,11 +58,13 @@ class Region:
     def __init__(self, kind, attrs, command, path, line):
         self.kind, self.command, self.path, self.line = kind, command, path, line
         self.exit, self.stderr, self.slow, self.first, self.last, self.pick = 0, False, False, None, None, None
-        self.masks, self.requires, self.drop = [], None, None
+        self.masks, self.requires, self.drop, self.approx = [], None, None, 0.0
         for token in shlex.split(attrs):
             key, _, value = token.partition("=")
             if key == "exit":
                 self.exit = int(value)
+            elif key == "approx":
+                self.approx = float(value)
             elif key in ("stderr", "slow"):
                 setattr(self, key, True)
             elif key in ("from", "to", "pick", "mask", "requires", "drop"):
@@ -79,6 +83,15 @@ class Region:
         for m in self.masks:
             text = m.sub("<timing>", text)
         return text
+
+    def same(self, old, new):
+        old, new = self.masked(old), self.masked(new)
+        if not self.approx or old == new:
+            return old == new
+        decimal = re.compile(r"-?[0-9]+\.[0-9]+")
+        a, b = decimal.findall(old), decimal.findall(new)
+        return (decimal.sub("#", old) == decimal.sub("#", new) and
+                all(abs(float(x) - float(y)) <= self.approx * abs(float(x)) for x, y in zip(a, b)))
 
     def quote(self, out):
         """The part of the command's output this region shows."""
@@ -193,7 +206,7 @@ def main():
                     failures.append(f"{r.where()}: `{r.command}`: {e}")
                     continue
                 old = text[start:end] if r.kind == "value" else unfenced(text[start:end])
-                if r.masked(old) == r.masked(new):
+                if r.same(old, new):
                     continue
                 diff = "\n".join(difflib.unified_diff(old.split("\n"), new.split("\n"), "in the text", "printed now",
                                                       lineterm="", n=1))

@@ -245,13 +245,16 @@ void gemm_serial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, A 
   else
     with_b(MatMap<A, Eigen::RowMajor>(a, m, k, Stride(lda)));
 }
-template void gemm_serial<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
-                                 int64_t, float, float*, int64_t);
-template void gemm_serial<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t, const double*,
-                                  int64_t, double, double*, int64_t);
-template void gemm_serial<int32_t>(bool, bool, int64_t, int64_t, int64_t, int32_t, const int32_t*, int64_t,
-                                   const int32_t*, int64_t, int32_t, int32_t*, int64_t);
-template void gemm_serial<int64_t>(bool, bool, int64_t, int64_t, int64_t, int64_t, const int64_t*, int64_t,
-                                   const int64_t*, int64_t, int64_t, int64_t*, int64_t);
+// Every dtype matmul dispatches over (the integer ones through Eigen).
+#define MG_GEMM_SERIAL(A)                                                                                             \
+  template void gemm_serial<A>(bool, bool, int64_t, int64_t, int64_t, A, const A*, int64_t, const A*, int64_t, A, A*, \
+                               int64_t);
+MG_GEMM_SERIAL(float)
+MG_GEMM_SERIAL(double)
+MG_GEMM_SERIAL(int32_t)
+MG_GEMM_SERIAL(int64_t)
+MG_GEMM_SERIAL(uint8_t)
+MG_GEMM_SERIAL(int8_t)
+#undef MG_GEMM_SERIAL
 
 }  // namespace mg::cpu

@@ -226,8 +226,9 @@ MemoryEvent read_event(const Reader& rd, const json& j, const std::string& where
 // The fields of object `j` other than `known`, as a JSON object.
 std::string extras(const json& j, std::initializer_list<const char*> known) {
   json r = json::object();
-  for (auto& [k, v] : j.items())
-    if (std::find_if(known.begin(), known.end(), [&](const char* n) { return k == n; }) == known.end()) r[k] = v;
+  for (auto& item : j.items())
+    if (std::none_of(known.begin(), known.end(), [&](const char* n) { return item.key() == n; }))
+      r[item.key()] = item.value();
   return r.dump();
 }
 

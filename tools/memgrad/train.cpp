@@ -6,11 +6,12 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
-#include <functional>
+#include <map>
 #include <optional>
 #include <random>
 
 #include "report.h"
+#include "train_state.h"
 #include "view.h"
 
 namespace memgrad_cli {
@@ -30,117 +31,6 @@ std::unique_ptr<mg::optim::Optimizer> make_optimizer(const TrainFlags& f, const 
   if (f.step.optimizer == "sgd") return std::make_unique<SGD>(params, SGDOptions(f.lr).momentum(f.step.momentum));
   if (f.step.optimizer == "adam") return std::make_unique<Adam>(params, AdamOptions(f.lr));
   return std::make_unique<AdamW>(params, AdamWOptions(f.lr));
-}
-
-// The flags a saved state must agree with to be resumed (steps, logging and limits may change).
-// `accum` is the step's micro-batches over all data-parallel ranks: N ranks with accum A resume
-// what one process with accum N * A saved, and the other way round.
-std::string run_signature(const TrainFlags& f, const mg::plan::ModelSpec& spec, int64_t accum) {
-  char buf[512];
-  std::snprintf(
-      buf, sizeof buf,
-      "%s, dropout %g; batch %lld x %lld, accum %lld; %s lr %g warmup %lld momentum %g clip %g; %s; seed %llu",
-      model_str(spec).c_str(), f.model.dropout, static_cast<long long>(f.step.batch),
-      static_cast<long long>(f.step.seq), static_cast<long long>(accum), f.step.optimizer.c_str(), f.lr,
-      static_cast<long long>(f.warmup), f.step.momentum, f.step.clip, f.step.precision.c_str(),
-      static_cast<unsigned long long>(f.seed));
-  return buf;
-}
-
-// One training run's state, as a safetensors file: model.*, master.* (the float32 masters of a
-// storage precision; with data parallelism they are in optim.*), optim.* (with data parallelism every
-// rank's slices gathered), scaler.*, and in the metadata the step, the default generator's position,
-// the run's signature and `metadata` (the data's position).
-void save_state(const std::string& path, int64_t step, const std::string& signature, const mg::nn::Module& model,
-                const mg::optim::StateDict& optimizer, const mg::amp::MasterWeights* masters,
-                const mg::amp::GradScaler* scaler, mg::nn::Metadata metadata) {
-  mg::nn::StateDict all;
-  for (auto& [k, t] : model.state_dict()) all["model." + k] = t;
-  if (masters)
-    for (auto& [k, t] : masters->named_parameters()) all["master." + k] = t.detach();
-  for (auto& [k, t] : optimizer) all["optim." + k] = t;
-  if (scaler)
-    for (auto& [k, v] : scaler->state_dict()) all["scaler." + k] = mg::scalar_tensor(v, mg::kFloat64);
-  mg::Generator& g = mg::default_generator();
-  metadata.insert({{"memgrad.step", std::to_string(step)},
-                   {"memgrad.rng_seed", std::to_string(g.seed())},
-                   {"memgrad.rng_offset", std::to_string(g.offset())},
-                   {"memgrad.run", signature}});
-  mg::nn::save_safetensors(all, path, metadata);
-}
-
-// A state written by save_state, read and checked before the model is built: a bad file, a
-// different run or metadata that does not parse is a usage error (exit 2) naming --resume.
-struct SavedState {
-  mg::nn::StateDict tensors;
-  mg::nn::Metadata meta;
-  int64_t step = 0;
-  uint64_t rng_seed = 0, rng_offset = 0;
-};
-
-SavedState read_state(const std::string& path, const std::string& signature) {
-  const std::string flag = "--resume " + path + ": ";
-  SavedState s;
-  mg::nn::Metadata meta;
-  try {
-    s.tensors = mg::nn::load_safetensors(path, &meta);
-  } catch (const mg::OutOfMemoryError&) {
-    throw;
-  } catch (const mg::Error& e) {
-    throw UsageError(flag + e.what());
-  }
-  for (const char* key : {"memgrad.step", "memgrad.rng_seed", "memgrad.rng_offset", "memgrad.run"})
-    if (!meta.count(key)) throw UsageError(flag + "not a memgrad training state (no '" + key + "' in its metadata)");
-  if (meta["memgrad.run"] != signature)
-    throw UsageError("--resume " + path + " was saved by a different run:\n  saved: " + meta["memgrad.run"] +
-                     "\n  now:   " + signature);
-  auto bad = [&](const char* key, const char* expected) {
-    return UsageError(flag + "its metadata " + key + " is '" + meta[key] + "', expected " + expected);
-  };
-  const auto step = parse_integer<int64_t>(meta["memgrad.step"]);
-  if (!step || *step < 0 || *step > kMaxCount) throw bad("memgrad.step", "an integer in [0, 2^62]");
-  const auto seed = parse_integer<uint64_t>(meta["memgrad.rng_seed"]);
-  if (!seed) throw bad("memgrad.rng_seed", "an integer in [0, 2^64 - 1]");
-  const auto offset = parse_integer<uint64_t>(meta["memgrad.rng_offset"]);
-  if (!offset) throw bad("memgrad.rng_offset", "an integer in [0, 2^64 - 1]");
-  s.step = *step, s.rng_seed = *seed, s.rng_offset = *offset;
-  s.meta = meta;
-  return s;
-}
-
-// Loads `s` into the model, the optimizer and the scaler (each validates its part) and positions the
-// default generator; returns the saved step.
-int64_t apply_state(const SavedState& s, const std::string& path, mg::nn::Module& model,
-                    const std::function<void(const mg::optim::StateDict&)>& load_optimizer,
-                    mg::amp::MasterWeights* masters, mg::amp::GradScaler* scaler) {
-  try {
-    mg::nn::StateDict m, o, saved_masters;
-    std::map<std::string, double> sc;
-    for (auto& [k, t] : s.tensors) {
-      if (k.rfind("model.", 0) == 0) m[k.substr(6)] = t;
-      if (k.rfind("master.", 0) == 0) saved_masters[k.substr(7)] = t;
-      if (k.rfind("optim.", 0) == 0) o[k.substr(6)] = t;
-      if (k.rfind("scaler.", 0) == 0) sc[k.substr(7)] = t.item<double>();
-    }
-    model.load_state_dict(m);
-    if (masters) {
-      mg::NoGradGuard no_grad;
-      for (auto& [name, t] : masters->named_parameters()) {
-        auto it = saved_masters.find(name);
-        if (it == saved_masters.end()) throw mg::IOError(path + ": no float32 master of '" + name + "'");
-        t.copy_(it->second);
-      }
-    }
-    load_optimizer(o);
-    if (scaler) scaler->load_state_dict(sc);
-  } catch (const mg::OutOfMemoryError&) {
-    throw;
-  } catch (const mg::Error& e) {
-    throw UsageError("--resume " + path + ": " + e.what());
-  }
-  mg::default_generator().manual_seed(s.rng_seed);
-  mg::default_generator().set_offset(s.rng_offset);
-  return s.step;
 }
 
 // A line that redraws itself on a terminal, or a plain line every `every` steps otherwise.
@@ -267,24 +157,69 @@ void add_train_flags(CLI::App& app, TrainFlags& f) {
                "kernel is synchronized, which slows the run)");
 }
 
-int run_train(const TrainFlags& f) {
-  // Files written later (the state at the end, the timeline after a few steps) are checked first.
-  if (!f.save.empty()) check_writable("--save", f.save);
-  if (!f.log.empty()) check_writable("--log", f.log);
-  if (!f.timeline.empty()) check_writable("--timeline", f.timeline);
-  if (!f.snapshot.empty()) check_writable("--snapshot", f.snapshot);
-  TrainData data(f);  // the files opened and checked against the flags, nothing allocated yet
+namespace {
+
+namespace dist = mg::distributed;
+
+// One `memgrad train` run, phase by phase (run_train calls them in order). Its members are what the
+// phases share, declared in the order they are made, so they are destroyed in reverse, as locals were.
+struct TrainRun {
+  explicit TrainRun(const TrainFlags& flags) : f(flags), data(flags) {}
+  void set_up();                  // processes, device, limits, the plan's policy, a saved state, the data loader
+  void build();                   // the model and its trainer, the saved state loaded, the run's header
+  void run_steps();               // the steps: progress, log, peaks, timeline, profile
+  void report_training();         // time, loss, held-out loss, sample, and the memory at the peak
+  void report_plan();             // the same steps planned on meta, against the measured peaks
+  void report_ranks_and_state();  // every rank's figures, the optimizer state, the files written
+
+  const TrainFlags& f;
+  TrainData data;  // the files opened and checked against the flags, nothing allocated yet
+  dist::ProcessGroup* world = nullptr;
+  int rank = 0, ranks = 1;
+  StepFlags step_flags;  // this rank's
+  mg::Device device = mg::kCPU;
+  bool budgeted = false;
+  mg::plan::ModelSpec spec;
+  mg::plan::InputShape shape;
+  mg::plan::Policy policy;
+  std::optional<int64_t> tokens;  // per step, this rank's (mlp: rows)
+  std::string signature;
+  std::optional<SavedState> saved;
+  mg::MemoryStats base;                                 // before the model was built
+  std::optional<mg::cuda::DeviceMemory> driver_before;  // cuda: the driver's view, for the bytes outside the ledger
+  std::unique_ptr<dist::ProcessGroup> nccl;
+  dist::ProcessGroup* group = nullptr;
+  std::optional<mg::plan::ChainModel> chain;
+  std::optional<mg::plan::Trainer> trainer;
+  mg::amp::GradScaler* scaler = nullptr;
+  dist::DataParallel* dp = nullptr;
+  std::optional<mg::optim::LinearWarmupLR> warmup;  // made before a resume overwrites the lr with its scheduled value
+  int64_t first = 1;                                // the first step this run takes
+  bool timeline = false;
+  int64_t tokens_per_step = 0;  // mlp: rows; all ranks
+  double communication_before = 0;
+  double loss = 0, train_seconds = 0;
+  int64_t peaks[2] = {0, 0};  // allocated: the first step, and the largest of the later ones
+  int64_t reserved = 0;       // the largest reserved of all steps
+  mg::CategoryBytes at_peak{};
+  std::map<std::string, int64_t> owners_at_peak;
+  int64_t steps_run = 0;
+  double communication = 0;
+  mg::MemoryStats after;                // after the steps
+  int64_t planned_peaks[2] = {-1, -1};  // for the ranks' table
+};
+
+void TrainRun::set_up() {
   // Data parallelism: the processes mpirun started (or this one alone, with --zero); rank 0 prints.
-  namespace dist = mg::distributed;
   const bool data_parallel = dist::launched_world_size() > 1 || f.step.zero > 0;
-  dist::ProcessGroup* world = data_parallel ? &dist::world() : nullptr;
-  const int rank = world ? world->rank() : 0, ranks = world ? world->size() : 1;
+  world = data_parallel ? &dist::world() : nullptr;
+  rank = world ? world->rank() : 0;
+  ranks = world ? world->size() : 1;
   if (rank != 0 && !std::freopen("/dev/null", "w", stdout))
     throw mg::IOError("rank " + std::to_string(rank) + ": cannot silence its output");
-  StepFlags step_flags = f.step;  // this rank's
+  step_flags = f.step;
   step_flags.world_size = ranks, step_flags.rank = rank;
 
-  mg::Device device = mg::kCPU;
   try {
     const int local = ranks > 1 ? dist::local_rank() % std::max(1, mg::cuda_device_count()) : 0;
     device = f.device == "auto"   ? (mg::cuda_available() ? mg::cuda_device(local) : mg::kCPU)
@@ -297,7 +232,7 @@ int run_train(const TrainFlags& f) {
   if (device.is_cuda() && device.index >= mg::cuda_device_count())
     throw UsageError("--device " + f.device + ": " + std::to_string(mg::cuda_device_count()) + " CUDA devices here" +
                      (kBuiltWithCuda ? "" : " (memgrad was built without CUDA)"));
-  const bool budgeted = f.remat != "none" || f.offload != "none";
+  budgeted = f.remat != "none" || f.offload != "none";
   if (budgeted && !f.memory_limit)
     throw UsageError("--remat and --offload keep training under --memory-limit: give one");
   if (budgeted) {
@@ -314,18 +249,17 @@ int run_train(const TrainFlags& f) {
   } else if (f.memory_limit) {
     mg::set_memory_limit(device, int64_t(f.memory_limit));
   }
-  const mg::plan::ModelSpec spec = model_spec(data.model_flags(f.model), f.step.seq);
-  const mg::plan::InputShape shape = input_shape(f.step);
+  spec = model_spec(data.model_flags(f.model), f.step.seq);
+  shape = input_shape(f.step);
   mg::plan::PlanOptions target;
   target.device = device.type;
-  const mg::plan::Policy policy = memgrad_cli::policy(step_flags, spec, rank == 0, target);
-  auto tokens = mg::checked_mul(f.step.batch, spec.kind == mg::plan::ModelSpec::Kind::GPT ? f.step.seq : 1);
+  policy = memgrad_cli::policy(step_flags, spec, rank == 0, target);
+  tokens = mg::checked_mul(f.step.batch, spec.kind == mg::plan::ModelSpec::Kind::GPT ? f.step.seq : 1);
   if (tokens) tokens = mg::checked_mul(*tokens, f.step.accum);
   if (!tokens)
     throw UsageError("--batch " + std::to_string(f.step.batch) + " x --seq " + std::to_string(f.step.seq) +
                      " x --accum " + std::to_string(f.step.accum) + ": more than 2^63 - 1 tokens per step");
-  const std::string signature = run_signature(f, spec, f.step.accum * ranks);
-  std::optional<SavedState> saved;
+  signature = run_signature(f, spec, f.step.accum * ranks);
   if (!f.resume.empty()) saved = read_state(f.resume, signature);
   if (saved && saved->step >= f.steps)
     throw UsageError("--steps " + std::to_string(f.steps) + ": the state is already at step " +
@@ -333,14 +267,12 @@ int run_train(const TrainFlags& f) {
   // The plan starts from an empty allocator: so does the run (nothing the checks above made is cached),
   // and its program holds the data's teacher and the loader's buffers as train does (train_program).
   mg::empty_cache(device);
-  const mg::MemoryStats base = mg::memory_stats(device);
-  std::optional<mg::cuda::DeviceMemory> driver_before;  // cuda: the driver's view, for the bytes outside the ledger
+  base = mg::memory_stats(device);
   if (device.is_cuda()) driver_before = mg::cuda::device_memory(device.index);
   data.start(spec, step_flags, device, rank, ranks);
 
   // cuda tensors travel over NCCL (this process alone: a group of one, or NCCL's when built with it)
-  std::unique_ptr<dist::ProcessGroup> nccl;
-  dist::ProcessGroup* group = world;
+  group = world;
   if (world && device.is_cuda() && (dist::nccl_built() || ranks > 1)) {
     if (!dist::nccl_built())
       throw UsageError("--device " + device.str() + " with " + std::to_string(ranks) +
@@ -348,24 +280,25 @@ int run_train(const TrainFlags& f) {
     nccl = dist::new_nccl_group(*world, device.index);
     group = nccl.get();
   }
+}
 
+void TrainRun::build() {
   mg::manual_seed(f.seed);
-  mg::plan::ChainModel chain(spec, device);
-  mg::nn::Module& model = chain.module();
+  chain.emplace(spec, device);
+  mg::nn::Module& model = chain->module();
   const mg::plan::StepOptions options = step_options(step_flags);
-  mg::plan::Trainer trainer(
-      model, options, [&f](const mg::nn::NamedTensors& params) { return make_optimizer(f, params); }, group);
-  mg::optim::Optimizer& opt = *trainer.optimizer();
-  mg::amp::GradScaler* scaler = trainer.scaler();
-  dist::DataParallel* dp = trainer.data_parallel();
+  trainer.emplace(
+      model, options, [this](const mg::nn::NamedTensors& params) { return make_optimizer(f, params); }, group);
+  mg::optim::Optimizer& opt = *trainer->optimizer();
+  scaler = trainer->scaler();
+  dp = trainer->data_parallel();
 
-  std::optional<mg::optim::LinearWarmupLR> warmup;  // made before a resume overwrites the lr with its scheduled value
   if (f.warmup) warmup.emplace(opt, f.warmup);
   auto load_optimizer = [&](const mg::optim::StateDict& o) {
     dp ? dp->load_state_dict(opt, o) : opt.load_state_dict(o);
   };
-  const int64_t first =
-      saved ? apply_state(*saved, f.resume, model, load_optimizer, dp ? nullptr : trainer.masters(), scaler) + 1 : 1;
+  first =
+      saved ? apply_state(*saved, f.resume, model, load_optimizer, dp ? nullptr : trainer->masters(), scaler) + 1 : 1;
   for (int64_t t = 1; warmup && t < first; ++t) warmup->step();  // the schedule's position at the saved step
   if (saved) data.resume(saved->meta, f.resume);
   std::printf("memgrad train: %s, %s parameters, on %s\n", model_str(spec).c_str(),
@@ -385,26 +318,23 @@ int run_train(const TrainFlags& f) {
         mg::format_bytes(int64_t(f.step.bucket_cap)).c_str(), static_cast<long long>(f.step.accum * ranks),
         static_cast<long long>(f.step.accum), static_cast<long long>(f.step.accum),
         static_cast<long long>(f.step.accum));
+}
 
+void TrainRun::run_steps() {
   std::ofstream log;
-  const bool timeline = (!f.timeline.empty() || !f.snapshot.empty()) && rank == 0;  // files: rank 0 writes them
+  timeline = (!f.timeline.empty() || !f.snapshot.empty()) && rank == 0;  // files: rank 0 writes them
   if (!f.log.empty() && rank == 0) {
     log.open(f.log);
     if (!log) throw mg::IOError("--log: cannot write " + f.log);
     log << "step,loss,tokens_per_s,allocated\n";
   }
   if (timeline) mg::record_history(true, 1000000);
-  const int64_t tokens_per_step = *tokens * ranks;  // mlp: rows; all ranks
-  const double communication_before = dp ? dp->communication_seconds() : 0;
+  tokens_per_step = *tokens * ranks;
+  communication_before = dp ? dp->communication_seconds() : 0;
   Progress progress(first, f.steps, f.log_every ? f.log_every : std::max<int64_t>(1, (f.steps - first + 1) / 20),
                     f.quiet, data.is_gpt() ? "tok" : "rows");
-  double loss = 0, train_seconds = 0;
-  int64_t peaks[2] = {0, 0};                 // allocated: the first step, and the largest of the later ones
-  int64_t reserved = 0;                      // the largest reserved of all steps
   std::optional<mg::KernelProfile> profile;  // --profile: the steps after the first (all of a 1-step run)
   double profiled_seconds = 0;
-  mg::CategoryBytes at_peak{};
-  std::map<std::string, int64_t> owners_at_peak;
   try {
     for (int64_t step = first; step <= f.steps; ++step) {
       if (f.profile && !profile && (step > first || first == f.steps)) profile.emplace();
@@ -412,7 +342,7 @@ int run_train(const TrainFlags& f) {
       if (timeline) mg::annotate_memory("step " + std::to_string(step), device);
       mg::reset_peak(device);  // as the planner does: the step (gradients cleared first) is measured whole
       loss = mg::plan::train_step(
-          chain, trainer, [&](int64_t) { return data.next(); }, policy);
+          *chain, *trainer, [&](int64_t) { return data.next(); }, policy);
       if (warmup) warmup->step();
       if (device.is_cuda()) mg::cuda::synchronize(device.index);
       const double dt = seconds_since(t0);
@@ -460,15 +390,18 @@ int run_train(const TrainFlags& f) {
     print_kernel_times(*profile, profiled_seconds, f.steps - from + 1);
     profile.reset();
   }
-  model.zero_grad();  // the last step's gradients: not needed for evaluation
-  const int64_t steps_run = f.steps - first + 1;
+  chain->module().zero_grad();  // the last step's gradients: not needed for evaluation
+}
+
+void TrainRun::report_training() {
+  steps_run = f.steps - first + 1;
   std::printf("\ntrained %lld steps in %s: %.0f %s/s, final loss %.4f", static_cast<long long>(steps_run),
               format_seconds(train_seconds).c_str(), double(tokens_per_step * steps_run) / train_seconds,
               data.is_gpt() ? "tokens" : "rows", loss);
   if (scaler && scaler->skipped_steps())
     std::printf(" (%lld steps skipped by the grad scaler)", static_cast<long long>(scaler->skipped_steps()));
   std::printf("\n");
-  const double communication = dp ? dp->communication_seconds() - communication_before : 0;
+  communication = dp ? dp->communication_seconds() - communication_before : 0;
   data.print_wait(steps_run, train_seconds);
   if (dp)
     std::printf("communication: rank 0 was blocked waiting for reductions and gathers %s of %s (%.1f%%)\n",
@@ -476,9 +409,10 @@ int run_train(const TrainFlags& f) {
                 100.0 * communication / train_seconds);
 
   if (data.is_gpt() && rank == 0) {  // held-out loss, without recording history: no activations are kept
-    data.print_held_out_loss(chain);
+    data.print_held_out_loss(*chain);
     if (f.sample > 0)
-      std::printf("sample:\n%s\n", sample_text(dynamic_cast<mg::nn::GPT&>(model), device, f.sample, f.seed).c_str());
+      std::printf("sample:\n%s\n",
+                  sample_text(dynamic_cast<mg::nn::GPT&>(chain->module()), device, f.sample, f.seed).c_str());
   }
 
   if (steps_run == 1) {  // no later step: the breakdown of the first
@@ -491,10 +425,12 @@ int run_train(const TrainFlags& f) {
               device.str().c_str(), steps_run > 1 ? "s" : "", static_cast<long long>(std::min(first + 1, f.steps)),
               steps_run > 2 ? "-" : "", steps_run > 2 ? std::to_string(f.steps).c_str() : "");
   print_breakdown(steps_run > 1 ? peaks[1] : peaks[0], at_peak, owners_at_peak, 12);
-  const mg::MemoryStats s = mg::memory_stats(device);
-  std::printf("  reserved by the caching allocator: %s now\n", mg::format_bytes(s.reserved).c_str());
+  after = mg::memory_stats(device);
+  std::printf("  reserved by the caching allocator: %s now\n", mg::format_bytes(after.reserved).c_str());
   if (driver_before) print_outside_ledger(*driver_before, mg::cuda::device_memory(device.index));
+}
 
+void TrainRun::report_plan() {
   // The planner runs the same steps on meta, for this device and under the same limit.
   mg::plan::PlanOptions plan_options;
   plan_options.device = device.type;
@@ -510,7 +446,6 @@ int run_train(const TrainFlags& f) {
                 mg::format_bytes(measured).c_str(), static_cast<long long>(measured),
                 mg::format_bytes(plan_bytes).c_str(), static_cast<long long>(plan_bytes), verdict.c_str());
   };
-  int64_t planned_peaks[2] = {-1, -1};  // for the ranks' table
   if (!f.resume.empty()) {  // a resumed run's first step already holds optimizer state: only later steps compare
     if (steps_run > 1) compare("later steps' allocated peak", peaks[1], planned_peaks[1] = planned.peak);
     std::printf("  (a resumed run's allocator history differs from the plan's, which starts from the first step)\n");
@@ -530,8 +465,12 @@ int run_train(const TrainFlags& f) {
     std::printf("  %s\n", mg::budget::stats_report(device).c_str());
   }
   data.print_memory();
+}
+
+void TrainRun::report_ranks_and_state() {
+  mg::optim::Optimizer& opt = *trainer->optimizer();
   if (dp) {  // every rank's figures, gathered (the calls below are collective: every rank makes them)
-    auto held = [&s, &base](mg::Category c) { return s.category(c) - base.category(c); };
+    auto held = [this](mg::Category c) { return after.category(c) - base.category(c); };
     const std::vector<int64_t> mine = {peaks[0],
                                        peaks[1],
                                        planned_peaks[0],
@@ -573,10 +512,28 @@ int run_train(const TrainFlags& f) {
   if (!f.save.empty()) {
     const mg::optim::StateDict optimizer = dp ? dp->state_dict(opt) : opt.state_dict();  // collective with dp
     if (rank == 0)
-      save_state(f.save, f.steps, signature, model, optimizer, dp ? nullptr : trainer.masters(), scaler, data.state());
+      save_state(f.save, f.steps, signature, chain->module(), optimizer, dp ? nullptr : trainer->masters(), scaler,
+                 data.state());
     if (world) world->barrier();  // the file exists when any rank returns
     std::printf("training state (step %lld): %s\n", static_cast<long long>(f.steps), f.save.c_str());
   }
+}
+
+}  // namespace
+
+int run_train(const TrainFlags& f) {
+  // Files written later (the state at the end, the timeline after a few steps) are checked first.
+  if (!f.save.empty()) check_writable("--save", f.save);
+  if (!f.log.empty()) check_writable("--log", f.log);
+  if (!f.timeline.empty()) check_writable("--timeline", f.timeline);
+  if (!f.snapshot.empty()) check_writable("--snapshot", f.snapshot);
+  TrainRun run(f);
+  run.set_up();
+  run.build();
+  run.run_steps();
+  run.report_training();
+  run.report_plan();
+  run.report_ranks_and_state();
   return 0;
 }
 

@@ -48,8 +48,11 @@
 #include <memgrad/nn/module.h>
 #include <memgrad/nn/safetensors.h>
 #include <memgrad/ops/ops.h>
+#include <memgrad/optim/adafactor.h>
 #include <memgrad/optim/adam.h>
+#include <memgrad/optim/adam8bit.h>
 #include <memgrad/optim/clip.h>
+#include <memgrad/optim/in_backward.h>
 #include <memgrad/optim/optimizer.h>
 #include <memgrad/optim/scheduler.h>
 #include <memgrad/optim/sgd.h>

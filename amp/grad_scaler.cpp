@@ -108,6 +108,21 @@ bool GradScaler::step(optim::Optimizer& opt, MasterWeights& masters) {
   return true;
 }
 
+bool GradScaler::unscale_grad_(const Tensor& grad) const {
+  return o_.enabled_ && check_and_unscale({grad}, inverse(scale_));
+}
+
+bool GradScaler::record_unscaled(bool found) {
+  if (!o_.enabled_) return true;
+  MG_CHECK(!unscaled_, ValueError,
+           "GradScaler.record_unscaled: expected one call per step, got a second before update()");
+  unscaled_ = true, found_inf_ = found;
+  if (found) ++skipped_;
+  return !found;
+}
+
+double GradScaler::inverse_scale() const { return o_.enabled_ ? inverse(scale_) : 1.0; }
+
 void GradScaler::update() {
   if (!o_.enabled_) return;
   if (o_.dynamic_) {  // PyTorch's _amp_update_scale_, in float32

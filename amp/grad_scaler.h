@@ -53,6 +53,15 @@ class GradScaler {
   // Adjusts the scale from this step's outcome and re-arms unscale_.
   void update();
 
+  // Stepping inside backward (optim::StepInBackward), where the gradients exist one at a time and
+  // step() is not called: unscale_grad_ divides one gradient by the scale in place as unscale_ does
+  // and returns whether it holds inf/NaN (nothing when disabled); record_unscaled(found) then records
+  // the step's outcome as unscale_ would and returns whether to step (a skipped step is counted, as
+  // step() counts it). update() follows as usual.
+  bool unscale_grad_(const Tensor& grad) const;
+  bool record_unscaled(bool found_inf);
+  double inverse_scale() const;  // what unscale_ multiplies by: 1 / scale in float32 (1 when disabled)
+
   // Data parallelism where each process unscales only its slice of the gradients: records whether
   // any other process found inf/NaN in its slice this step, so that every process skips the same
   // steps (call between unscale_ and step; distributed::DataParallel::any_rank combines the flags).

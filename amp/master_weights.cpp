@@ -38,24 +38,28 @@ std::vector<std::pair<std::string, Tensor>> MasterWeights::named_parameters() co
 }
 
 void MasterWeights::grads_to_masters(double scale) {
+  for (size_t i = 0; i < params_.size(); ++i) grad_to_master(i, scale);
+}
+
+void MasterWeights::grad_to_master(size_t i, double scale) {
   NoGradGuard ng;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    Tensor g = params_[i].grad();
-    if (!g.defined()) continue;
-    MemoryScope scope(Category::Gradient, names_[i] + ".master");
-    Tensor m = g.to(kFloat32);
-    m = scale == 1.0 ? (m.is_same(g) ? m.clone() : m) : m * scale;
-    m.storage()->set_category(Category::Gradient);
-    masters_[i].set_grad(m);
-  }
+  Tensor g = params_.at(i).grad();
+  if (!g.defined()) return;
+  MemoryScope scope(Category::Gradient, names_[i] + ".master");
+  Tensor m = g.to(kFloat32);
+  m = scale == 1.0 ? (m.is_same(g) ? m.clone() : m) : m * scale;
+  m.storage()->set_category(Category::Gradient);
+  masters_[i].set_grad(m);
 }
 
 void MasterWeights::masters_to_params() {
+  for (size_t i = 0; i < params_.size(); ++i) master_to_param(i);
+}
+
+void MasterWeights::master_to_param(size_t i) {
   NoGradGuard ng;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    params_[i].copy_(masters_[i]);
-    masters_[i].set_grad(Tensor());
-  }
+  params_.at(i).copy_(masters_[i]);
+  masters_[i].set_grad(Tensor());
 }
 
 }  // namespace mg::amp

@@ -27,6 +27,9 @@ class MasterWeights {
   void grads_to_masters(double scale = 1.0);
   // params[i] = half(masters[i]); frees the masters' gradients.
   void masters_to_params();
+  // The same for parameter i alone (stepping each parameter inside backward).
+  void grad_to_master(size_t i, double scale = 1.0);
+  void master_to_param(size_t i);
 
  private:
   std::vector<Tensor> params_, masters_;

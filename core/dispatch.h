@@ -20,6 +20,10 @@ void dispatch(DType t, F&& f) {
   switch (t) {
     case kBool:
       return f(Tag<bool>{});
+    case kUInt8:
+      return f(Tag<uint8_t>{});
+    case kInt8:
+      return f(Tag<int8_t>{});
     case kInt32:
       return f(Tag<int32_t>{});
     case kInt64:

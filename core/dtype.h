@@ -7,9 +7,12 @@
 
 namespace mg {
 
-enum class DType : uint8_t { Bool, Int32, Int64, Float16, BFloat16, Float32, Float64 };
+// Ordered by promotion rank (promote_types): bool < integers (by range) < floating.
+enum class DType : uint8_t { Bool, UInt8, Int8, Int32, Int64, Float16, BFloat16, Float32, Float64 };
 
 inline constexpr DType kBool = DType::Bool;
+inline constexpr DType kUInt8 = DType::UInt8;
+inline constexpr DType kInt8 = DType::Int8;
 inline constexpr DType kInt32 = DType::Int32;
 inline constexpr DType kInt64 = DType::Int64;
 inline constexpr DType kFloat16 = DType::Float16;
@@ -21,8 +24,12 @@ size_t dtype_size(DType t);
 const char* dtype_name(DType t);  // "float32", ...
 bool is_floating(DType t);
 bool is_half(DType t);  // float16 or bfloat16
-// PyTorch's promote_types: bool < integers < floating; float16 + bfloat16 -> float32.
+// PyTorch's promote_types: bool < integers < floating; float16 + bfloat16 -> float32; uint8 + int8
+// -> int32 (PyTorch's int16, which memgrad lacks: the smallest type here holding both ranges).
 DType promote_types(DType a, DType b);
+// The dtype whose code (the enum's value, int(t)) is `code`: DTypeError naming the valid codes for
+// any other, e.g. a code read from a file or another process.
+DType dtype_from_code(int64_t code);
 std::ostream& operator<<(std::ostream& os, DType t);
 
 // 16-bit float storage types; arithmetic goes through float.
@@ -71,6 +78,14 @@ struct dtype_of;
 template <>
 struct dtype_of<bool> {
   static constexpr DType value = kBool;
+};
+template <>
+struct dtype_of<uint8_t> {
+  static constexpr DType value = kUInt8;
+};
+template <>
+struct dtype_of<int8_t> {
+  static constexpr DType value = kInt8;
 };
 template <>
 struct dtype_of<int32_t> {

@@ -116,6 +116,8 @@ MG_OP(normal_)
 // ---- multi-tensor ops: optimizer steps and loss unscaling (ops/multi_tensor.cpp)
 MG_OP(sgd_update_)
 MG_OP(adam_update_)
+MG_OP(adam8bit_update_)
+MG_OP(adafactor_update_)
 MG_OP(non_finite_check_and_unscale_)
 
 #undef MG_OP

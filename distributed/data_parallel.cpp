@@ -426,10 +426,18 @@ optim::StateDict DataParallel::state_dict(const optim::Optimizer& opt) const {
   for (auto& [key, t] : opt.state_dict()) {
     size_t k;
     std::string field;
-    if (parse_state_key(key, "state.", &k, &field))
-      local[{size_t(index.at(k)), field}] = t;
-    else
+    if (parse_state_key(key, "state.", &k, &field)) {
+      const size_t i = size_t(index.at(k));
+      // Sharded state is gathered slice by slice: it must be shaped like the parameter's slice.
+      MG_CHECK(m.options.zero_stage_ == 0 || field == "step" || t.numel() == m.optimizer_tensor(i).numel(),
+               NotImplementedError, "DataParallel::state_dict: the optimizer state '", field, "' of '",
+               m.params[i].name, "' has ", t.numel(), " elements for a slice of ", m.optimizer_tensor(i).numel(),
+               ": ZeRO gathers only state shaped like its parameter (not 8-bit blocks or factored moments); ",
+               "save it with ZeRO stage 0");
+      local[{i, field}] = t;
+    } else {
       out[key] = t;
+    }
   }
   if (m.masters)
     for (size_t i = 0; i < m.params.size(); ++i)
@@ -456,7 +464,7 @@ optim::StateDict DataParallel::state_dict(const optim::Optimizer& opt) const {
     } else if (m.options.zero_stage_ == 0) {
       out[key] = it->second;
     } else {  // every rank's slice, padded to the slice size c, gathered and trimmed
-      const TensorOptions o = TensorOptions(DType(dtype)).device(p.tensor.device());
+      const TensorOptions o = TensorOptions(dtype_from_code(dtype)).device(p.tensor.device());
       Tensor mine = zeros({p.chunk}, o), all = empty({p.chunk * m.size}, o);
       if (it != local.end()) mine.narrow(0, 0, it->second.numel()).copy_(it->second.reshape({-1}));
       m.group->all_gather(all, mine).wait();

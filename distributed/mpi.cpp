@@ -73,6 +73,10 @@ MPI_Datatype mpi_type(DType t) {
       return MPI_INT32_T;
     case kInt64:
       return MPI_INT64_T;
+    case kUInt8:
+      return MPI_UINT8_T;
+    case kInt8:
+      return MPI_INT8_T;
     default:
       return MPI_UINT16_T;  // float16, bfloat16: their bits
   }

@@ -48,6 +48,10 @@ ncclDataType_t nccl_type(DType t) {
       return ncclBfloat16;
     case kInt32:
       return ncclInt32;
+    case kUInt8:
+      return ncclUint8;
+    case kInt8:
+      return ncclInt8;
     default:
       return ncclInt64;
   }

@@ -58,8 +58,8 @@ void check_tensor(const Tensor& t, const char* name, const char* role) {
   MG_CHECK(t.is_contiguous(), ValueError, name, ": expected a contiguous ", role, " tensor, got shape ",
            shape_str(t.shape()), " with strides ", shape_str(t.strides()));
   const DType d = t.dtype();
-  MG_CHECK(d == kFloat32 || d == kFloat64 || d == kFloat16 || d == kBFloat16 || d == kInt32 || d == kInt64, DTypeError,
-           name, ": expected a float32, float64, float16, bfloat16, int32 or int64 ", role, " tensor, got ", d);
+  MG_CHECK(d != kBool, DTypeError, name,
+           ": expected a float32, float64, float16, bfloat16, int64, int32, int8 or uint8 ", role, " tensor, got ", d);
 }
 }  // namespace
 

@@ -12,8 +12,10 @@
 #include <memgrad/core/memory.h>
 #include <memgrad/core/profile.h>
 #include <memgrad/core/tensor.h>
+#include <memgrad/kernels/adafactor.h>
 #include <memgrad/kernels/host_device.h>
 #include <memgrad/kernels/pool.h>
+#include <memgrad/kernels/quantize8bit.h>
 #include <memgrad/kernels/unary.h>
 #include <memgrad/kernels/update_rules.h>
 

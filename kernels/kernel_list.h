@@ -195,6 +195,17 @@ MG_OPTIONAL_KERNEL(conv2d_backward_weight, bool, const Tensor& grad_out, const T
 MG_KERNEL(sgd_update, void, const TensorLists& lists, const std::vector<rules::SGDScalars>& scalars)
 // rules::adam; lists = {params, grads, exp_avg, exp_avg_sq, max_exp_avg_sq (optional)}.
 MG_KERNEL(adam_update, void, const TensorLists& lists, const std::vector<rules::AdamScalars>& scalars)
+// quant::Adam8bitScalars' update (kernels/quantize8bit.h); lists = {params, grads, exp_avg,
+// exp_avg_sq, exp_avg absmax, exp_avg_sq absmax}: for a quantized tensor the moments are uint8 codes
+// of the parameter's size and the absmax float32 [ceil(numel / 256)]; otherwise float32 moments of
+// its size and undefined absmax. Params and grads share a floating dtype.
+MG_KERNEL(adam8bit_update, void, const TensorLists& lists, const std::vector<quant::Adam8bitScalars>& scalars)
+// adafactor::Scalars' step (kernels/adafactor.h); lists = {params, grads, row_var (the variance of a
+// vector), col_var (undefined for a vector), exp_avg (optional)}, all of the parameter's dtype:
+// row_var [..., R, 1] and col_var [..., 1, C] for a parameter [..., R, C].
+// Its scratch: none on the cpu; on cuda one float64 buffer for the largest tensor's partial sums.
+MG_KERNEL(adafactor_update, void, const TensorLists& lists, const std::vector<adafactor::Scalars>& scalars)
+MG_SCRATCH(adafactor_update)
 // Sets found_inf (float32 [1]) to 1 when an element of the contiguous floating tensors is inf or
 // NaN (never clears it); unless inv_scale == 1, then multiplies them in place as t.mul_(inv_scale).
 MG_KERNEL(non_finite_check_and_unscale, void, const std::vector<Tensor>& tensors, const Out& found_inf,

@@ -41,12 +41,16 @@ const char* format_name(DType t) {
       return "I64";
     case kBool:
       return "BOOL";
+    case kUInt8:
+      return "U8";
+    case kInt8:
+      return "I8";
   }
   return "?";
 }
 
 bool parse_dtype(const std::string& s, DType* t) {
-  for (DType d : {kFloat32, kFloat16, kBFloat16, kFloat64, kInt32, kInt64, kBool})
+  for (DType d : {kFloat32, kFloat16, kBFloat16, kFloat64, kInt32, kInt64, kBool, kUInt8, kInt8})
     if (s == format_name(d)) return *t = d, true;
   return false;
 }
@@ -237,7 +241,7 @@ StateDict load_safetensors(const std::string& path, Metadata* metadata) {
              ": expected an object with dtype, shape and data_offsets");
     Entry e{name, kFloat32, {}, 0, 0};
     MG_CHECK(v["dtype"].is_string() && parse_dtype(v["dtype"].get<std::string>(), &e.dtype), IOError, what,
-             ": unsupported dtype ", v["dtype"].dump(), " (expected F32, F16, BF16, F64, I32, I64 or BOOL)");
+             ": unsupported dtype ", v["dtype"].dump(), " (expected F32, F16, BF16, F64, I32, I64, I8, U8 or BOOL)");
     MG_CHECK(v["shape"].is_array(), IOError, what, ": expected the shape as an array");
     for (auto& d : v["shape"]) {
       MG_CHECK(d.is_number_unsigned() && d.get<uint64_t>() <= uint64_t(INT64_MAX), IOError, what,

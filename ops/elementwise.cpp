@@ -229,9 +229,14 @@ Tensor bias_gelu(const Tensor& x, const Tensor& bias, GeluApprox approx) {
 
 Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {
   MG_CHECK(lo || hi, ValueError, "clamp: expected at least one of min and max, got neither");
-  // Bounds are kept inside the dtype's range: converting an out-of-range double to int32 is undefined.
-  double top = is_floating(x.dtype()) ? DBL_MAX : x.dtype() == kInt32 ? 2147483647.0 : 9.2e18;
-  double bottom = x.dtype() == kInt32 ? -2147483648.0 : -top;
+  // Bounds are kept inside the dtype's range: converting an out-of-range double to an integer is undefined.
+  const DType t = x.dtype();
+  double top = is_floating(t) ? DBL_MAX
+               : t == kInt32  ? 2147483647.0
+               : t == kUInt8  ? 255.0
+               : t == kInt8   ? 127.0
+                              : 9.2e18;
+  double bottom = t == kInt32 ? -2147483648.0 : t == kUInt8 ? 0.0 : t == kInt8 ? -128.0 : -top;
   double a = lo ? std::clamp(lo->value, bottom, top) : bottom, b = hi ? std::clamp(hi->value, bottom, top) : top;
   return unary_op(Op::clamp, UnaryOp::Clamp, x, Keep::Input, false, {a, b});
 }

@@ -138,6 +138,8 @@ template Tensor tensor<double>(const std::vector<double>&, const Shape&, const T
 template Tensor tensor<int32_t>(const std::vector<int32_t>&, const Shape&, const TensorOptions&);
 template Tensor tensor<int64_t>(const std::vector<int64_t>&, const Shape&, const TensorOptions&);
 template Tensor tensor<bool>(const std::vector<bool>&, const Shape&, const TensorOptions&);
+template Tensor tensor<uint8_t>(const std::vector<uint8_t>&, const Shape&, const TensorOptions&);
+template Tensor tensor<int8_t>(const std::vector<int8_t>&, const Shape&, const TensorOptions&);
 
 // ---- whole-tensor comparisons
 

@@ -7,10 +7,11 @@ namespace mg::detail {
 namespace {
 
 // Checks the operands (an undefined one is an unused optional state) and runs `fn` once per device
-// over the tensors on it.
+// over the tensors on it. They must be contiguous and, unless `shaped_like_param` is false (state
+// with shapes of its own, which the optimizer made to its spec), of the parameter's size and dtype.
 template <class S>
 void run_update(Op id, const char* optimizer, void (*kernels::Backend::*fn)(const TensorLists&, const std::vector<S>&),
-                const TensorLists& lists, const std::vector<S>& scalars) {
+                const TensorLists& lists, const std::vector<S>& scalars, bool shaped_like_param = true) {
   OpScope scope(id);
   std::vector<std::pair<Device, std::vector<size_t>>> by_device;  // in order of first appearance
   for (size_t j = 0; j < scalars.size(); ++j) {
@@ -18,8 +19,9 @@ void run_update(Op id, const char* optimizer, void (*kernels::Backend::*fn)(cons
     if (!p.is_meta())
       for (auto& list : lists)
         if (list[j].defined())
-          MG_CHECK(list[j].is_contiguous() && list[j].numel() == p.numel() && list[j].dtype() == p.dtype(), ValueError,
-                   optimizer, ": expected contiguous tensors of one size and dtype");
+          MG_CHECK(list[j].is_contiguous() &&
+                       (!shaped_like_param || (list[j].numel() == p.numel() && list[j].dtype() == p.dtype())),
+                   ValueError, optimizer, ": expected contiguous tensors of one size and dtype");
     auto it = by_device.begin();
     while (it != by_device.end() && it->first != p.device()) ++it;
     if (it == by_device.end()) it = by_device.insert(it, {p.device(), {}});
@@ -51,6 +53,15 @@ void sgd_update_(const char* optimizer, const TensorLists& lists,
 void adam_update_(const char* optimizer, const TensorLists& lists,
                   const std::vector<kernels::rules::AdamScalars>& scalars) {
   run_update(Op::adam_update_, optimizer, &Backend::adam_update, lists, scalars);
+}
+
+void adam8bit_update_(const char* optimizer, const TensorLists& lists,
+                      const std::vector<kernels::quant::Adam8bitScalars>& scalars) {
+  run_update(Op::adam8bit_update_, optimizer, &Backend::adam8bit_update, lists, scalars, false);
+}
+
+void adafactor_update_(const TensorLists& lists, const std::vector<kernels::adafactor::Scalars>& scalars) {
+  run_update(Op::adafactor_update_, "Adafactor", &Backend::adafactor_update, lists, scalars, false);
 }
 
 void non_finite_check_and_unscale_(const std::vector<Tensor>& tensors, const Tensor& found_inf, double inv_scale) {

@@ -17,6 +17,12 @@ void sgd_update_(const char* optimizer, const TensorLists& lists,
 // One Adam(W) step: rules::adam; lists = {params, grads, exp_avg, exp_avg_sq, max_exp_avg_sq (optional)}.
 void adam_update_(const char* optimizer, const TensorLists& lists,
                   const std::vector<kernels::rules::AdamScalars>& scalars);
+// One 8-bit Adam(W) step (kernels/quantize8bit.h); lists = {params, grads, exp_avg, exp_avg_sq, exp_avg
+// absmax, exp_avg_sq absmax}, the state shaped as the kernel list says.
+void adam8bit_update_(const char* optimizer, const TensorLists& lists,
+                      const std::vector<kernels::quant::Adam8bitScalars>& scalars);
+// One Adafactor step (kernels/adafactor.h); lists = {params, grads, row_var, col_var, exp_avg (optional)}.
+void adafactor_update_(const TensorLists& lists, const std::vector<kernels::adafactor::Scalars>& scalars);
 // Sets found_inf (float32 [1] on their device) to 1 when an element of the contiguous floating
 // `tensors` is inf or NaN (never clears it); unless inv_scale == 1, then multiplies them in place
 // (as t.mul_(inv_scale), their versions bumped).

@@ -97,7 +97,32 @@ void Optimizer::set_lr(double lr) {
 
 std::vector<std::string> Optimizer::state_names(const Hyperparameters&) const { return {}; }
 
+std::vector<StateSpec> Optimizer::state_specs(const Tensor& param, const Hyperparameters& options) const {
+  std::vector<StateSpec> specs;
+  for (auto& name : state_names(options)) specs.push_back({name, param.shape(), param.dtype(), ""});
+  return specs;
+}
+
+void Optimizer::check_state(const std::string&, const StateSpec&, const Tensor&) const {}
+
+const Hyperparameters& Optimizer::options_of(const Tensor& param) const {
+  for (auto& g : groups_)
+    for (auto& p : g.params)
+      if (p.impl() == param.impl()) return g.options;
+  throw ValueError(detail::str(type_, ": expected one of the optimizer's parameters, got another tensor"));
+}
+
 void Optimizer::step() {
+  step_if([](const Tensor&) { return true; });
+}
+
+void Optimizer::step(const Tensor& param) {
+  options_of(param);  // one of ours
+  MG_CHECK(param.grad().defined(), ValueError, type_, ".step(param): expected a parameter with a gradient");
+  step_if([&param](const Tensor& p) { return p.impl() == param.impl(); });
+}
+
+void Optimizer::step_if(const std::function<bool(const Tensor&)>& which) {
   NoGradGuard ng;
   std::vector<std::pair<const Hyperparameters*, std::vector<ParamUpdate>>> work;  // per group
   for (auto& g : groups_) {
@@ -105,7 +130,7 @@ void Optimizer::step() {
     for (size_t i = 0; i < g.params.size(); ++i) {
       const Tensor& p = g.params[i];
       Tensor grad = p.grad();
-      if (!grad.defined()) continue;
+      if (!grad.defined() || !which(p)) continue;
       MG_CHECK(grad.device() == p.device(), DeviceError, type_, ": '", g.names[i], "' is on ", p.device(),
                " but its gradient is on ", grad.device());
       MG_CHECK(grad.dtype() == p.dtype(), DTypeError, type_, ": '", g.names[i], "' is ", p.dtype(),
@@ -117,15 +142,13 @@ void Optimizer::step() {
   // Create every missing state tensor first; if one allocation fails, drop those made here.
   std::vector<std::pair<const TensorImpl*, size_t>> before;  // tensors held before (SIZE_MAX: no entry)
   try {
-    for (auto& [options, params] : work) {
-      const std::vector<std::string> names = state_names(*options);
+    for (auto& [options, params] : work)
       for (ParamUpdate& u : params) {
         auto [it, fresh] = state_.try_emplace(u.param->impl());
         before.emplace_back(u.param->impl(), fresh ? SIZE_MAX : it->second.tensors.size());
         u.state = &it->second;
-        for (auto& name : names) state_tensor(*u.state, *u.param, *u.name, name);
+        for (auto& spec : state_specs(*u.param, *options)) state_tensor(*u.state, *u.param, *u.name, spec.name);
       }
-    }
   } catch (...) {
     for (auto& [key, n] : before)
       if (n == SIZE_MAX)
@@ -154,10 +177,13 @@ Tensor& Optimizer::state_tensor(ParamState& state, const Tensor& param, const st
                                 const std::string& key) {
   for (auto& [k, t] : state.tensors)
     if (k == key) return t;
+  const std::vector<StateSpec> specs = state_specs(param, options_of(param));
+  auto spec = std::find_if(specs.begin(), specs.end(), [&key](const StateSpec& s) { return s.name == key; });
+  MG_CHECK(spec != specs.end(), ValueError, type_, ": no state '", key, "' for '", name, "'");
   Tensor t;
   {
     MemoryScope scope(Category::OptimizerState, name);
-    t = zeros(param.shape(), param.options());
+    t = zeros(spec->shape, TensorOptions(spec->dtype).device(param.device()));
   }
   state.tensors.emplace_back(key, t);
   return state.tensors.back().second;
@@ -188,6 +214,7 @@ StateReport Optimizer::state_report() const {
         for (auto& [k, t] : it->second.tensors) row.state.emplace_back(k, ledger_bytes(t));
       for (auto& [k, b] : row.state) row.state_bytes += b;
       r.param_bytes += row.param_bytes, r.grad_bytes += row.grad_bytes, r.state_bytes += row.state_bytes;
+      r.elements += p.numel();
       r.rows.push_back(std::move(row));
     }
   return r;
@@ -214,7 +241,8 @@ std::string StateReport::str() const {
      << "  " << std::setw(26) << "" << std::right << std::setw(12) << param_bytes << std::setw(12) << grad_bytes << "  "
      << std::left << std::setw(36) << ("state: " + std::to_string(state_bytes)) << std::right << std::setw(12)
      << param_bytes + grad_bytes + state_bytes << "\n";
-  os << "optimizer state per parameter byte: " << std::fixed << std::setprecision(2) << state_per_param() << "x\n";
+  os << "optimizer state per parameter byte: " << std::fixed << std::setprecision(2) << state_per_param() << "x ("
+     << state_per_element() << " B per parameter)\n";
   return os.str();
 }
 
@@ -271,7 +299,6 @@ void Optimizer::load_state_dict(const StateDict& dict) {
     } else if (kind == "state") {
       MG_CHECK(i < params.size(), ValueError, type_, ".load_state_dict: '", key, "' names parameter ", i,
                " but there are ", params.size());
-      const Tensor& p = *params[i].first;
       if (field == "step") {
         MG_CHECK(t.numel() == 1, ShapeError, type_, ".load_state_dict: expected a scalar step in '", key, "'");
         // A whole number >= 0, read without a cast that could overflow (a float step may come from torch).
@@ -282,10 +309,6 @@ void Optimizer::load_state_dict(const StateDict& dict) {
         continue;
       }
       state_keys.emplace(i, std::make_pair(key, field));
-      MG_CHECK(t.shape() == p.shape(), ShapeError, type_, ".load_state_dict: '", key, "' expected shape ",
-               shape_str(p.shape()), ", got ", shape_str(t.shape()));
-      MG_CHECK(t.dtype() == p.dtype(), DTypeError, type_, ".load_state_dict: '", key, "' expected dtype ", p.dtype(),
-               ", got ", t.dtype());
       states[i].tensors.emplace_back(field, t);
     } else {
       throw ValueError(detail::str(type_, ".load_state_dict: unexpected key '", key, "'"));
@@ -302,13 +325,22 @@ void Optimizer::load_state_dict(const StateDict& dict) {
     } catch (const ValueError& e) {
       throw ValueError(detail::str(type_, ".load_state_dict: param_groups.", gi, ": ", e.what()));
     }
-    const std::vector<std::string> names = state_names(merged);
-    for (size_t i = first; i < first + groups_[gi].params.size(); ++i)
+    for (size_t i = first; i < first + groups_[gi].params.size(); ++i) {
+      const std::vector<StateSpec> specs = state_specs(*params[i].first, merged);
       for (auto [it, end] = state_keys.equal_range(i); it != end; ++it) {
-        auto& [key, name] = it->second;
-        MG_CHECK(std::find(names.begin(), names.end(), name) != names.end(), ValueError, type_,
-                 ".load_state_dict: unexpected key '", key, "': parameter group ", gi, " keeps no state '", name, "'");
+        const std::string &key = it->second.first, &name = it->second.second;  // (a lambda cannot capture a binding)
+        auto spec = std::find_if(specs.begin(), specs.end(), [&](const StateSpec& s) { return s.name == name; });
+        MG_CHECK(spec != specs.end(), ValueError, type_, ".load_state_dict: unexpected key '", key,
+                 "': parameter group ", gi, " keeps no state '", name, "' for '", params[i].second, "'");
+        const Tensor& t = dict.at(key);
+        MG_CHECK(t.shape() == spec->shape, ShapeError, type_, ".load_state_dict: '", key, "' expected shape ",
+                 shape_str(spec->shape), spec->why.empty() ? "" : " (" + spec->why + ")", ", got ",
+                 shape_str(t.shape()));
+        MG_CHECK(t.dtype() == spec->dtype, DTypeError, type_, ".load_state_dict: '", key, "' expected dtype ",
+                 spec->dtype, ", got ", t.dtype());
+        check_state(key, *spec, t);
       }
+    }
     first += groups_[gi].params.size();
   }
   // Copy the state into fresh tensors labelled OptimizerState, then commit.
@@ -320,7 +352,7 @@ void Optimizer::load_state_dict(const StateDict& dict) {
     ps.step = s.step;
     for (auto& [k, t] : s.tensors) {
       MemoryScope scope(Category::OptimizerState, name);
-      Tensor c = empty(p->shape(), p->options());
+      Tensor c = empty(t.shape(), TensorOptions(t.dtype()).device(p->device()));
       c.copy_(t);
       ps.tensors.emplace_back(k, c);
     }

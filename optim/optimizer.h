@@ -3,6 +3,7 @@
 // created lazily at the first step (as in PyTorch) under MemoryScope(OptimizerState, <param
 // name>), so the ledger shows the jump at that step and state_bytes() agrees with it.
 #pragma once
+#include <functional>
 #include <iosfwd>
 #include <map>
 #include <string>
@@ -25,6 +26,16 @@ struct ParamGroup {
   Hyperparameters options;  // overrides of the optimizer's defaults for this group
 };
 
+// One state tensor a step keeps for a parameter: its name, shape and dtype. Most are shaped like
+// the parameter; quantized and factored state is not (8-bit codes and one absmax per block,
+// Adafactor's row and column factors).
+struct StateSpec {
+  std::string name;
+  Shape shape;
+  DType dtype;
+  std::string why;  // what the shape is, for error messages ("" for the parameter's shape)
+};
+
 // One parameter's row of state_report(). Bytes are ledger bytes (allocator blocks).
 struct StateRow {
   std::string name;
@@ -38,8 +49,12 @@ struct StateRow {
 struct StateReport {
   std::vector<StateRow> rows;
   int64_t param_bytes = 0, grad_bytes = 0, state_bytes = 0;
-  // State bytes per parameter byte: 0 for SGD, 1 with momentum, 2 for Adam, 3 with amsgrad.
+  int64_t elements = 0;  // the parameters' elements
+  // State bytes per parameter byte: 0 for SGD, 1 with momentum, 2 for Adam, 3 with amsgrad (float32
+  // parameters); about 0.51 for the 8-bit Adams and near 0 for Adafactor on matrices.
   double state_per_param() const { return param_bytes ? double(state_bytes) / double(param_bytes) : 0.0; }
+  // State bytes per parameter element: 8 for Adam on float32, about 2.03 for AdamW8bit.
+  double state_per_element() const { return elements ? double(state_bytes) / double(elements) : 0.0; }
   std::string str() const;  // a readable table with totals
 };
 std::ostream& operator<<(std::ostream& os, const StateReport& r);
@@ -55,6 +70,10 @@ class Optimizer {
 
   // Updates every parameter that has a gradient, without recording history.
   void step();
+  // Updates `param` alone (one of this optimizer's parameters, with a gradient) as step() would:
+  // for stepping each parameter inside backward, as soon as its gradient is complete
+  // (optim::StepInBackward). ValueError for a tensor that is not one of the parameters.
+  void step(const Tensor& param);
   // Clears (set_to_none, PyTorch's default) or zeroes every parameter's .grad.
   void zero_grad(bool set_to_none = true);
 
@@ -91,8 +110,15 @@ class Optimizer {
   // The state tensors a step keeps per parameter under a group's `options`, in creation order
   // (Adam: exp_avg, exp_avg_sq, max_exp_avg_sq with amsgrad). step() creates them all before it
   // updates anything, so running out of memory there leaves the optimizer as it was, and
-  // load_state_dict accepts no other names. A subclass that keeps state tensors lists them here.
+  // load_state_dict accepts no other names. A subclass that keeps state tensors shaped like the
+  // parameter lists them here; one whose state has other shapes or dtypes overrides state_specs.
   virtual std::vector<std::string> state_names(const Hyperparameters& options) const;
+  // The state `param` keeps under `options`: by default state_names, each shaped like the parameter.
+  virtual std::vector<StateSpec> state_specs(const Tensor& param, const Hyperparameters& options) const;
+  // Checks a state tensor's values as load_state_dict reads them (its name, shape and dtype already
+  // match the spec): raises ValueError naming `key` for values no step could have made. The base
+  // accepts any.
+  virtual void check_state(const std::string& key, const StateSpec& spec, const Tensor& value) const;
 
   struct ParamState {
     int64_t step = 0;
@@ -107,11 +133,16 @@ class Optimizer {
   // Applies one update to every parameter of a group that has a gradient, with the group's
   // options: all of them in one multi-tensor kernel call per device.
   virtual void update(const Hyperparameters& options, const std::vector<ParamUpdate>& params) = 0;
-  // The state tensor `key` of `param`, created zeroed (same shape, dtype, device) on first use.
+  // The state tensor `key` of `param`, created zeroed on first use with the shape and dtype of its
+  // spec (state_specs) on the parameter's device.
   Tensor& state_tensor(ParamState& state, const Tensor& param, const std::string& name, const std::string& key);
+  // The options of the group holding `param`.
+  const Hyperparameters& options_of(const Tensor& param) const;
 
  private:
   void check_group(ParamGroup& group);
+  // step() over the parameters `which` accepts (all, or one for step(param)).
+  void step_if(const std::function<bool(const Tensor&)>& which);
   std::string type_;
   Hyperparameters defaults_;
   std::vector<ParamGroup> groups_;

@@ -10,7 +10,9 @@
 #include <memgrad/core/flops.h>
 #include <memgrad/core/random.h>
 #include <memgrad/nn/loss.h>
+#include <memgrad/optim/adafactor.h>
 #include <memgrad/optim/adam.h>
+#include <memgrad/optim/adam8bit.h>
 #include <memgrad/optim/clip.h>
 #include <memgrad/optim/sgd.h>
 #include <memgrad/plan/probe_impl.h>
@@ -268,17 +270,88 @@ std::unique_ptr<optim::Optimizer> make_optimizer(OptimizerKind kind, const nn::N
       return std::make_unique<optim::Adam>(params);
     case OptimizerKind::AdamW:
       return std::make_unique<optim::AdamW>(params);
+    case OptimizerKind::Adam8bit:
+      return std::make_unique<optim::Adam8bit>(params);
+    case OptimizerKind::AdamW8bit:
+      return std::make_unique<optim::AdamW8bit>(params);
+    case OptimizerKind::Adafactor:
+      return std::make_unique<optim::Adafactor>(params);
   }
   return nullptr;
 }
 
+// The Trainer's step inside backward: the hooks, and this step's factors for the gradients they step
+// (the unscaling of half gradients into their masters, the clipping coefficient).
+struct Trainer::InBackward {
+  std::unique_ptr<optim::StepInBackward> hooks;
+  double inv_scale = 1, coef = 1;
+
+  // The last micro-batch's backward of `scaled` (the loss, scaled when there is a scaler): steps
+  // inside it and returns true, or only accumulates and returns false (the caller steps after it).
+  // `again` runs the micro-batch's forward again (same random numbers) and returns its scaled loss.
+  bool backward(Tensor scaled, const std::function<Tensor()>& again, amp::GradScaler* scaler,
+                amp::MasterWeights* masters, const StepOptions& options) {
+    using Mode = optim::StepInBackward::Mode;
+    const bool clip = options.clip_norm > 0;
+    if (!scaler && !clip) {  // nothing needs every gradient first
+      hooks->set_mode(Mode::Step);
+      scaled.backward();
+      return true;
+    }
+    if (options.accum > 1) {  // every gradient is held through accumulation: step after backward
+      hooks->set_mode(Mode::Accumulate);
+      scaled.backward();
+      return false;
+    }
+    // Pass 1: each gradient (unscaled, into its master for half parameters) reduced to its part of
+    // the norm and whether it is finite, as unscale_ and clip_grad_norm_ see it, then freed.
+    optim::GradNormClipper clipper(clip ? options.clip_norm : 1.0);
+    bool found = false;
+    hooks->set_mode(Mode::Measure, [&](size_t i, const Tensor& leaf) {
+      Tensor g = leaf.grad();
+      if (masters) {
+        if (scaler) found |= amp::any_non_finite({g});
+        masters->grad_to_master(i, scaler ? scaler->inverse_scale() : 1.0);
+        g = masters->parameters()[i].grad();
+        masters->parameters()[i].set_grad(Tensor());
+      } else if (scaler) {
+        found |= scaler->unscale_grad_(g);
+      }
+      if (clip) clipper.add(i, g);
+    });
+    scaled.backward();
+    // The first graph goes before the second forward: its gradient accumulators, older than every
+    // node of the second, would otherwise be reused and run last, holding every gradient till the end.
+    scaled = Tensor();
+    if (scaler && !scaler->record_unscaled(found)) return true;  // skipped, as GradScaler::step skips
+    // Pass 2: the forward again and the same gradients, scaled by the factors now known, each stepped
+    // and freed. (Not a second backward through a retained graph: that would keep every saved tensor
+    // alive through the first, above the peak of an ordinary backward.)
+    inv_scale = masters && scaler ? scaler->inverse_scale() : 1.0;
+    coef = clip ? clipper.coefficient(clipper.partial()) : 1.0;
+    optim::StepInBackward::Visit before;
+    if (!masters)  // (half parameters: their step unscales into the master and clips there)
+      before = [this, scaler](size_t, const Tensor& leaf) {
+        if (scaler) scaler->unscale_grad_(leaf.grad());
+        optim::GradNormClipper::clip(leaf.grad(), coef);
+      };
+    hooks->set_mode(Mode::Step, before);
+    again().backward();
+    inv_scale = coef = 1;
+    return true;
+  }
+};
+
 namespace {
 
-// One training step (Trainer::step and the ChainModel train_step run it), rank r of N with `dp`.
+// One training step (Trainer::step and the ChainModel train_step run it), rank r of N with `dp`;
+// with `in_backward` (Trainer's step_in_backward) the optimizer steps inside the last backward.
 double run_step(nn::Module& model, optim::Optimizer* opt, amp::GradScaler* scaler, amp::MasterWeights* masters,
                 const std::function<Tensor(int64_t)>& forward, const StepOptions& options,
-                distributed::DataParallel* dp) {
+                distributed::DataParallel* dp, Trainer::InBackward* in_backward = nullptr) {
   MG_CHECK(options.accum >= 1, ValueError, "plan::train_step: expected accum >= 1, got ", options.accum);
+  MG_CHECK(!options.step_in_backward || in_backward, ValueError,
+           "plan::train_step: step_in_backward needs a plan::Trainer (its hooks), got the step's pieces");
   model.zero_grad();
   // A step that fails (out of memory, say) leaves no trace, so that it can be retried or run
   // smaller: gradients cleared again, the generator rewound, the scaler as it was. The optimizer's
@@ -298,28 +371,47 @@ double run_step(nn::Module& model, optim::Optimizer* opt, amp::GradScaler* scale
     const int64_t first = dp ? dp->rank() * options.accum : 0;                  // this rank's first micro-batch
     const int64_t micro_batches = options.accum * (dp ? dp->world_size() : 1);  // in the whole step
     double total = 0;
-    Tensor loss;  // live until the next micro-batch replaces it, as in a Python loop
+    bool stepped = false;  // inside backward
+    Tensor loss;           // live until the next micro-batch replaces it, as in a Python loop
     for (int64_t i = 0; i < options.accum; ++i) {
       const int64_t g = first + i;
       const uint64_t start = step_offset + uint64_t(g) * kMicroBatchCounters;
-      rng.set_offset(start);
-      phase("forward");
-      {
+      auto run_forward = [&] {  // from the micro-batch's first random number
+        rng.set_offset(start);
         std::optional<amp::AutocastGuard> autocast;
         if (half) autocast.emplace(*half);
-        loss = forward(g);
-      }
-      if (micro_batches > 1) loss = loss * (1.0 / double(micro_batches));
+        Tensor l = forward(g);
+        return micro_batches > 1 ? l * (1.0 / double(micro_batches)) : l;
+      };
+      phase("forward");
+      loss = run_forward();
       total += loss.is_meta() ? std::numeric_limits<double>::quiet_NaN() : loss.item<double>();
       phase("backward");
       if (dp) dp->prepare_backward(i + 1 == options.accum);
-      (scaler ? scaler->scale(loss) : loss).backward();
+      Tensor scaled = scaler ? scaler->scale(loss) : loss;
+      if (!in_backward) {
+        scaled.backward();
+      } else if (i + 1 < options.accum) {
+        in_backward->hooks->set_mode(optim::StepInBackward::Mode::Accumulate);
+        scaled.backward();
+      } else {
+        auto again = [&] {
+          loss = Tensor();  // (the first graph's last reference)
+          loss = run_forward();
+          return scaler ? scaler->scale(loss) : loss;
+        };
+        stepped = in_backward->backward(std::move(scaled), again, scaler, masters, options);
+      }
       if (dp) dp->finish_backward();
       MG_CHECK(rng.offset() - start <= kMicroBatchCounters, ValueError, "plan::train_step: a micro-batch drew ",
                rng.offset() - start, " random numbers, more than the ", kMicroBatchCounters, " reserved for each");
     }
     rng.set_offset(step_offset + uint64_t(micro_batches) * kMicroBatchCounters);
     if (dp) total = dp->group().all_reduce(total);
+    if (stepped) {
+      if (scaler) scaler->update();
+      return total;
+    }
     phase("optimizer");
     if (scaler && opt) {  // the float32 masters' gradients: unscaled on the way
       masters ? scaler->unscale_(*opt, *masters) : scaler->unscale_(*opt);
@@ -354,6 +446,10 @@ Trainer::Trainer(nn::Module& model, const StepOptions& options, const OptimizerF
                  distributed::ProcessGroup* group)
     : model_(model), options_(options) {
   MG_CHECK(options.accum >= 1, ValueError, "plan::Trainer: expected accum >= 1, got ", options.accum);
+  MG_CHECK(!options.step_in_backward || !options.data_parallel(), ValueError,
+           "plan::Trainer: step_in_backward does not run with data parallelism (a parameter could be stepped only "
+           "once its bucket's reduction had finished), got world size ",
+           options.world_size, " and ZeRO stage ", options.zero_stage);
   if (auto half = storage_dtype(options.precision)) model.to(*half);
   nn::NamedTensors params = model.named_parameters();
   if (options.data_parallel()) {  // the masters of half parameters are dp's, sliced by rank
@@ -372,8 +468,35 @@ Trainer::Trainer(nn::Module& model, const StepOptions& options, const OptimizerF
     params = masters_->named_parameters();
   }
   opt_ = make ? make(params) : make_optimizer(options.optimizer, params);
+  // ZeRO's slices are flat pieces of parameters: Adafactor would factor nothing and take its
+  // relative step and clipping over a piece instead of the parameter.
+  MG_CHECK(!opt_ || options.zero_stage == 0 || opt_->type() != "Adafactor", ValueError,
+           "plan::Trainer: Adafactor does not run under ZeRO stage ", options.zero_stage,
+           " (its moments are factored and its step scaled per parameter, and a rank holds flat slices); use ZeRO "
+           "stage 0");
   if (options.grad_scaler) scaler_.emplace(options.scaler);
+  if (!options.step_in_backward) return;
+  MG_CHECK(opt_, ValueError, "plan::Trainer: step_in_backward needs an optimizer, got OptimizerKind::None");
+  in_backward_ = std::make_unique<InBackward>();
+  if (!masters_) {
+    in_backward_->hooks = std::make_unique<optim::StepInBackward>(*opt_);
+    return;
+  }
+  // Half parameters: hooks on the model's; stepping one unscales its gradient into its master,
+  // clips it there, steps the master and copies it back.
+  amp::MasterWeights* m = &*masters_;
+  InBackward* ib = in_backward_.get();
+  optim::Optimizer* opt = opt_.get();
+  in_backward_->hooks = std::make_unique<optim::StepInBackward>(m->model_parameters(), [m, ib, opt](size_t i) {
+    m->grad_to_master(i, ib->inv_scale);
+    optim::GradNormClipper::clip(m->parameters()[i].grad(), ib->coef);
+    opt->step(m->parameters()[i]);
+    m->master_to_param(i);
+    m->model_parameters()[i].set_grad(Tensor());
+  });
 }
+
+optim::StepInBackward* Trainer::in_backward() const { return in_backward_ ? in_backward_->hooks.get() : nullptr; }
 
 Trainer::~Trainer() = default;
 
@@ -382,7 +505,7 @@ amp::MasterWeights* Trainer::masters() const {
 }
 
 double Trainer::step(const std::function<Tensor(int64_t)>& forward) {
-  return run_step(model_, opt_.get(), scaler(), masters(), forward, options_, dp_.get());
+  return run_step(model_, opt_.get(), scaler(), masters(), forward, options_, dp_.get(), in_backward_.get());
 }
 
 double train_step(const ChainModel& model, optim::Optimizer* opt, amp::GradScaler* scaler,

@@ -11,11 +11,12 @@
 #include <memgrad/amp/master_weights.h>
 #include <memgrad/distributed/data_parallel.h>
 #include <memgrad/nn/module.h>
+#include <memgrad/optim/in_backward.h>
 #include <memgrad/optim/optimizer.h>
 
 namespace mg::plan {
 
-enum class OptimizerKind { None, SGD, SGDMomentum, Adam, AdamW };
+enum class OptimizerKind { None, SGD, SGDMomentum, Adam, AdamW, Adam8bit, AdamW8bit, Adafactor };
 // Float32. Float16 and BFloat16: autocast (float32 parameters, gradients and optimizer state;
 // matmuls and convolutions on half copies). Float16Storage and BFloat16Storage: the model stored in
 // half (parameters, gradients, activations), the optimizer updating float32 master weights.
@@ -47,6 +48,18 @@ struct StepOptions {
   int zero_stage = 0;
   int64_t bucket_bytes = int64_t(25) << 20;
   bool data_parallel() const { return world_size > 1 || zero_stage > 0; }
+  // Step each parameter inside backward as soon as its gradient is complete, and free that gradient
+  // (optim::StepInBackward): the gradients' peak falls to about the largest one. Clipping and the
+  // GradScaler need every gradient before the first step: with one micro-batch, forward and backward
+  // then run twice (the same random numbers), the first backward reducing each gradient to its
+  // squared norm and inf/NaN check, the second stepping with the factors that gives, so the results
+  // equal the ordinary step's bit for bit, for one more forward and backward's time and no more
+  // memory than one pass. forward(g) must then give the same micro-batch when called again for the
+  // same g (the memgrad command keeps the batch it drew last). With accumulation the earlier micro-batches accumulate;
+  // the last steps inside its backward, or with clipping or the scaler after it as usual (every gradient is held
+  // through accumulation anyway). Not with data parallelism. A step that fails inside backward (out
+  // of memory) leaves the parameters stepped before the failure updated.
+  bool step_in_backward = false;
 };
 
 // The optimizer plans build for `kind` over `params` (null for None), with the planner's
@@ -85,6 +98,9 @@ class Trainer {
   amp::MasterWeights* masters() const;
   distributed::DataParallel* data_parallel() const { return dp_.get(); }
   const StepOptions& options() const { return options_; }
+  // Its hooks with options.step_in_backward, else null.
+  optim::StepInBackward* in_backward() const;
+  struct InBackward;  // the hooks and the step's factors (plan/chain.cpp)
 
  private:
   nn::Module& model_;
@@ -94,6 +110,7 @@ class Trainer {
   std::optional<amp::MasterWeights> masters_;
   std::unique_ptr<optim::Optimizer> opt_;
   std::optional<amp::GradScaler> scaler_;
+  std::unique_ptr<InBackward> in_backward_;
 };
 // Philox counters reserved for each micro-batch of a training step (see Trainer).
 inline constexpr uint64_t kMicroBatchCounters = uint64_t(1) << 40;

@@ -39,10 +39,11 @@ double zero_bytes_per_parameter(double p, double g, double k, int stage, int64_t
   return p + (stage >= 2 ? g / n : g) + (stage >= 1 ? k / n : k);
 }
 
-int64_t optimizer_state_bytes_per_parameter(OptimizerKind kind, bool masters) {
-  const int64_t own = kind == OptimizerKind::Adam || kind == OptimizerKind::AdamW ? 8
-                      : kind == OptimizerKind::SGDMomentum                        ? 4
-                                                                                  : 0;
+double optimizer_state_bytes_per_parameter(OptimizerKind kind, bool masters) {
+  const double own = kind == OptimizerKind::Adam || kind == OptimizerKind::AdamW           ? 8
+                     : kind == OptimizerKind::Adam8bit || kind == OptimizerKind::AdamW8bit ? 2 + 8.0 / 256
+                     : kind == OptimizerKind::SGDMomentum                                  ? 4
+                                                                                           : 0;
   return own + (masters ? 4 : 0);
 }
 
@@ -72,9 +73,12 @@ std::string zero_table(const ModelSpec& model, const InputShape& input, const St
   add(std::snprintf(line, sizeof line, "  %-34s %17s %17s %17s\n", "parameters, optimizer", "stage 0", "stage 1",
                     "stage 2"));
   for (bool half : {false, true}) {
-    const int64_t p = half ? 2 : 4, k = optimizer_state_bytes_per_parameter(step.optimizer, half);
+    const int64_t p = half ? 2 : 4;
+    const double k = optimizer_state_bytes_per_parameter(step.optimizer, half);
+    char kt[32];
+    std::snprintf(kt, sizeof kt, "%g", k);
     const std::string name = std::string(half ? "fp16 + fp32 masters" : "fp32") + " (" + std::to_string(p) + "+" +
-                             std::to_string(p) + "+" + std::to_string(k) + ")";
+                             std::to_string(p) + "+" + kt + ")";
     add(std::snprintf(line, sizeof line, "  %-34s", name.c_str()));
     for (int stage = 0; stage <= 2; ++stage) {
       StepOptions o = step;

@@ -171,7 +171,7 @@ void map(const char* op, const Tensor& out, F f, const Each<In, Tensor>&... in) 
   check_launch(op);
 }
 
-// ---- atomic add for every dtype (16-bit and bool through compare-and-swap on the 32-bit word)
+// ---- atomic add for every dtype (8-bit integers through compare-and-swap on their 32-bit word)
 template <class T>
 __device__ __forceinline__ void atomic_add(T* p, opmath_t<T> v) {
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, int32_t>) {
@@ -182,6 +182,16 @@ __device__ __forceinline__ void atomic_add(T* p, opmath_t<T> v) {
     atomicAdd(reinterpret_cast<__half*>(p), __float2half_rn(v));
   } else if constexpr (std::is_same_v<T, BFloat16>) {
     atomicAdd(reinterpret_cast<__nv_bfloat16*>(p), __float2bfloat16_rn(v));
+  } else if constexpr (std::is_same_v<T, uint8_t> || std::is_same_v<T, int8_t>) {  // wraps, as the CPU's add
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    unsigned int* word = reinterpret_cast<unsigned int*>(a & ~uintptr_t(3));
+    const unsigned int shift = 8u * unsigned(a & 3), add = unsigned(v) & 0xffu;
+    unsigned int old = *word, assumed;
+    do {
+      assumed = old;
+      const unsigned int byte = ((assumed >> shift) + add) & 0xffu;
+      old = atomicCAS(word, assumed, (assumed & ~(0xffu << shift)) | (byte << shift));
+    } while (old != assumed);
   } else {  // bool: x + v != 0 is a logical or
     if (!v) return;
     uintptr_t a = reinterpret_cast<uintptr_t>(p);

@@ -47,7 +47,10 @@ struct UnaryFn {
       case UnaryOp::Rsqrt:
         return A(1 / sqrt(real(v)));
       case UnaryOp::Abs:
-        return v < A(0) ? -v : v;
+        if constexpr (std::is_unsigned_v<A>)
+          return v;  // uint8
+        else
+          return v < A(0) ? -v : v;
       case UnaryOp::Tanh:
         return A(tanh(real(v)));
       case UnaryOp::Sigmoid:

@@ -20,6 +20,17 @@ std::vector<Tensor> matmul_scratch(const Tensor& a, const Tensor& b, const Out& 
   return {x, readable(b, a.size(2), out.size(2))};
 }
 
+// adafactor_update's float64 scratch: one buffer, the largest tensor's, which each tensor's step
+// uses in turn (kernels/adafactor.h's scratch_elements).
+std::vector<Tensor> adafactor_update_scratch(const TensorLists& lists, const std::vector<adafactor::Scalars>& scalars) {
+  int64_t most = 0;
+  for (size_t j = 0; j < scalars.size(); ++j)
+    if (const int64_t n = lists[0][j].numel())
+      most = std::max(most, adafactor::scratch_elements(n, scalars[j].rows, scalars[j].cols));
+  if (most == 0) return {Tensor()};
+  return {empty_with({most}, kFloat64, lists[0][0].device(), Category::Workspace)};
+}
+
 namespace {
 // The slices of a norm's `sums` column sums over the rows of x on tall inputs ([slices, sums, n] of
 // the statistics' dtype, added in order by the kernel), undefined for one slice.

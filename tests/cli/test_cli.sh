@@ -142,6 +142,43 @@ case $case_name in
     expect_exit 2 "$bin" train "${small[@]}" --dropout 0.2 --steps 6 --resume state.safetensors
     expect_output "saved by a different run"
     ;;
+  optimizers)  # the 8-bit Adams, Adafactor and --step-in-backward: planned == measured, their state table, resume
+    exact() { [ "$(grep -c ': exact$' out.txt)" -eq 3 ] || fail "$1: planned != measured"; }
+    for opt in adam8bit adamw8bit adafactor; do
+      for flags in "" "--step-in-backward" "--step-in-backward --precision fp16" "--step-in-backward --accum 2"; do
+        # shellcheck disable=SC2086
+        expect_exit 0 "$bin" train "${small[@]}" --steps 3 --optimizer $opt $flags
+        exact "--optimizer $opt $flags"
+      done
+    done
+    expect_output "^wte.weight .*row_var: 1024, col_var: 512"  # Adafactor's factors of the [256, 32] embedding
+    expect_exit 0 "$bin" train "${small[@]}" --steps 2 --optimizer adamw8bit
+    expect_output "^wte.weight .*exp_avg: 8192, exp_avg_sq: 8192, exp_avg.absmax: 512, exp_avg_sq.absmax: 512"
+    expect_output "optimizer state per parameter byte: [0-9.]+x \\([0-9.]+ B per parameter\\)"
+    expect_exit 0 "$bin" plan --model gpt2-124m --batch 1 --seq 128 --optimizer adamw8bit --step-in-backward
+    expect_output "^  adamw8bit +in bwd .* 2\\.0[0-9]+ "
+    # resuming continues bit for bit, with or without stepping inside backward (the same updates)
+    for run in "--optimizer adamw8bit" "--optimizer adafactor --step-in-backward"; do
+      # shellcheck disable=SC2086
+      expect_exit 0 "$bin" train "${small[@]}" --dropout 0.1 $run --steps 6 --log whole.csv
+      # shellcheck disable=SC2086
+      expect_exit 0 "$bin" train "${small[@]}" --dropout 0.1 $run --steps 3 --save state.safetensors
+      for resume in "" "--step-in-backward"; do
+        # shellcheck disable=SC2086
+        expect_exit 0 "$bin" train "${small[@]}" --dropout 0.1 $run $resume --steps 6 --resume state.safetensors \
+          --log resumed.csv
+        diff <(losses_from whole.csv 4) <(losses_from resumed.csv 4) || fail "$run $resume: resumed losses differ"
+      done
+    done
+    expect_exit 2 "$bin" train "${small[@]}" --optimizer adam8bit --steps 6 --resume state.safetensors
+    expect_output "saved by a different run"
+    expect_exit 2 "$bin" train "${small[@]}" --step-in-backward --zero 1
+    expect_output "data parallelism"
+    expect_exit 2 "$bin" train "${small[@]}" --optimizer adafactor --zero 1
+    expect_output "flat slices"
+    expect_exit 2 "$bin" train "${small[@]}" --optimizer adamw8bit --zero 2 --save s.safetensors
+    expect_output "not 8-bit blocks"
+    ;;
   out_of_memory)  # a limit below the step's peak: the ledger's report, the planner's advice, exit code 3
     expect_exit 3 "$bin" train "${small[@]}" --steps 2 --memory-limit 256KiB
     expect_output "out of memory"

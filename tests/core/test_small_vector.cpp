@@ -260,3 +260,19 @@ TEST_CASE("small_vector: a random sequence of changes matches std::vector") {
     REQUIRE(v.is_inline() == (v.capacity() == 4));
   }
 }
+
+// Issue 37: GCC 12, where it may move 32 bytes as one integer (any AVX-512 -march), stored this list
+// as four 2^40: the copy of the initializer list became one 256-bit constant whose zero high word
+// its broadcast check did not see (tests/compiler/audit_wide_broadcast.py). CMakeLists.txt adds
+// -mmove-max=128 -mstore-max=128 where its probe finds that; this case fails without them.
+namespace {
+__attribute__((noinline)) Ref shape_of(const mg::Shape& s) { return Ref(s.begin(), s.end()); }
+}  // namespace
+
+TEST_CASE("small_vector: a list with zero high words holds what was written (issue 37)") {
+  constexpr int64_t c = int64_t(1) << 40;
+  CHECK(shape_of(mg::Shape{c, c, c, 0}) == Ref{c, c, c, 0});
+  CHECK(shape_of(mg::Shape{c, c, 0, 0}) == Ref{c, c, 0, 0});
+  CHECK(shape_of(mg::Shape{7, 7, 7, 7, 7, 0}) == Ref{7, 7, 7, 7, 7, 0});
+  CHECK(to_ref(Small{c, c, c, 0}) == Ref{c, c, c, 0});
+}

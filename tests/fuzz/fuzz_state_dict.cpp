@@ -1,7 +1,8 @@
 // libFuzzer target: an optimizer's load_state_dict on a state read from arbitrary safetensors
-// bytes (the seeds are real SGD, Adam and AdamW states). The first byte picks the optimizer. A
-// refused dict must raise mg::Error and change nothing; an accepted one must round-trip through
-// state_dict and allow a step. Built with -DMG_FUZZ=ON (clang); tests/fuzz/README.md.
+// bytes (the seeds are real SGD, Adam and AdamW states; AdamW8bit and Adafactor read them too). The
+// first byte picks the optimizer. A refused dict must raise mg::Error and change nothing; an
+// accepted one must round-trip through state_dict and allow a step. Built with -DMG_FUZZ=ON
+// (clang); tests/fuzz/README.md.
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -18,13 +19,17 @@ std::unique_ptr<mg::optim::Optimizer> make(uint8_t kind, std::vector<mg::Tensor>
   params = {mg::ones({3}).requires_grad_(), mg::ones({2, 2}).requires_grad_()};
   for (auto& p : params) p.set_grad(mg::full(p.shape(), 0.5));
   using namespace mg::optim;
-  switch (kind % 4) {
+  switch (kind % 6) {
     case 0:
       return std::make_unique<SGD>(params, SGDOptions(0.1).momentum(0.9));
     case 1:
       return std::make_unique<SGD>(params, SGDOptions(0.1));
     case 2:
       return std::make_unique<Adam>(params, AdamOptions(0.1).amsgrad());
+    case 4:  // 8-bit state (codes and absmax) for both parameters
+      return std::make_unique<AdamW8bit>(params, AdamW8bitOptions(0.1).min_8bit_size(1));
+    case 5:  // factored state for the matrix, a first moment for both
+      return std::make_unique<Adafactor>(params, AdafactorOptions(0.1).beta1(0.9));
     default:
       return std::make_unique<AdamW>(params, AdamWOptions(0.1));
   }

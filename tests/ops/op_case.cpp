@@ -278,7 +278,7 @@ std::optional<Scalar> optional_scalar_arg(const Args& a, const char* key) {
 }
 Tensor optional_input(const Tensors& x, size_t i) { return i < x.size() ? x[i] : Tensor(); }
 DType dtype_named(const std::string& name) {
-  for (DType t : {kBool, kInt32, kInt64, kFloat16, kBFloat16, kFloat32, kFloat64})
+  for (DType t : {kBool, kUInt8, kInt8, kInt32, kInt64, kFloat16, kBFloat16, kFloat32, kFloat64})
     if (name == dtype_name(t)) return t;
   throw ValueError("unknown dtype name " + name);
 }

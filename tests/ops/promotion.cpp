@@ -1,6 +1,7 @@
 // Type promotion against PyTorch: the result dtype of add, mul and div for every pair of dtypes as
 // 1-d and 0-d operands, and with Python int, float and bool scalars (core_promotion.json, written
-// by make_fixtures.py).
+// by make_fixtures.py). One difference is meant: uint8 with int8 gives PyTorch's int16, which
+// memgrad lacks; it gives int32, the smallest type here holding both ranges.
 #include <doctest/doctest.h>
 
 #include <fstream>
@@ -51,8 +52,9 @@ TEST_CASE("add, mul, div: type promotion matches PyTorch") {
     for (const json& e : promotion_table().at("tensor_tensor")) {
       Tensor a = operand(e, "a", "a_dim"), b = operand(e, "b", "b_dim");
       std::string got = result_name([&] { return binary.at(e.at("op"))(a, b); });
-      CHECK_MESSAGE(got == e.at("result").get<std::string>(), e.at("op").get<std::string>(), "(", e["a"], " ",
-                    e["a_dim"], "-d, ", e["b"], " ", e["b_dim"], "-d): mg ", got, ", PyTorch ", e["result"]);
+      const std::string want = e.at("result") == "int16" ? "int32" : e.at("result").get<std::string>();
+      CHECK_MESSAGE(got == want, e.at("op").get<std::string>(), "(", e["a"], " ", e["a_dim"], "-d, ", e["b"], " ",
+                    e["b_dim"], "-d): mg ", got, ", PyTorch ", e["result"]);
     }
   }
   SUBCASE("tensor op python scalar") {

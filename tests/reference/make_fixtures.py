@@ -34,10 +34,13 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 OUT_DIR = os.path.join(HERE, "fixtures")
 
 DTYPES = {
-    "bool": torch.bool, "int32": torch.int32, "int64": torch.int64, "float16": torch.float16,
-    "bfloat16": torch.bfloat16, "float32": torch.float32, "float64": torch.float64,
+    "bool": torch.bool, "uint8": torch.uint8, "int8": torch.int8, "int32": torch.int32, "int64": torch.int64,
+    "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32, "float64": torch.float64,
 }
+# Result dtypes memgrad lacks, in the promotion table: uint8 with int8 is int16 in PyTorch.
+DTYPE_NAMES_EXTRA = {torch.int16: "int16"}
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
+DTYPE_NAMES.update(DTYPE_NAMES_EXTRA)
 
 
 # ---------------------------------------------------------------- the ops, in PyTorch
@@ -409,9 +412,12 @@ def main():
     p.add_argument("--test-ops", default=os.path.join(os.environ.get("MG_BUILD_DIR", os.path.join(ROOT, "build")),
                                                       "tests", "test_ops"), help="the test binary that dumps the cases")
     p.add_argument("--cases", help="a file written by `test_ops --dump-cases` (instead of running it)")
+    p.add_argument("--promotion-only", action="store_true", help="write core_promotion.json alone (no build needed)")
     args = p.parse_args()
     torch.manual_seed(0)
     os.makedirs(OUT_DIR, exist_ok=True)
+    if args.promotion_only:
+        return write_promotion({"torch": torch.__version__})
     families = defaultdict(dict)
     for c in load_cases(args):
         missing = c["op"] not in TORCH_OPS
@@ -426,6 +432,10 @@ def main():
     for f in sorted(stale):  # a family whose cases are all gone
         os.remove(os.path.join(OUT_DIR, f))
         print(f"removed {f}")
+    write_promotion(header)
+
+
+def write_promotion(header):
     table = promotion_table()
     with open(os.path.join(OUT_DIR, "core_promotion.json"), "w") as f:
         json.dump(dict(header, **table), f, separators=(",", ":"))

@@ -161,9 +161,14 @@ void add_step_flags(CLI::App& app, StepFlags& s) {
   app.add_option("-t,--seq", s.seq, "GPT sequence length (and block size)")
       ->transform(integer_in(1, kMaxCount))
       ->capture_default_str();
-  app.add_option("--optimizer", s.optimizer, "sgd, adam or adamw")
-      ->check(CLI::IsMember({"sgd", "adam", "adamw"}))
+  app.add_option("--optimizer", s.optimizer,
+                 "sgd, adam, adamw, adam8bit or adamw8bit (8-bit moments in blocks of 256, as bitsandbytes), or "
+                 "adafactor (factored second moments, torch.optim.Adafactor)")
+      ->check(CLI::IsMember({"sgd", "adam", "adamw", "adam8bit", "adamw8bit", "adafactor"}))
       ->capture_default_str();
+  app.add_flag("--step-in-backward", s.step_in_backward,
+               "step each parameter inside backward as soon as its gradient is complete, and free that gradient "
+               "(with --clip or fp16's loss scaling and --accum 1, forward and backward run twice: docs/memory.md)");
   app.add_option("--momentum", s.momentum, "sgd momentum (state: one buffer per parameter when > 0)")
       ->transform(number_in(0.0, 1.0))
       ->capture_default_str();
@@ -250,9 +255,20 @@ mg::plan::StepOptions step_options(const StepFlags& s) {
   o.precision = mg::plan::parse_precision(s.precision);
   o.grad_scaler = s.precision.rfind("fp16", 0) == 0;
   o.world_size = s.world_size, o.rank = s.rank, o.zero_stage = s.zero, o.bucket_bytes = int64_t(s.bucket_cap);
-  o.optimizer = s.optimizer == "sgd"    ? (s.momentum > 0 ? OptimizerKind::SGDMomentum : OptimizerKind::SGD)
-                : s.optimizer == "adam" ? OptimizerKind::Adam
-                                        : OptimizerKind::AdamW;
+  o.optimizer = s.optimizer == "sgd"         ? (s.momentum > 0 ? OptimizerKind::SGDMomentum : OptimizerKind::SGD)
+                : s.optimizer == "adam"      ? OptimizerKind::Adam
+                : s.optimizer == "adam8bit"  ? OptimizerKind::Adam8bit
+                : s.optimizer == "adamw8bit" ? OptimizerKind::AdamW8bit
+                : s.optimizer == "adafactor" ? OptimizerKind::Adafactor
+                                             : OptimizerKind::AdamW;
+  o.step_in_backward = s.step_in_backward;
+  if (s.optimizer == "adafactor" && s.zero > 0)
+    throw UsageError("--optimizer adafactor does not run under --zero " + std::to_string(s.zero) +
+                     ": its moments are factored and its step scaled per parameter, and a rank holds flat slices");
+  if (o.step_in_backward && o.data_parallel())
+    throw UsageError(
+        "--step-in-backward does not run with data parallelism (--zero, several processes): a parameter could be "
+        "stepped only once its gradient bucket's reduction had finished");
   return o;
 }
 

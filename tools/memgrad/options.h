@@ -48,8 +48,8 @@ struct ModelFlags {
 };
 
 struct StepFlags {
-  int64_t batch = 0, seq = 0;  // seq is the GPT's block size too
-  std::string optimizer = "adamw";
+  int64_t batch = 0, seq = 0;       // seq is the GPT's block size too
+  std::string optimizer = "adamw";  // sgd | adam | adamw | adam8bit | adamw8bit | adafactor
   double momentum = 0.0;            // sgd
   std::string precision = "fp32";   // fp32 | fp16 | bf16 (autocast) | fp16-storage | bf16-storage
   std::string checkpoint = "none";  // none | every-K | sqrt | selective | auto
@@ -65,6 +65,7 @@ struct StepFlags {
   // ahead, page-locked host buffers (cuda).
   int64_t num_workers = 0, prefetch = 2;
   bool pin_memory = false;
+  bool step_in_backward = false;  // each parameter stepped as its gradient completes (StepOptions)
 };
 
 void add_model_flags(CLI::App& app, ModelFlags& m);

@@ -29,6 +29,46 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
       ->capture_default_str();
 }
 
+namespace {
+
+// Each optimizer's plan in the chosen precision and policy, stepping after backward and inside it:
+// the peak, the Gradient category's own peak, the optimizer state and the bytes per parameter
+// (ZeRO's accounting: mixed-precision Adam holds 2 + 2 + K = 16 with K = 12).
+void print_optimizers(const PlanFlags& f, const mg::plan::ModelSpec& spec, const mg::plan::InputShape& shape,
+                      const mg::plan::Policy& policy, const mg::plan::PlanOptions& options, int64_t params) {
+  std::printf("\noptimizers side by side (batch %lld x %lld, %s, checkpoint %s; bytes at the steady-state peak):\n",
+              static_cast<long long>(f.step.batch), static_cast<long long>(f.step.seq), f.step.precision.c_str(),
+              policy.name.c_str());
+  std::printf("  %-14s %-9s %11s %11s %11s %11s %9s %9s\n", "optimizer", "step", "peak", "Gradient", "OptState",
+              "Param", "state/N", "P+G+S/N");
+  const std::pair<const char*, double> kinds[] = {{"sgd", 0.0},      {"sgd", 0.9},      {"adam", 0.0},
+                                                  {"adamw", 0.0},    {"adam8bit", 0.0}, {"adamw8bit", 0.0},
+                                                  {"adafactor", 0.0}};
+  for (auto [name, momentum] : kinds)
+    for (bool in_backward : {false, true}) {
+      if (in_backward && (f.step.world_size > 1 || f.step.zero > 0)) continue;  // not with data parallelism
+      if (std::string(name) == "adafactor" && f.step.zero > 0) continue;        // nor under ZeRO 1-2
+      StepFlags s = f.step;
+      s.optimizer = name, s.momentum = momentum, s.step_in_backward = in_backward;
+      mg::plan::PlanOptions quick = options;
+      quick.smallest_limit = false;
+      const mg::plan::StepReport q = plan(train_program(spec, s), mg::plan::context(shape, policy), quick);
+      const int64_t grads = q.peak_of(mg::Category::Gradient), state = q.category(mg::Category::OptimizerState),
+                    param = q.category(mg::Category::Parameter);
+      const std::string label = std::string(name) + (momentum > 0 ? "+momentum" : "");
+      std::printf("  %-14s %-9s %11s %11s %11s %11s %9.3f %9.3f\n", label.c_str(), in_backward ? "in bwd" : "after",
+                  mg::format_bytes(q.peak).c_str(), mg::format_bytes(grads).c_str(), mg::format_bytes(state).c_str(),
+                  mg::format_bytes(param).c_str(), double(state) / double(params),
+                  double(param + grads + state) / double(params));
+    }
+  std::printf(
+      "  (Gradient: the category's own peak in the step; OptState at the step's peak, masters included in the\n"
+      "   storage precisions; state/N and P+G+S/N: bytes per parameter, ZeRO's K and its 2 + 2 + K = 16 for\n"
+      "   mixed-precision Adam; step: after backward, or each parameter inside it (--step-in-backward))\n");
+}
+
+}  // namespace
+
 int run_plan(const PlanFlags& f) {
   using namespace mg::plan;
   const auto t0 = std::chrono::steady_clock::now();
@@ -53,11 +93,11 @@ int run_plan(const PlanFlags& f) {
   const StepReport r = plan(train_program(spec, f.step), context(shape, chosen), options);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf(
-      "step: batch %lld x %lld, %s, %s, checkpoint %s (%s), for %s; planned on meta in %s (%lld steps), no "
+      "step: batch %lld x %lld, %s%s, %s, checkpoint %s (%s), for %s; planned on meta in %s (%lld steps), no "
       "real memory\n\n",
       static_cast<long long>(f.step.batch), static_cast<long long>(f.step.seq), f.step.optimizer.c_str(),
-      f.step.precision.c_str(), chosen.name.c_str(), chosen.str().c_str(), f.device.c_str(),
-      format_seconds(seconds).c_str(), static_cast<long long>(r.steps));
+      f.step.step_in_backward ? " stepped inside backward" : "", f.step.precision.c_str(), chosen.name.c_str(),
+      chosen.str().c_str(), f.device.c_str(), format_seconds(seconds).c_str(), static_cast<long long>(r.steps));
   print_plan(r);
   print_breakdown(r.peak, r.at_peak, r.at_peak_by_owner, f.top);
   std::printf("  FLOPs in the step: %.3g, of them recomputed: %.3g (%.1f%%)\n", r.flops, r.recompute_flops,
@@ -143,6 +183,7 @@ int run_plan(const PlanFlags& f) {
       "recomputing%s%s)\n",
       gpt ? fused ? "; +composed: the textbook attention core" : "; +fused: --attention fused" : "",
       f.step.budget ? "; max batch: the largest whose steps run under the budget" : "");
+  print_optimizers(f, spec, shape, chosen, options, params);
   return 0;
 }
 

@@ -30,6 +30,9 @@ std::unique_ptr<mg::optim::Optimizer> make_optimizer(const TrainFlags& f, const 
   using namespace mg::optim;
   if (f.step.optimizer == "sgd") return std::make_unique<SGD>(params, SGDOptions(f.lr).momentum(f.step.momentum));
   if (f.step.optimizer == "adam") return std::make_unique<Adam>(params, AdamOptions(f.lr));
+  if (f.step.optimizer == "adam8bit") return std::make_unique<Adam8bit>(params, Adam8bitOptions(f.lr));
+  if (f.step.optimizer == "adamw8bit") return std::make_unique<AdamW8bit>(params, AdamW8bitOptions(f.lr));
+  if (f.step.optimizer == "adafactor") return std::make_unique<Adafactor>(params, AdafactorOptions(f.lr));
   return std::make_unique<AdamW>(params, AdamWOptions(f.lr));
 }
 
@@ -303,10 +306,11 @@ void TrainRun::build() {
   if (saved) data.resume(saved->meta, f.resume);
   std::printf("memgrad train: %s, %s parameters, on %s\n", model_str(spec).c_str(),
               thousands(model.num_parameters()).c_str(), device.str().c_str());
-  std::printf("  batch %lld%s, accum %lld, %s lr %g, %s, checkpoint %s (%s), seed %llu%s\n",
+  std::printf("  batch %lld%s, accum %lld, %s lr %g%s, %s, checkpoint %s (%s), seed %llu%s\n",
               static_cast<long long>(f.step.batch),
               data.is_gpt() ? (" x " + std::to_string(f.step.seq)).c_str() : " rows",
-              static_cast<long long>(f.step.accum), f.step.optimizer.c_str(), f.lr, f.step.precision.c_str(),
+              static_cast<long long>(f.step.accum), f.step.optimizer.c_str(), f.lr,
+              f.step.step_in_backward ? " (stepped inside backward)" : "", f.step.precision.c_str(),
               policy.name.c_str(), policy.str().c_str(), static_cast<unsigned long long>(f.seed),
               f.resume.empty() ? "" : (", resumed at step " + std::to_string(first - 1)).c_str());
   std::printf("  data: %s\n", data.str().c_str());
@@ -335,14 +339,24 @@ void TrainRun::run_steps() {
                     f.quiet, data.is_gpt() ? "tok" : "rows");
   std::optional<mg::KernelProfile> profile;  // --profile: the steps after the first (all of a 1-step run)
   double profiled_seconds = 0;
+  std::pair<mg::Tensor, mg::Tensor> batch;  // the micro-batch drawn last, and its index in the step
+  int64_t drawn_micro_batch = -1;
   try {
     for (int64_t step = first; step <= f.steps; ++step) {
       if (f.profile && !profile && (step > first || first == f.steps)) profile.emplace();
       const auto t0 = Clock::now();
       if (timeline) mg::annotate_memory("step " + std::to_string(step), device);
       mg::reset_peak(device);  // as the planner does: the step (gradients cleared first) is measured whole
+      // step_in_backward with clipping or loss scaling runs the last micro-batch's forward twice:
+      // it must see the same batch, so the last one drawn is kept until the next is
       loss = mg::plan::train_step(
-          *chain, *trainer, [&](int64_t) { return data.next(); }, policy);
+          *chain, *trainer,
+          [&](int64_t g) {
+            if (g != drawn_micro_batch) batch = data.next(), drawn_micro_batch = g;
+            return batch;
+          },
+          policy);
+      batch = {}, drawn_micro_batch = -1;
       if (warmup) warmup->step();
       if (device.is_cuda()) mg::cuda::synchronize(device.index);
       const double dt = seconds_since(t0);
@@ -524,6 +538,9 @@ void TrainRun::report_ranks_and_state() {
 int run_train(const TrainFlags& f) {
   // Files written later (the state at the end, the timeline after a few steps) are checked first.
   if (!f.save.empty()) check_writable("--save", f.save);
+  if (!f.save.empty() && f.step.zero > 0 && f.step.optimizer.find("8bit") != std::string::npos)
+    throw UsageError("--save with --zero " + std::to_string(f.step.zero) + " and --optimizer " + f.step.optimizer +
+                     ": ZeRO gathers only optimizer state shaped like its parameter, not 8-bit blocks; use --zero 0");
   if (!f.log.empty()) check_writable("--log", f.log);
   if (!f.timeline.empty()) check_writable("--timeline", f.timeline);
   if (!f.snapshot.empty()) check_writable("--snapshot", f.snapshot);

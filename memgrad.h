@@ -22,12 +22,14 @@
 #include <memgrad/autograd/node.h>
 #include <memgrad/core/autocast.h>
 #include <memgrad/core/budget/budget.h>
+#include <memgrad/core/cpu_isa.h>
 #include <memgrad/core/cuda.h>
 #include <memgrad/core/device.h>
 #include <memgrad/core/dtype.h>
 #include <memgrad/core/error.h>
 #include <memgrad/core/flops.h>
 #include <memgrad/core/grad_mode.h>
+#include <memgrad/core/host_memory.h>
 #include <memgrad/core/memory.h>
 #include <memgrad/core/memory/batch_size.h>
 #include <memgrad/core/op.h>
@@ -40,6 +42,7 @@
 #include <memgrad/data/sampler.h>
 #include <memgrad/data/tokens.h>
 #include <memgrad/distributed/data_parallel.h>
+#include <memgrad/distributed/parameter_units.h>
 #include <memgrad/distributed/process_group.h>
 #include <memgrad/nn/gpt.h>
 #include <memgrad/nn/init.h>

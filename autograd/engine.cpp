@@ -103,6 +103,7 @@ TensorList execute(const TensorList& roots, const TensorList& grads, bool retain
     auto* n = root_edges[i].node.get();
     auto& buf = buffers[n];
     buf.resize(std::max<size_t>(n->outputs().size(), 1));
+    if (budget::detail::any_active()) budget::detail::mark_gradient(grads[i]);
     accumulate(buf[root_edges[i].input_nr], Tensor(grads[i]));
   }
   for (auto& e : root_edges)

@@ -1,11 +1,12 @@
-// GEMM throughput of each CPU matmul kernel variant ("openblas", "eigen") on the float32 GEMM
-// shapes of the compare workloads' training steps (bench/compare): the MLP (batch 256,
-// 784 -> 1024 -> 1024 -> 10) and the GPT at n_embd 256 (8 x 128 tokens, vocab 4096, 4 heads).
+// GEMM throughput of each CPU matmul kernel variant ("auto", "onednn", "openblas", "eigen", as the
+// build links them; kernels/cpu/gemm.cpp) on the float32 GEMM shapes of the compare workloads'
+// training steps (bench/compare): the MLP (batch 256, 784 -> 1024 -> 1024 -> 10) and the GPT at
+// n_embd 256 (8 x 128 tokens, vocab 4096, 4 heads).
 // Each linear layer y = x @ W^T contributes its forward and both backward products with the
 // layouts the ops pass (W^T and g^T are transposed views, not copies). Counter GFLOPs: 2MNK per
 // second of the benchmark thread's CPU time: run with OMP_NUM_THREADS=1 for each variant's
 // single-core efficiency, which a loaded shared machine does not distort as it does wall time
-// (the 2-thread split is the same code for both variants).
+// (the 2-thread split is the same code for every variant).
 #include <benchmark/benchmark.h>
 
 #include <memgrad/memgrad.h>

@@ -177,8 +177,11 @@ int main(int argc, char** argv) try {
   }
   const std::vector<KernelProfile::Entry> by_kernel = all.entries();
   const char* threads = std::getenv("OMP_NUM_THREADS");
+  const std::string gemm = kernel_variant(DeviceType::CPU, "matmul");
+  std::printf("{\"cpu_isa\": \"%s\", \"cpu_matmul\": \"%s: %s\", ", to_string(cpu_isa()), gemm.c_str(),
+              kernel_variant_detail(DeviceType::CPU, "matmul", gemm).c_str());
   std::printf(
-      "{\"workload\": \"%s\", \"config\": \"%s\", \"device\": \"%s\", \"precision\": \"%s\", \"checkpoint\": "
+      "\"workload\": \"%s\", \"config\": \"%s\", \"device\": \"%s\", \"precision\": \"%s\", \"checkpoint\": "
       "\"%s\", \"threads\": \"%s\", \"steps\": %d, \"step_ms\": %.3f, "
       "\"min_ms\": %.3f, \"cpu_ms\": %.3f, \"peak_bytes\": %lld, \"peak_allocated\": %lld, \"gemm_gflop\": %.4f, "
       "\"loss\": %.6f, \"ms\": [",

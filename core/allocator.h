@@ -10,6 +10,12 @@
 // freed block merges with free neighbours. Under a memory limit, when a standard segment
 // would not fit but one of just the request's size would, that smaller segment is used.
 //
+// With expandable segments (set_allocator_config, core/memory.h) memory comes instead from one
+// segment per pool and stream that grows: a request no free block holds maps pages at the lowest
+// address where free and unmapped space together hold it (normally the end, merging with a free
+// tail), blocks split whenever 512 B or more are left, and a free block in front of unmapped space
+// is taken only when no other free block holds the request, so that the segment grows least.
+//
 // Streams (cuda): a segment belongs to the stream that was current when it was made, and its
 // blocks serve only requests on that stream (free pools are keyed by stream; merging stays within
 // a segment), so a block freed after work on stream A is never handed to stream B while A's kernels
@@ -43,6 +49,7 @@ inline constexpr size_t kSmallSegment = size_t(2) << 20;      // small-pool segm
 inline constexpr size_t kLargeSegment = size_t(20) << 20;     // segment for 1-10 MiB requests
 inline constexpr size_t kLargeSegmentMin = size_t(10) << 20;  // from here a segment per request
 inline constexpr size_t kLargeRound = size_t(2) << 20;        // large segments round to this
+inline constexpr size_t kExpandablePage = size_t(2) << 20;    // expandable segments map and unmap these
 // Larger requests raise OutOfMemoryError without asking the device: no machine addresses more
 // than 2^57 bytes (x86-64 with 5-level paging), and below it no size the ledger adds up overflows.
 inline constexpr size_t kMaxRequest = size_t(1) << 57;

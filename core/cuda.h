@@ -112,9 +112,5 @@ std::vector<std::string> kernel_ops();  // ops that have variants
 std::vector<std::string> kernel_variants(const std::string& op);
 void set_kernel_variant(const std::string& op, const std::string& variant);  // ValueError if unknown
 std::string kernel_variant(const std::string& op);
-// Index of the selected variant of `op` in kernel_variants(op) (kernels call this).
-int kernel_variant_index(const std::string& op);
-// Declares the variants of `op` (backends call this once at start-up).
-void register_kernel_variants(const std::string& op, const std::vector<std::string>& variants);
 
 }  // namespace mg::cuda

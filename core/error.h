@@ -1,6 +1,7 @@
 // Typed errors. Every failure the library detects raises an mg::Error subclass whose
 // message names the op, what was expected and what was given.
 #pragma once
+#include <memory>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -37,10 +38,21 @@ class NotImplementedError : public Error {
 };  // op missing on a device
 class IOError : public Error {
   using Error::Error;
-};  // files
+};                     // files
+struct Fragmentation;  // core/memory.h
+// An allocation past the limit (or one the device refused). Raised by the allocator, it carries the
+// fragmentation forensics of the moment: why the cached bytes could not serve the request.
 class OutOfMemoryError : public Error {
+ public:
   using Error::Error;
-};  // allocation past the limit
+  // `message`, then the forensics' lines (Fragmentation::str()).
+  OutOfMemoryError(const std::string& message, std::shared_ptr<const Fragmentation> forensics);
+  // Null when the error was raised without forensics.
+  const std::shared_ptr<const Fragmentation>& fragmentation() const { return fragmentation_; }
+
+ private:
+  std::shared_ptr<const Fragmentation> fragmentation_;
+};
 class MemoryBudgetError : public OutOfMemoryError {
   using OutOfMemoryError::OutOfMemoryError;
 };  // a memory budget (core/budget/) below the minimum a step needs; the message names that minimum

@@ -1,11 +1,16 @@
 #include <memgrad/core/storage.h>
 
 #include <memgrad/core/budget/runtime_impl.h>
+#include <memgrad/core/host_memory.h>
 
 namespace mg {
 
-Storage::Storage(const Device& d, size_t nbytes, Category fallback)
-    : nbytes_(nbytes), device_(d), block_(memory::allocate(d, nbytes, fallback)) {
+Storage::Storage(const Device& d, size_t nbytes, Category fallback) : nbytes_(nbytes), device_(d) {
+  if (detail::in_host_memory(d)) {  // outside the ledger: the host memory of a device (HostMemoryScope)
+    data_ = detail::host_allocate(nbytes, current_category(fallback), &deleter_);
+    return;
+  }
+  block_ = memory::allocate(d, nbytes, fallback);
   data_ = block_->ptr;
   unsaved_category_ = block_->category;
   if (budget::detail::any_active() && budget::detail::active(d)) {
@@ -26,7 +31,33 @@ Storage::~Storage() {
   if (deleter_) deleter_(data_);
 }
 
-void* Storage::data() const { return cell_ ? budget::detail::data(*cell_) : data_; }
+void* Storage::data() const {
+  MG_CHECK(!released_, ValueError, "storage of ", nbytes_, " B on ", device_,
+           ": its bytes were released (release_bytes) and not reacquired; ZeRO-3 and parameter offload hold a "
+           "unit's parameters this way between its forward and backward");
+  return cell_ ? budget::detail::data(*cell_) : data_;
+}
+
+void Storage::release_bytes() {
+  MG_CHECK(block_ && !cell_, ValueError, "release_bytes: expected a storage whose bytes the allocator holds, got ",
+           cell_       ? "one under a memory budget"
+           : released_ ? "one already released"
+                       : "wrapped memory");
+  unsaved_category_ = block_->category;
+  memory::release(block_);
+  block_ = nullptr, data_ = nullptr;
+  released_ = true, released_version_ = version_;
+}
+
+void Storage::reacquire_bytes(Category fallback) {
+  MG_CHECK(released_, ValueError,
+           "reacquire_bytes: expected a storage whose bytes were released, got one that has them");
+  block_ = memory::allocate(device_, nbytes_, fallback);
+  data_ = block_->ptr;
+  released_ = false;
+  unsaved_category_ = block_->category;
+  if (saved_refs_ > 0 && unsaved_category_ == Category::Temporary) relabel(Category::Activation);
+}
 
 const Block* Storage::block() const { return cell_ ? budget::detail::block(*cell_) : block_; }
 

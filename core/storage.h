@@ -34,6 +34,20 @@ class Storage {
   uint64_t version() const { return version_; }
   void bump_version() { ++version_; }
 
+  // The bytes can leave while the storage stays (PyTorch's storage resize_(0) and back, on which
+  // FSDP is built): every tensor over it, saved tensors included, keeps its shape and finds the bytes
+  // again once they are back. release_bytes() returns them to the allocator; reacquire_bytes() books
+  // fresh ones under the scope's category and owner, else `fallback` (their values undefined until
+  // the caller fills them). While they are away data() raises ValueError. Storages over wrapped
+  // memory or under a memory budget (core/budget/budget.h) cannot release theirs.
+  void release_bytes();
+  void reacquire_bytes(Category fallback);
+  bool has_bytes() const { return !released_; }
+  // The caller has refilled reacquired bytes with the values they held before release_bytes(): the
+  // writes are not a change, so the version goes back to what it was then (tensors saved for
+  // backward over this storage stay valid).
+  void mark_refilled() { version_ = released_version_; }
+
   // While autograd holds an op output (Temporary) for backward its bytes count as Activation.
   void add_saved_ref();
   void drop_saved_ref();
@@ -55,7 +69,8 @@ class Storage {
   Device device_;
   Block* block_ = nullptr;
   std::function<void(void*)> deleter_;
-  uint64_t version_ = 0;
+  uint64_t version_ = 0, released_version_ = 0;
+  bool released_ = false;
   int saved_refs_ = 0;
   Category unsaved_category_ = Category::Other;
   mutable std::shared_ptr<budget::Cell> cell_;  // when set, it holds the bytes (block_ and deleter_ moved there)

@@ -1,5 +1,6 @@
-// The kernel-variant registry (core/variants.h), for every device type.
+// The kernel-variant registry (core/variants.h, core/variants_impl.h), for every device type.
 #include <memgrad/core/variants.h>
+#include <memgrad/core/variants_impl.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -16,6 +17,7 @@ namespace {
 struct Entry {
   std::vector<std::string> names;
   std::atomic<int> selected{0};  // map nodes never move, so kernels may keep a reference
+  std::function<std::string(const std::string&)> describe;
 };
 struct Registry {
   std::mutex mu;
@@ -51,14 +53,32 @@ int variant_from_env(DeviceType d, const std::string& op, const std::vector<std:
 }
 }  // namespace
 
-const std::atomic<int>& register_kernel_variants(DeviceType d, const std::string& op,
-                                                 const std::vector<std::string>& variants) {
+const std::atomic<int>& detail::register_kernel_variants(DeviceType d, const std::string& op,
+                                                         const std::vector<std::string>& variants) {
   auto& r = registry();
   std::lock_guard<std::mutex> g(r.mu);
   Entry& e = r.entries[{d, op}];
   e.names = variants;
   e.selected = variant_from_env(d, op, variants);
   return e.selected;
+}
+
+void detail::describe_kernel_variants(DeviceType d, const std::string& op,
+                                      std::function<std::string(const std::string& variant)> describe) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> g(r.mu);
+  r.entries[{d, op}].describe = std::move(describe);
+}
+
+std::string kernel_variant_detail(DeviceType d, const std::string& op, const std::string& variant) {
+  std::function<std::string(const std::string&)> describe;
+  {
+    auto& r = registry();
+    std::lock_guard<std::mutex> g(r.mu);
+    auto it = r.entries.find({d, op});
+    if (it != r.entries.end()) describe = it->second.describe;
+  }
+  return describe ? describe(variant) : std::string();
 }
 
 std::vector<std::string> kernel_ops(DeviceType d) {
@@ -99,13 +119,6 @@ std::string kernel_variant(DeviceType d, const std::string& op) {
   std::lock_guard<std::mutex> g(r.mu);
   auto it = r.entries.find({d, op});
   return it == r.entries.end() ? std::string() : it->second.names[size_t(it->second.selected.load())];
-}
-
-int kernel_variant_index(DeviceType d, const std::string& op) {
-  auto& r = registry();
-  std::lock_guard<std::mutex> g(r.mu);
-  auto it = r.entries.find({d, op});
-  return it == r.entries.end() ? 0 : it->second.selected.load();
 }
 
 }  // namespace mg

@@ -112,6 +112,10 @@ class MPIGroup : public ProcessGroup {
     }
   }
   std::string backend() const override { return "mpi"; }
+  static const char* kind_name(Kind k) {
+    const char* names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "barrier"};
+    return names[int(k)];
+  }
 
  protected:
   void check_device(const Device& d) const override {
@@ -122,6 +126,10 @@ class MPIGroup : public ProcessGroup {
   Work launch(const Call& c) override {
     auto state = std::make_shared<Work::State>();
     state->keep = {c.output, c.input};
+    state->what = mg::detail::str(
+        "MPI ", kind_name(c.kind),
+        c.output.defined() ? mg::detail::str(" of ", c.output.numel(), " ", c.output.dtype(), " elements") : "",
+        " (rank ", rank(), " of ", size(), ")");
     void* out = c.output.defined() ? c.output.raw_data() : nullptr;
     const void* in = c.input.defined() ? c.input.raw_data() : nullptr;
     const int count = c.output.defined() ? mpi_count(c.output.numel()) : 0;
@@ -180,6 +188,7 @@ class MPIGroup : public ProcessGroup {
   // Runs `job` on the group's thread after the collectives already queued, and waits for it.
   void run_now(std::function<void()> job) {
     auto state = std::make_shared<Work::State>();
+    state->what = mg::detail::str("an MPI collective on host values (rank ", rank(), " of ", size(), ")");
     enqueue(state, std::move(job));
     Work(state).wait();
   }

@@ -1,5 +1,8 @@
 #include <memgrad/distributed/process_group.h>
 
+#include <atomic>
+#include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -22,10 +25,40 @@ const char* reduce_op_name(ReduceOp op) {
 
 // ---- Work
 
+namespace {
+std::atomic<double> g_timeout{-1};  // < 0: not read from the environment yet
+}  // namespace
+
+double collective_timeout() {
+  double t = g_timeout.load();
+  if (t < 0) {
+    const char* v = std::getenv("MG_COLLECTIVE_TIMEOUT");
+    char* end = nullptr;
+    const double x = v && *v ? std::strtod(v, &end) : 600.0;
+    t = v && *v && (*end != '\0' || !(x >= 0)) ? 600.0 : x;
+    g_timeout.store(t);
+  }
+  return t;
+}
+
+void set_collective_timeout(double seconds) {
+  MG_CHECK(seconds >= 0 && std::isfinite(seconds), ValueError,
+           "set_collective_timeout: expected seconds >= 0 (0: no timeout), got ", seconds);
+  g_timeout.store(seconds);
+}
+
 void Work::wait() {
   if (!state_) return;
   std::unique_lock<std::mutex> lock(state_->mutex);
-  state_->cv.wait(lock, [this] { return state_->done; });
+  const double timeout = collective_timeout();
+  auto done = [this] { return state_->done; };
+  if (timeout == 0)
+    state_->cv.wait(lock, done);
+  else if (!state_->cv.wait_for(lock, std::chrono::duration<double>(timeout), done))
+    throw CommunicationError(mg::detail::str(
+        state_->what.empty() ? "a collective" : state_->what, " did not complete within ", timeout,
+        " s: another rank died or is stuck, or the ranks issued different collectives (every rank must issue the "
+        "same ones in the same order); MG_COLLECTIVE_TIMEOUT sets the wait in seconds"));
   if (state_->error) {
     auto e = state_->error;
     state_->error = nullptr;

@@ -33,7 +33,10 @@ const char* reduce_op_name(ReduceOp op);
 // A collective in flight. wait() returns when its result may be used by what follows on this
 // process: on cpu the output is written; on cuda the current stream waits for it (the host does
 // not). It keeps the tensors it uses alive until then; wait before dropping it. Errors of the
-// collective are raised by wait().
+// collective are raised by wait(), and so is a collective that does not complete within
+// collective_timeout() (CommunicationError): a rank died or is stuck, or the ranks issued different
+// collectives. After a timeout the collective may still complete: its tensors stay alive, and wait()
+// may be called again; memgrad's command ends every rank instead (distributed::abort).
 class Work {
  public:
   struct State;
@@ -45,6 +48,12 @@ class Work {
  private:
   std::shared_ptr<State> state_;
 };
+
+// Seconds a Work::wait (on cpu tensors and host values: MPI) waits before it raises
+// CommunicationError; 0 waits forever. MG_COLLECTIVE_TIMEOUT in the environment sets it at the first
+// wait (default 600, as generous as NCCL's ten minutes).
+double collective_timeout();
+void set_collective_timeout(double seconds);
 
 class ProcessGroup {
  public:

@@ -145,6 +145,14 @@ const char* kernel_name(Fn Backend::*fn) {
 // Raises NotImplementedError: `device`'s backend has no kernel `kernel` (for the current op).
 [[noreturn]] void no_kernel(const Device& device, const char* kernel);
 
+// A kernel that does nothing, for a meta run of one without scratch.
+template <class Fn>
+struct NoKernel;
+template <class R, class... P>
+struct NoKernel<R (*)(P...)> {
+  static R call(P...) { return R(); }
+};
+
 // Runs `fn` of the backend for `device`; on meta, only the scratch the kernel of meta_target() would
 // allocate. Raises NotImplementedError naming the current op (OpScope) and the kernel when the
 // backend lacks it. Under a memory budget (core/budget/budget.h) the run goes through the budget
@@ -155,7 +163,12 @@ void run(const Device& device, Fn Backend::*fn, Args&&... args) {
   NoGradGuard no_grad;                       // kernels never record history
   MemoryScope scratch(Category::Workspace);  // anything a kernel allocates is scratch
   if (device.is_meta()) {
-    if (auto f = scratch_backend(meta_target()).*fn) f(std::forward<Args>(args)...);
+    auto f = scratch_backend(meta_target()).*fn;
+    // Under a budget on meta the run is recorded as on a device (its scratch is what a replay makes).
+    if (budget::detail::any_active() && budget::detail::active(device))
+      return budget::detail::run_kernel(device, kernel_name(fn), f ? f : &NoKernel<Fn>::call, written_params(f),
+                                        kernel_flops(fn, args...), args...);
+    if (f) f(std::forward<Args>(args)...);
     return;
   }
   auto f = (device.is_cuda() ? cuda_backend() : cpu_backend()).*fn;

@@ -149,10 +149,12 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in) {
     SavedTensor sx(w.requires_grad() ? x : Tensor()), sw(x.requires_grad() ? w : Tensor());
     Shape xs = x.shape();
     autograd::record(Op::linear, {x, w, bias}, {out}, [=](const TensorList& g, const Node& n) {
+      // The weight's gradient first: it reads the saved input, which a memory budget may have to
+      // recompute, and the input's gradient (as large as the input) does not exist yet then.
       Tensor g2 = g[0].reshape({rows, O}), gx, gw, gb;
-      if (n.needs_input_grad(0)) gx = matmul(g2, sw.get()).view(xs);
       if (n.needs_input_grad(1)) gw = matmul(g2.t(), sx.get().reshape({rows, I}));
       if (n.needs_input_grad(2)) gb = sum(g2, {0});
+      if (n.needs_input_grad(0)) gx = matmul(g2, sw.get()).view(xs);
       return TensorList{gx, gw, gb};
     });
   }

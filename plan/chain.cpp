@@ -8,6 +8,7 @@
 #include <memgrad/core/autocast.h>
 #include <memgrad/core/error.h>
 #include <memgrad/core/flops.h>
+#include <memgrad/core/host_memory.h>
 #include <memgrad/core/random.h>
 #include <memgrad/nn/loss.h>
 #include <memgrad/optim/adafactor.h>
@@ -215,8 +216,20 @@ Tensor ChainModel::tail(const Tensor& x, const Tensor& target) const {
   return nn::lm_loss(linear(gpt_->ln_f->forward(x), gpt_->wte->weight).to(kFloat32), target);
 }
 
-Tensor ChainModel::loss(const Tensor& input, const Tensor& target, const Policy& policy) const {
-  return tail(run_chain(chain_, head(input), policy), target);
+Tensor ChainModel::loss(const Tensor& input, const Tensor& target, const Policy& policy,
+                        distributed::DataParallel* dp) const {
+  if (!dp || !dp->units()) return tail(run_chain(chain_, head(input), policy), target);
+  Chain units = chain_;  // each block gathered around its run (a recompute's too)
+  units.block = [dp, block = chain_.block](int64_t i, const Tensor& x, bool selective) {
+    return dp->run_unit(size_t(i), [&] { return block(i, x, selective); });
+  };
+  return tail(run_chain(units, head(input), policy), target);
+}
+
+std::vector<std::string> ChainModel::unit_names() const {
+  std::vector<std::string> names;
+  for (int64_t i = 0; i < chain_.n; ++i) names.push_back((gpt_ ? "h." : "layers.") + std::to_string(i));
+  return names;
 }
 
 std::pair<Tensor, Tensor> ChainModel::zero_inputs(const InputShape& s) const {
@@ -378,6 +391,7 @@ double run_step(nn::Module& model, optim::Optimizer* opt, amp::GradScaler* scale
       const uint64_t start = step_offset + uint64_t(g) * kMicroBatchCounters;
       auto run_forward = [&] {  // from the micro-batch's first random number
         rng.set_offset(start);
+        if (dp) dp->prepare_forward();
         std::optional<amp::AutocastGuard> autocast;
         if (half) autocast.emplace(*half);
         Tensor l = forward(g);
@@ -413,6 +427,8 @@ double run_step(nn::Module& model, optim::Optimizer* opt, amp::GradScaler* scale
       return total;
     }
     phase("optimizer");
+    std::optional<HostMemoryScope> on_host;  // offloaded parameters: the optimizer steps in host memory
+    if (dp && dp->offloads_parameters()) on_host.emplace(dp->units()->device());
     if (scaler && opt) {  // the float32 masters' gradients: unscaled on the way
       masters ? scaler->unscale_(*opt, *masters) : scaler->unscale_(*opt);
       if (dp) scaler->merge_found_inf(dp->any_rank(scaler->found_inf()));
@@ -452,6 +468,17 @@ Trainer::Trainer(nn::Module& model, const StepOptions& options, const OptimizerF
            options.world_size, " and ZeRO stage ", options.zero_stage);
   if (auto half = storage_dtype(options.precision)) model.to(*half);
   nn::NamedTensors params = model.named_parameters();
+  MG_CHECK(!options.offload_params || options.zero_stage == 0 || options.zero_stage == 3, ValueError,
+           "plan::Trainer: parameter offload runs ZeRO-3's schedule; expected zero_stage 0 or 3 with it, got ",
+           options.zero_stage);
+  const bool pieces = options.sharding_stage() == 3;  // a rank steps 1-D pieces of its units' flat chunks
+  MG_CHECK(!pieces || make ||
+               (options.optimizer != OptimizerKind::Adam8bit && options.optimizer != OptimizerKind::AdamW8bit &&
+                options.optimizer != OptimizerKind::Adafactor),
+           ValueError,
+           "plan::Trainer: ZeRO stage 3 and parameter offload step 1-D pieces of parameters, whose 8-bit blocks or "
+           "factored moments would not be one rank's; expected SGD, Adam or AdamW, got ",
+           options.optimizer == OptimizerKind::Adafactor ? "Adafactor" : "8-bit Adam");
   if (options.data_parallel()) {  // the masters of half parameters are dp's, sliced by rank
     MG_CHECK(options.world_size >= 1 && options.rank >= 0 && options.rank < options.world_size, ValueError,
              "plan: expected 0 <= rank < world_size, got rank ", options.rank, " of ", options.world_size);
@@ -459,9 +486,13 @@ Trainer::Trainer(nn::Module& model, const StepOptions& options, const OptimizerF
       own_group_ = distributed::simulated_group(int(options.rank), int(options.world_size));
       group = own_group_.get();
     }
-    dp_ = std::make_unique<distributed::DataParallel>(
-        params, *group,
-        distributed::DataParallelOptions().zero_stage(options.zero_stage).bucket_bytes(options.bucket_bytes));
+    dp_ = std::make_unique<distributed::DataParallel>(params, *group,
+                                                      distributed::DataParallelOptions()
+                                                          .zero_stage(options.sharding_stage())
+                                                          .bucket_bytes(options.bucket_bytes)
+                                                          .units(options.units)
+                                                          .offload_parameters(options.offload_params)
+                                                          .prefetch(options.unit_prefetch));
     params = dp_->optimizer_parameters();
   } else if (storage_dtype(options.precision)) {
     masters_.emplace(params);
@@ -516,7 +547,7 @@ double train_step(const ChainModel& model, optim::Optimizer* opt, amp::GradScale
       model.module(), opt, scaler, dp ? dp->masters() : nullptr,
       [&](int64_t g) {
         std::tie(x, y) = batch(g);
-        return model.loss(x, y, policy);
+        return model.loss(x, y, policy, dp);
       },
       options, dp);
 }
@@ -526,14 +557,16 @@ double train_step(const ChainModel& model, Trainer& trainer,
   Tensor x, y;  // live until the next micro-batch replaces them
   return trainer.step([&](int64_t i) {
     std::tie(x, y) = batch(i);
-    return model.loss(x, y, policy);
+    return model.loss(x, y, policy, trainer.data_parallel());
   });
 }
 
 Program program(const ModelSpec& model, const InputShape& input, const StepOptions& step) {
   return [model, input, step](const StepContext& ctx) -> Step {
     auto chain = std::make_shared<ChainModel>(model, ctx.device);
-    auto trainer = std::make_shared<Trainer>(chain->module(), step);
+    StepOptions o = step;
+    o.units = chain->unit_names();
+    auto trainer = std::make_shared<Trainer>(chain->module(), o);
     InputShape shape = input;
     shape.batch = ctx.batch;
     const Policy policy = ctx.policy;

@@ -35,8 +35,13 @@ class ChainModel {
   const ModelSpec& spec() const { return spec_; }
   nn::Module& module() const { return *module_; }
   const Chain& chain() const { return chain_; }
-  // input and target: MLP [batch, width] float32; GPT int64 token ids [batch, seq_len].
-  Tensor loss(const Tensor& input, const Tensor& target, const Policy& policy) const;
+  // input and target: MLP [batch, width] float32; GPT int64 token ids [batch, seq_len]. With `dp`
+  // (ZeRO-3, parameter offload) each block runs as its unit (DataParallel::run_unit).
+  Tensor loss(const Tensor& input, const Tensor& target, const Policy& policy,
+              distributed::DataParallel* dp = nullptr) const;
+  // The module paths of the blocks ("h.0", ... for the GPT; "layers.0", ... for the MLP): the units
+  // of ZeRO-3 and parameter offload; the rest (embeddings, final norm) is their root unit.
+  std::vector<std::string> unit_names() const;
   Tensor head(const Tensor& input) const;
   Tensor tail(const Tensor& x, const Tensor& target) const;
   // A fresh zero input and target of `shape` (what a plan feeds each micro-batch).

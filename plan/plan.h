@@ -4,9 +4,12 @@
 #pragma once
 #include <functional>
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include <memgrad/core/budget/budget.h>
 #include <memgrad/core/memory.h>
 #include <memgrad/plan/policy.h>
 
@@ -32,6 +35,9 @@ struct PlanOptions {
   int64_t max_steps = 12;               // steps at most while looking for the steady state
   int64_t steps = 0;                    // 0: until the allocator repeats itself; k: exactly k steps
   bool smallest_limit = true;           // search for the smallest memory limit the steps run under
+  // Run the steps under the budget runtime (budget::enable with these options, the allocator's cache
+  // off, memory_limit as its limit): its evictions, recomputes, offloads, floor and modeled time.
+  std::optional<budget::Options> budget;
 };
 
 // The allocation granule: requests, segments and therefore reserved bytes are multiples of it.
@@ -55,10 +61,20 @@ struct StepReport {
   bool steady = false;  // the allocator's layout repeated: every later step allocates as the last
   bool out_of_memory = false;     // the steps did not run under PlanOptions::memory_limit
   std::string oom_message;        // the OutOfMemoryError's message
+  // With out_of_memory: the error's fragmentation forensics (why the cache could not serve it).
+  std::shared_ptr<const Fragmentation> oom_fragmentation;
   CategoryBytes at_peak{};        // by category at the last step's peak
   CategoryBytes category_peak{};  // each category's own peak in the last step
   std::map<std::string, int64_t> at_peak_by_owner;
   double flops = 0, recompute_flops = 0;  // in the last step
+  // Under PlanOptions::budget: what the runtime did in all the steps, and each mode's floor over them
+  // (budget::floor; floors[remat][offload]). smallest_limit is then found from that mode's floor up.
+  budget::Stats budget;
+  budget::Floor floors[2][4];
+  // The wall-clock seconds of the fastest step after the first (of the only one if one ran; 0 on
+  // meta: on a loaded machine the fastest is the least disturbed), and under PlanOptions::budget the
+  // last step's modeled seconds (budget::Stats::modeled_seconds over it: on meta, the prediction).
+  double step_seconds = 0, modeled_step_seconds = 0;
   int64_t category(Category c) const { return at_peak[size_t(c)]; }
   int64_t peak_of(Category c) const { return category_peak[size_t(c)]; }
   bool fits(int64_t budget) const;  // the steps ran, and their reserved peak is within budget

@@ -3,6 +3,7 @@
 #include <memgrad/plan/planner.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <sstream>
 
@@ -112,6 +113,21 @@ StepReport run_steps(const Program& program, const StepContext& given, const Pla
   std::optional<MetaTargetGuard> target;
   if (device.is_meta()) target.emplace(o.device);
   IsolatedAllocator allocator(device, limit);
+  struct Budgeted {  // the runtime on for these steps, off again however they end
+    const Device& d;
+    bool on;
+    Budgeted(const Device& dev, const std::optional<budget::Options>& b, int64_t limit) : d(dev), on(b.has_value()) {
+      if (!on) return;
+      set_caching(d, false);  // the limit binds on the bytes handed out, not on cached segments
+      budget::Options options = *b;
+      options.limit = limit;
+      budget::enable(d, options);
+      budget::reset_stats(d);
+    }
+    ~Budgeted() {
+      if (on) budget::disable(d);
+    }
+  } budgeted(device, o.budget, limit);
   StepContext ctx = given;
   ctx.device = device;
   StepReport r;
@@ -124,7 +140,14 @@ StepReport run_steps(const Program& program, const StepContext& given, const Pla
       r.steps = k;
       reset_peak(device);
       FlopCounter flops;
+      const double modeled = o.budget ? budget::stats(device).modeled_seconds : 0;
+      const auto t0 = std::chrono::steady_clock::now();
       step();
+      if (!device.is_meta()) {
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        r.step_seconds = k <= 2 ? seconds : std::min(r.step_seconds, seconds);
+      }
+      if (o.budget) r.modeled_step_seconds = budget::stats(device).modeled_seconds - modeled;
       record_step(r, memory_stats(device), flops);
       if (k == 1) r.first_peak = r.peak;
       if (o.steps > 0) {
@@ -142,6 +165,13 @@ StepReport run_steps(const Program& program, const StepContext& given, const Pla
   } catch (const OutOfMemoryError& e) {
     r.out_of_memory = true;
     r.oom_message = e.what();
+    r.oom_fragmentation = e.fragmentation();
+  }
+  if (o.budget) {
+    r.budget = budget::stats(device);
+    for (int remat = 0; remat < 2; ++remat)
+      for (int offload = 0; offload < 4; ++offload)
+        r.floors[remat][offload] = budget::floor(device, budget::Remat(remat), budget::Offload(offload));
   }
   return r;
 }
@@ -163,6 +193,11 @@ StepReport plan(const Program& program, const StepContext& ctx, const PlanOption
   // Bisection over multiples of the granule: `lo` fails, `hi` runs. Below the largest allocated peak
   // nothing can run; at the reserved peak the run is this one.
   int64_t lo = std::max(r.peak, r.first_peak) - kGranule, hi = r.reserved;
+  if (o.budget) {  // the runtime's floor in its mode is where the search starts
+    const budget::Floor& f = r.floors[o.budget->remat == budget::Remat::Dynamic][int(o.budget->offload)];
+    lo = std::min(lo, (f.bytes + kGranule - 1) / kGranule * kGranule - kGranule);
+    hi = std::max(hi, r.peak);
+  }
   while (hi - lo > kGranule) {
     const int64_t mid = lo + (hi - lo) / 2 / kGranule * kGranule;
     const int64_t step = fails_at(program, ctx, o, mid);

@@ -23,8 +23,10 @@
 //   model.h     the built-in models (ModelSpec, ChainModel) and their programs, StepRunner
 //   segments.h  per-block costs and the choice of checkpoint segments under a budget
 //   batch.h     the largest batch under a budget
+//   mixed.h     plans timed by a cost model: keep, recompute or offload under a budget; the memory-time curve
 #pragma once
 #include <memgrad/plan/batch.h>
+#include <memgrad/plan/mixed.h>
 #include <memgrad/plan/model.h>
 #include <memgrad/plan/plan.h>
 #include <memgrad/plan/policy.h>

@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <memgrad/amp/grad_scaler.h>
 #include <memgrad/amp/master_weights.h>
@@ -47,7 +48,16 @@ struct StepOptions {
   int64_t world_size = 1, rank = 0;
   int zero_stage = 0;
   int64_t bucket_bytes = int64_t(25) << 20;
-  bool data_parallel() const { return world_size > 1 || zero_stage > 0; }
+  // ZeRO stage 3 (distributed::ParameterUnits): the module paths whose parameters form a unit each
+  // (a ChainModel's blocks, ChainModel::unit_names(), which program() and the memgrad command fill
+  // in), and whether the next unit is gathered while one runs. offload_params: the parameters,
+  // their gradients and optimizer state live in host memory and visit the device unit by unit,
+  // stage 3's schedule at any world size (zero_stage must be 0 or 3); the optimizer steps on the host.
+  std::vector<std::string> units{};
+  bool unit_prefetch = true;
+  bool offload_params = false;
+  bool data_parallel() const { return world_size > 1 || zero_stage > 0 || offload_params; }
+  int sharding_stage() const { return offload_params ? 3 : zero_stage; }  // the DataParallel's stage
   // Step each parameter inside backward as soon as its gradient is complete, and free that gradient
   // (optim::StepInBackward): the gradients' peak falls to about the largest one. Clipping and the
   // GradScaler need every gradient before the first step: with one micro-batch, forward and backward

@@ -16,9 +16,12 @@ ModelStates model_states(const ModelSpec& model, const InputShape& input, const 
     if (half_parameters) chain.module().to(kFloat16);
     r.parameters = chain.module().num_parameters();
     auto group = distributed::simulated_group(int(step.rank), int(step.world_size));
-    distributed::DataParallel dp(
-        chain.module().named_parameters(), *group,
-        distributed::DataParallelOptions().zero_stage(step.zero_stage).bucket_bytes(step.bucket_bytes));
+    distributed::DataParallel dp(chain.module().named_parameters(), *group,
+                                 distributed::DataParallelOptions()
+                                     .zero_stage(step.sharding_stage())
+                                     .bucket_bytes(step.bucket_bytes)
+                                     .units(chain.unit_names())
+                                     .offload_parameters(step.offload_params));
     auto opt = make_optimizer(step.optimizer, dp.optimizer_parameters());
     StepOptions o = step;
     if (half_parameters) o.precision = Precision::Float32, o.grad_scaler = false;  // the model computes in float16
@@ -36,7 +39,7 @@ ModelStates model_states(const ModelSpec& model, const InputShape& input, const 
 
 double zero_bytes_per_parameter(double p, double g, double k, int stage, int64_t world) {
   const double n = double(world);
-  return p + (stage >= 2 ? g / n : g) + (stage >= 1 ? k / n : k);
+  return (stage >= 3 ? p / n : p) + (stage >= 2 ? g / n : g) + (stage >= 1 ? k / n : k);
 }
 
 double optimizer_state_bytes_per_parameter(OptimizerKind kind, bool masters) {
@@ -55,23 +58,24 @@ std::string zero_table(const ModelSpec& model, const InputShape& input, const St
                     static_cast<long long>(step.rank), static_cast<long long>(step.world_size)));
   add(std::snprintf(line, sizeof line, "  %-7s %14s %14s %14s %14s %14s\n", "stage", "peak B", "Parameter", "Gradient",
                     "OptState", "Workspace"));
-  for (int stage = 0; stage <= 2; ++stage) {
+  for (int stage = 0; stage <= 3; ++stage) {
     StepOptions o = step;
-    o.zero_stage = stage;
+    o.zero_stage = stage, o.offload_params = false;
     const StepReport r = plan(model, input, o, policy);
     add(std::snprintf(
         line, sizeof line, "  %-7d %14lld %14lld %14lld %14lld %14lld%s\n", stage, static_cast<long long>(r.peak),
         static_cast<long long>(r.category(Category::Parameter)), static_cast<long long>(r.category(Category::Gradient)),
         static_cast<long long>(r.category(Category::OptimizerState)),
-        static_cast<long long>(r.category(Category::Workspace)), stage == step.zero_stage ? "   <- --zero" : ""));
+        static_cast<long long>(r.category(Category::Workspace)), stage == step.sharding_stage() ? "   <- --zero" : ""));
   }
   out += "  (checkpoint " + policy.name +
-         "; categories at each peak; Workspace: the buckets being reduced or gathered)\n\n";
+         "; categories at each peak; Workspace: the buckets being reduced or gathered; stage 3's Parameter: the "
+         "shards and the units gathered at the peak)\n\n";
   out += "bytes per parameter one rank holds between steps (parameters + gradients + optimizer state),\n";
   add(std::snprintf(line, sizeof line, "the ledger on meta / ZeRO's formula (Rajbhandari et al. 2020), N = %lld:\n",
                     static_cast<long long>(step.world_size)));
-  add(std::snprintf(line, sizeof line, "  %-34s %17s %17s %17s\n", "parameters, optimizer", "stage 0", "stage 1",
-                    "stage 2"));
+  add(std::snprintf(line, sizeof line, "  %-34s %17s %17s %17s %17s\n", "parameters, optimizer", "stage 0", "stage 1",
+                    "stage 2", "stage 3"));
   for (bool half : {false, true}) {
     const int64_t p = half ? 2 : 4;
     const double k = optimizer_state_bytes_per_parameter(step.optimizer, half);
@@ -80,9 +84,9 @@ std::string zero_table(const ModelSpec& model, const InputShape& input, const St
     const std::string name = std::string(half ? "fp16 + fp32 masters" : "fp32") + " (" + std::to_string(p) + "+" +
                              std::to_string(p) + "+" + kt + ")";
     add(std::snprintf(line, sizeof line, "  %-34s", name.c_str()));
-    for (int stage = 0; stage <= 2; ++stage) {
+    for (int stage = 0; stage <= 3; ++stage) {
       StepOptions o = step;
-      o.zero_stage = stage;
+      o.zero_stage = stage, o.offload_params = false;
       const ModelStates m = model_states(model, input, o, half);
       const std::string cell = [&] {
         char c[64];
@@ -94,7 +98,9 @@ std::string zero_table(const ModelSpec& model, const InputShape& input, const St
     }
     out += "\n";
   }
-  out += "  (the ledger rounds each tensor to 512 B and pads slices to ceil(n / N) elements per rank)\n";
+  out +=
+      "  (the ledger rounds each tensor to 512 B and pads slices to ceil(n / N) elements per rank; stage 3 pads\n"
+      "   each unit of parameters, a block or the root, to a multiple of N)\n";
   return out;
 }
 

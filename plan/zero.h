@@ -24,8 +24,9 @@ ModelStates model_states(const ModelSpec& model, const InputShape& input, const 
                          bool half_parameters);
 
 // The paper's bytes per parameter on one of `world` ranks: parameter `p` + gradient `g` + optimizer
-// state `k` bytes per parameter; stage 1 divides k by the world size, stage 2 also g. Mixed-precision
-// Adam is p = g = 2, k = 12 (float32 master, momentum, variance): 16, 4 + 12/N, 2 + 14/N.
+// state `k` bytes per parameter; stage 1 divides k by the world size, stage 2 also g, stage 3 also p.
+// Mixed-precision Adam is p = g = 2, k = 12 (float32 master, momentum, variance): 16, 4 + 12/N,
+// 2 + 14/N, 16/N.
 double zero_bytes_per_parameter(double p, double g, double k, int stage, int64_t world);
 // k for an optimizer: its own state (SGD 0, momentum 4, Adam and AdamW 8, the 8-bit Adams 2 + 8/256
 // for the tensors they quantize, Adafactor 0 in the limit: its factors grow with rows + columns),

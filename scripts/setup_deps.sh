@@ -1,10 +1,10 @@
 # Sourced by train.sh and test.sh: installs the Debian packages the build needs that are missing.
 # As root it runs apt-get (one update, one install); otherwise it prints the command and stops.
 
-# OpenBLAS in its OpenMP flavour: it shares memgrad's libgomp threads instead of starting a
-# second pool of spinning pthreads (CMakeLists.txt, MG_OPENBLAS).
-MG_PACKAGES=(g++ cmake make ccache libeigen3-dev libopenblas-openmp-dev doctest-dev libbenchmark-dev nlohmann-json3-dev
-  libcli11-dev libfmt-dev libopenmpi-dev openmpi-bin)
+# oneDNN and OpenBLAS in their OpenMP flavours: they share memgrad's libgomp threads instead of
+# starting a second pool of spinning pthreads (CMakeLists.txt, MG_ONEDNN and MG_OPENBLAS).
+MG_PACKAGES=(g++ cmake make ccache libeigen3-dev libdnnl-dev libopenblas-openmp-dev doctest-dev libbenchmark-dev
+  nlohmann-json3-dev libcli11-dev libfmt-dev libopenmpi-dev openmpi-bin python3)
 # The fuzz targets (tests/fuzz): clang, its libFuzzer (libclang_rt.fuzzer in libclang-rt-14-dev) and OpenMP.
 MG_FUZZ_PACKAGES=(clang libclang-rt-14-dev libomp-dev)
 # The size limits' test (scripts/check_sizes.py) and the folder graph (scripts/folder_graph.py).
@@ -13,11 +13,17 @@ MG_PACKAGES+=(python3)
 # installs it when it can (mg_try_install_packages); without it that test is skipped, and says so.
 MG_BROWSER_PACKAGES=(chromium)
 
-mg_install_packages() {
-  local missing=() p
+# The packages of "$@" that dpkg does not have, one per line.
+mg_missing_packages() {
+  local p
   for p in "$@"; do
-    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+    dpkg -s "$p" >/dev/null 2>&1 || echo "$p"
   done
+}
+
+mg_install_packages() {
+  local missing
+  mapfile -t missing < <(mg_missing_packages "$@")
   [ ${#missing[@]} -eq 0 ] && return 0
   if [ "$(id -u)" -ne 0 ]; then
     echo "memgrad needs these Debian packages: ${missing[*]}" >&2
@@ -33,10 +39,8 @@ mg_install_packages() {
 # The same for packages only some tests need: what cannot be installed (not root, no network) is
 # reported, and those tests skip.
 mg_try_install_packages() {
-  local missing=() p
-  for p in "$@"; do
-    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
-  done
+  local missing
+  mapfile -t missing < <(mg_missing_packages "$@")
   [ ${#missing[@]} -eq 0 ] && return 0
   if [ "$(id -u)" -ne 0 ]; then
     echo "note: ${missing[*]} not installed (sudo apt-get install -y ${missing[*]}); the tests that need it will skip" >&2

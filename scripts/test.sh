@@ -27,7 +27,7 @@ if [ "$cuda" = OFF ]; then
   echo "NOTE: no nvcc (CUDA toolkit): the CUDA backend is not built, and its checks (tests/cuda) are skipped" >&2
 fi
 
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMG_NATIVE=ON -DMG_CUDA="$cuda" -DMG_BUILD_TESTS=ON \
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMG_CUDA="$cuda" -DMG_BUILD_TESTS=ON \
   -DMG_BUILD_EXAMPLES=ON
 cmake --build "$build" -j"$(nproc)"
 (cd "$build" && ctest --output-on-failure -j"$(nproc)" "$@")

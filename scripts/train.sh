@@ -9,6 +9,6 @@ build=${MG_BUILD_DIR:-$root/build}
 source "$root/scripts/setup_deps.sh"
 mg_install_packages "${MG_PACKAGES[@]}"
 
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMG_NATIVE=ON
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release
 cmake --build "$build" -j"$(nproc)" --target memgrad_cli
 "$build/bin/memgrad" train "$@"

@@ -31,7 +31,7 @@ peer=${PEER_PYTHON:-$root/build-peers/venv/bin/python}
 jax_run=("$peer")
 [ "$threads" -lt "$(nproc)" ] && jax_run=(taskset -c "0-$((threads - 1))" "$peer")
 
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMG_NATIVE=ON -DMG_CUDA=OFF -DMG_BUILD_BENCH=ON >/dev/null
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMG_NATIVE=OFF -DMG_CUDA=OFF -DMG_BUILD_BENCH=ON >/dev/null
 cmake --build "$build" -j"$(nproc)" --target bench_op_overhead bench_train_step bench_gemm >/dev/null
 
 # One thread count for every library on both sides (OpenMP for memgrad and ATen, OpenBLAS's own pool).

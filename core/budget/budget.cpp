@@ -10,17 +10,21 @@ namespace mg::budget {
 using namespace impl;
 
 void enable(const Device& d, const Options& options) {
-  MG_CHECK(d.is_cpu() || d.is_cuda(), DeviceError, "budget::enable: expected a cpu or cuda device, got ", d);
-  MG_CHECK(options.limit > 0, ValueError, "budget::enable: expected a limit in bytes > 0, got ", options.limit);
+  MG_CHECK(options.limit >= 0, ValueError, "budget::enable: expected a limit in bytes >= 0 (0: none), got ",
+           options.limit);
+  const CostModel& m = options.model;
+  MG_CHECK(m.flops_per_second > 0 && m.bytes_per_second > 0 && m.host_bytes_per_second > 0 && m.seconds_per_kernel >= 0,
+           ValueError, "budget::enable: expected a cost model with positive rates, got ", m.str());
   Lock g(mu());
   auto& db = device_budget(d);
   memory::set_pressure_hook({&detail::active, &relieve});  // the budget's one entrance from the allocator
   set_memory_limit(d, options.limit);
   db.options = options;
+  if (d.is_meta()) db.options.cost = Cost::Modeled;  // no kernel runs on meta: only the model has times
   if (!db.on.exchange(true)) ++detail::g_active_devices;
   // Measured once: the copy bandwidth to the host pool and back (what an offload costs). The
   // other side of the choice, recompute, is priced by each recorded kernel's own measured time.
-  if (db.stats.bandwidth == 0) {
+  if (db.stats.bandwidth == 0 && !d.is_meta()) {
     const size_t n = size_t(4) << 20;
     auto host = host_alloc(d, n);
     std::memset(host.get(), 1, n);
@@ -46,11 +50,25 @@ void disable(const Device& d) {
   Lock g(mu());
   auto& db = device_budget(d);
   if (!db.on.load()) return;
-  std::vector<std::shared_ptr<Cell>> live;
+  std::vector<std::shared_ptr<Cell>> live, back;
   for (Cell* c : db.cells)
     if (auto p = c->self.lock()) live.push_back(p);
+  // Everything a handle refers to comes back, and stays (held) while the rest comes back; only then
+  // do recipes go: dropping an evicted leftover's recipe first would lose the evicted storages made
+  // from it.
+  struct Release {
+    std::vector<std::shared_ptr<Cell>>& cells;
+    ~Release() {
+      for (auto& c : cells) --c->locks;
+    }
+  } release{back};
+  for (auto& c : live)
+    if (c->has_storage && !c->resident()) {
+      ensure_resident(*c);
+      ++c->locks;
+      back.push_back(c);
+    }
   for (auto& c : live) {
-    if (c->has_storage && !c->resident()) ensure_resident(*c);
     drop_recipe(*c);
     c->dependents.clear();
   }
@@ -92,6 +110,9 @@ void reset_stats(const Device& d) {
   fresh.bandwidth = s.bandwidth;
   fresh.host_bytes = fresh.peak_host_bytes = s.host_bytes;
   s = fresh;
+  for (auto& by_offload : device_budget(d).floors)
+    for (Floor& f : by_offload) f = Floor();
+  device_budget(d).fit = KernelFit();
 }
 
 std::string stats_report(const Device& d) {

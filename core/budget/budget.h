@@ -43,29 +43,53 @@ namespace budget {
 
 enum class Remat : uint8_t { None, Dynamic };  // None: offload only (or a plain limit)
 enum class Offload : uint8_t { None, Activations, Optimizer, All };
-// How eviction prices a storage and ages it. Measured (DTR's): each recorded kernel's measured time,
-// staleness in wall-clock time, offload at the copy bandwidth measured at enable(). Modeled: a
-// kernel takes its matmul FLOPs at kModeledFlopsPerSecond plus its arguments' bytes at
-// kModeledBytesPerSecond, both to price a recompute and as the clock staleness is counted on, and
-// offload moves at kModeledBytesPerSecond. The same program under the same budget then evicts,
-// recomputes and offloads the same storages on any machine and under any load (the reports'
-// measured seconds still vary).
+// How eviction prices a storage and ages it. Modeled (the default): each kernel takes the time the
+// cost model (Options::model) gives its matmul FLOPs and its arguments' bytes, both to price a
+// recompute and as the clock staleness is counted on, and offload moves at the model's host
+// bandwidth. The same program under the same budget and model then evicts, recomputes and offloads
+// the same storages, in the same order, on any machine and under any load, and on meta as on the
+// device it stands for. Measured (DTR's): each recorded kernel's measured time, staleness in
+// wall-clock time, offload at the copy bandwidth measured at enable(); two runs may decide
+// differently, as the machine's load does.
 enum class Cost : uint8_t { Measured, Modeled };
-constexpr double kModeledFlopsPerSecond = 1e11, kModeledBytesPerSecond = 1e10;
+
+// The time a kernel takes, modeled: flops / flops_per_second + bytes / bytes_per_second +
+// seconds_per_kernel, where flops are its matmul FLOPs and bytes those of its tensor arguments; a
+// copy to the host pool or back moves at host_bytes_per_second. fixed() is the same on every
+// machine (100 GFLOP/s, 10 GB/s, no launch cost); fit_cost_model() fits this machine's.
+struct CostModel {
+  double flops_per_second = 1e11, bytes_per_second = 1e10, seconds_per_kernel = 0, host_bytes_per_second = 1e10;
+  static CostModel fixed() { return {}; }
+  double kernel_seconds(double flops, double bytes) const {
+    return flops / flops_per_second + bytes / bytes_per_second + seconds_per_kernel;
+  }
+  double copy_seconds(double bytes) const { return bytes / host_bytes_per_second; }
+  std::string str() const;  // "95 GFLOP/s, 8.1 GB/s, 2.0 us a kernel, host copies 9.7 GB/s"
+};
+// The cost model fitted (least squares, rates positive) to the measured times of the kernels `d` ran
+// under the runtime since enable() or reset_stats(), plus `outside` seconds a kernel (the steps' time
+// outside kernels, dispatch, autograd and allocation, spread over them), with the host bandwidth
+// measured at enable(): a model of this machine for this program. On meta (no times) `base` comes back.
+CostModel fit_cost_model(const Device& d, double outside, const CostModel& base = CostModel::fixed());
 
 struct Options {
-  int64_t limit = 0;  // bytes the device may reserve (set_memory_limit)
+  // Bytes the device may allocate (set_memory_limit); 0: no limit, the runtime only watches (records
+  // recipes, the floor and the modeled time; nothing leaves).
+  int64_t limit = 0;
   Remat remat = Remat::Dynamic;
   Offload offload = Offload::None;
   // Fetch offloaded saved tensors back as backward reaches the node that reads them and the one
   // after it (within the limit: a prefetch never makes anything else leave), rather than when a
   // kernel first touches them.
   bool prefetch = true;
-  Cost cost = Cost::Measured;
+  Cost cost = Cost::Modeled;
+  CostModel model;  // the rates of Cost::Modeled (and of Stats::modeled_seconds in either mode)
 };
 
-// Puts `d` (cpu or cuda) under a budget: sets its memory limit and turns the runtime on. Storages
-// allocated from now on are managed; existing ones are, once a kernel touches them.
+// Puts `d` under a budget: sets its memory limit and turns the runtime on. Storages allocated from
+// now on are managed; existing ones are, once a kernel touches them. On meta (no bytes) the runtime
+// runs as it would on the device meta stands for (meta_target()), with modeled costs: a plan's
+// evictions, recomputes, offloads, floor and modeled time, without any memory.
 void enable(const Device& d, const Options& options);
 // Back to a plain device: every evicted or offloaded storage still alive is brought back first
 // (the limit stays; set_memory_limit(d, 0) removes it).
@@ -94,11 +118,40 @@ struct Stats {
   int64_t banished = 0;                         // recipes dropped because an input changed in place
   int64_t largest_working_set = 0;              // bytes of the largest kernel's arguments
   std::string largest_working_set_kernel;       // that kernel's name
+  // The modeled time (Options::model) of every kernel run, recompute and host copy: what the steps
+  // cost by the model, to compare with a plan's prediction (on meta it is the prediction).
+  double modeled_seconds = 0;
+  int64_t kernels = 0;        // kernel runs (not counting recomputes)
+  double kernel_seconds = 0;  // their measured time
   // Bytes/s to the host pool and back, measured at enable(); offload is chosen for a storage when
   // 2 x bytes / bandwidth is below its recompute cost (its recorded kernels' time, or Cost::Modeled's).
   double bandwidth = 0;
 };
 Stats stats(const Device& d = kCPU);
+
+// The floor: the smallest limit the kernels run since enable() or reset_stats() can run under, in
+// one mode (remat, offload), and what sets it. Each kernel needs its tensor arguments (inputs and
+// outputs) and its scratch resident together with every storage that cannot leave in that mode:
+// parameters and gradients always, optimizer state unless it is offloaded, tensors that cannot be
+// recomputed (without offload), storages allocated but not yet written, pinned, or whose pointer
+// the user holds; with neither remat nor offload, everything alive. Each storage counts once (a
+// kernel's argument is not also counted as held). On meta (enable(kMeta, ...)) it is computed for
+// the device meta stands for, without running anything; the runtime reaches it within a few
+// allocations (tests/budget checks it against the smallest limit that trains, found by bisection).
+struct Floor {
+  int64_t bytes = 0;      // the floor
+  std::string kernel;     // the kernel that sets it (the first to need that much)
+  int64_t arguments = 0;  // that kernel's tensor arguments (resident for it)
+  int64_t scratch = 0;    // the scratch it allocates while it runs
+  CategoryBytes held{};   // by category: the bytes beside them that cannot leave in this mode
+  std::vector<std::pair<std::string, int64_t>> tensors;  // its arguments: owner and bytes, largest first
+  // "25.05 MiB (26267648 B) at adam_update: its arguments 12.73 MiB (...), scratch 0 B, beside
+  // Parameter 3.18 MiB, ..."
+  std::string str() const;
+};
+Floor floor(const Device& d, Remat remat, Offload offload);
+// The floor of the mode `d` runs in now.
+Floor floor(const Device& d = kCPU);
 void reset_stats(const Device& d = kCPU);
 // "evicted 12.0 MiB in 40 storages (Activation 10.0 MiB, Temporary 2.0 MiB), ..." for reports.
 std::string stats_report(const Device& d = kCPU);

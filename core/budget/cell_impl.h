@@ -5,6 +5,7 @@
 //   eviction.cpp    choosing what leaves under pressure (the allocator's pressure hook) and evicting it
 //   cost.cpp        the cost model: DTR's score, equivalence classes, the clock (measured or modeled)
 //   offload.cpp     the host pool: offload, fetch and prefetch, on a side stream on cuda
+//   floor.cpp       the floor: what each kernel needs resident, per mode, and the message below it
 //   budget.cpp      enable, disable, pin, stats
 // Everything here runs under mu(), the runtime's one (recursive) lock.
 #pragma once
@@ -45,22 +46,14 @@ struct Call {
   detail::Replay replay;
   std::vector<Arg> args;
   double flops = 0;
-  double cost = 0;  // seconds to run it again: as measured, or as modeled (Cost::Modeled)
+  double cost = 0;     // seconds to run it again: as measured, or as modeled (Cost::Modeled)
+  double modeled = 0;  // the cost model's seconds (Stats::modeled_seconds)
   bool reads(const Cell* c) const {
     for (auto& a : args)
       if (a.read.get() == c) return true;
     return false;
   }
 };
-
-// ---- cost.cpp: DTR's equivalence classes. Evicted cells that touch each other share one node whose
-// cost is the sum of their recompute costs (union-find; a rematerialized cell subtracts its cost).
-struct ClassNode {
-  std::shared_ptr<ClassNode> parent;
-  double cost = 0;
-};
-std::shared_ptr<ClassNode> find(std::shared_ptr<ClassNode> n);
-void unite(const std::shared_ptr<ClassNode>& a, const std::shared_ptr<ClassNode>& b);
 
 }  // namespace impl
 
@@ -84,10 +77,12 @@ struct Cell {
   bool exposed = false;                             // its pointer was handed out outside kernels
   bool user_pinned = false;
   bool has_storage = true;  // a Storage (user handle) still refers to it
+  bool scratch = false;     // allocated by a running kernel (its scratch)
+  bool gradient = false;    // made in backward from a gradient (detail::mark_gradient)
   int locks = 0;            // arguments of a running kernel or recipe
   double cost = 0;          // seconds to recompute (its recipe calls' costs)
   int64_t last_use = 0;
-  std::shared_ptr<impl::ClassNode> cls;  // its equivalence class while evicted
+  uint64_t visited = 0;  // the last walk of the recipe graph that counted it (cost.cpp)
   std::weak_ptr<Cell> self;
 
   bool resident() const { return block || wrapped; }
@@ -104,6 +99,25 @@ namespace impl {
 std::recursive_mutex& mu();
 using Lock = std::lock_guard<std::recursive_mutex>;
 
+// What one kernel run needs resident in each mode (floor.cpp): its arguments and, beside them, what
+// cannot leave in that mode; its scratch is added when it has run.
+struct KernelNeed {
+  const char* kernel = "";
+  int64_t arguments[2][4] = {};   // [remat][offload]: optimizer state stepped on the host is not resident
+  CategoryBytes held[2][4] = {};  // [remat][offload]
+  std::vector<std::pair<std::string, int64_t>> tensors;
+  int64_t bytes(int r, int o) const;
+};
+
+// Sums for a least-squares fit of the cost model to measured kernel times (fit_cost_model).
+struct KernelFit {
+  double n = 0, f = 0, b = 0, t = 0, ff = 0, bb = 0, fb = 0, ft = 0, bt = 0;
+  void add(double flops, double bytes, double seconds) {
+    n += 1, f += flops, b += bytes, t += seconds;
+    ff += flops * flops, bb += bytes * bytes, fb += flops * bytes, ft += flops * seconds, bt += bytes * seconds;
+  }
+};
+
 struct DeviceBudget {
   std::atomic<bool> on{false};
   Options options;
@@ -111,6 +125,10 @@ struct DeviceBudget {
   std::unordered_set<Cell*> cells;
   int64_t modeled_ns = 0;  // the modeled clock: the modeled time of every kernel run so far
   uint64_t cells_made = 0;
+  Floor floors[2][4];                         // [remat][offload], since enable or reset_stats
+  std::optional<KernelNeed> running;          // the kernel run in progress (its scratch not yet known)
+  int64_t scratch_now = 0, scratch_peak = 0;  // bytes of scratch cells alive, and their peak in a run
+  KernelFit fit;                              // the kernels run since enable or reset_stats (fit_cost_model)
 };
 DeviceBudget& device_budget(const Device& d);
 // Adds a budget event (Evict, Remat, Offload, Fetch) about `c` to the allocator's history.
@@ -131,18 +149,10 @@ double host_bandwidth(const DeviceBudget& db);
 bool pinned_category(Category c);
 bool may_offload(const Cell& c, Offload o);
 bool may_evict(const Cell& c, Remat r);
-// DTR's cost of evicting `c`: its recompute time plus that of the evicted classes around it.
+bool may_drop(const Cell& c);  // fresh: allocated, not written yet (leaves in any mode, costs nothing)
+// DTR's cost of evicting `c`: what bringing it back would take (its recipe and the evicted storages
+// it reads, transitively), once for itself and once more for each wanted evicted storage that reads it.
 double recompute_cost(Cell& c);
-// Neighbours of `c` in the graph of recipes: the cells its recipe reads and the cells that read it.
-template <class F>
-void for_each_neighbour(Cell& c, F&& f) {
-  for (auto& call : c.recipe)
-    for (auto& a : call->args)
-      if (a.read && a.read.get() != &c) f(*a.read);
-  for (auto& w : c.dependents)
-    if (auto d = w.lock()) f(*d);
-}
-
 // ---- eviction.cpp
 
 // Frees the bytes of a resident cell that can be recomputed and joins it to the classes of its
@@ -163,11 +173,22 @@ void offload(Cell& c);
 void fetch(Cell& c);
 // The compute stream waits for a copy in before the first kernel that touches the cell.
 void await_arrival(Cell& c);
-// Optimizer state offloaded on cpu is used where it is (the step runs on the host pool).
+// Optimizer state offloaded on cpu is used where it is (the step runs on the host pool): on `d`
+// (a cpu, or meta standing for one), and for `c`, offloaded optimizer state there.
+bool steps_on_host(const Device& d);
 bool stays_on_host(const Cell& c);
 // True on this thread while a prefetch allocates: it is refused rather than making room.
 bool prefetching();
 struct PrefetchRefused {};
+
+// ---- floor.cpp
+
+// What the kernel about to run with `arguments` (distinct cells) needs resident, in every mode.
+KernelNeed kernel_need(DeviceBudget& db, const char* kernel, const std::vector<std::shared_ptr<Cell>>& arguments);
+// The kernel has run, allocating `scratch` bytes at most: the floors take its needs.
+void note_floor(DeviceBudget& db, const KernelNeed& need, int64_t scratch);
+// The MemoryBudgetError's message: the floor of the mode, what sets it, and what holds the bytes now.
+std::string floor_message(DeviceBudget& db, const Device& d, size_t request);
 
 // ---- replay.cpp
 

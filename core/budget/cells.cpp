@@ -16,11 +16,11 @@ std::recursive_mutex& mu() {
   return *m;
 }
 
-constexpr int kMaxDevices = 65;  // cpu, cuda:0..63
+constexpr int kMaxDevices = 66;  // cpu, cuda:0..63, meta
 DeviceBudget& device_budget(const Device& d) {
   static auto* all = new DeviceBudget[kMaxDevices];
-  int i = d.is_cuda() ? 1 + d.index : 0;
-  MG_CHECK(!d.is_meta() && i >= 0 && i < kMaxDevices, DeviceError, "budget: expected a cpu or cuda device, got ", d);
+  const int i = d.is_meta() ? kMaxDevices - 1 : d.is_cuda() ? 1 + d.index : 0;
+  MG_CHECK(i >= 0 && i < kMaxDevices, DeviceError, "budget: expected a cpu, cuda or meta device, got ", d);
   return all[i];
 }
 
@@ -55,7 +55,9 @@ using namespace impl;
 
 Cell::~Cell() {
   Lock g(mu());
-  device_budget(device).cells.erase(this);
+  auto& db = device_budget(device);
+  db.cells.erase(this);
+  if (scratch) db.scratch_now -= int64_t(memory::round_size(nbytes));
   if (block) memory::release(block);
   if (host) add_host_bytes(device_budget(device), -int64_t(memory::round_size(nbytes)));
   if (deleter) deleter(wrapped);
@@ -63,7 +65,7 @@ Cell::~Cell() {
 
 namespace detail {
 
-bool active(const Device& d) { return !d.is_meta() && device_budget(d).on.load(std::memory_order_relaxed); }
+bool active(const Device& d) { return device_budget(d).on.load(std::memory_order_relaxed); }
 
 std::shared_ptr<Cell> adopt(const Device& d, size_t nbytes, Block* block, void* wrapped,
                             std::function<void(void*)> deleter, bool fresh) {
@@ -76,10 +78,16 @@ std::shared_ptr<Cell> adopt(const Device& d, size_t nbytes, Block* block, void* 
   c->deleter = std::move(deleter);
   c->fresh = fresh && block;
   if (block) c->category = block->category, c->owner = block->owner();
-  c->last_use = clock(device_budget(d));
-  c->id = ++device_budget(d).cells_made;
+  auto& db = device_budget(d);
+  c->last_use = clock(db);
+  c->id = ++db.cells_made;
   c->self = c;
-  device_budget(d).cells.insert(c.get());
+  if (block && t_kernel_depth > 0) {  // a running kernel's scratch: part of what it needs (the floor)
+    c->scratch = true;
+    db.scratch_now += int64_t(memory::round_size(nbytes));
+    db.scratch_peak = std::max(db.scratch_peak, db.scratch_now);
+  }
+  db.cells.insert(c.get());
   return c;
 }
 
@@ -120,6 +128,12 @@ void set_owner(Cell& c, const std::string& owner) {
   if (c.block) memory::set_owner(c.block, owner);
 }
 
+void mark_gradient(const Tensor& t) {
+  if (!t.defined() || !active(t.device())) return;
+  Lock g(mu());
+  if (const auto& c = t.storage()->budget_cell()) c->gradient = true;
+}
+
 void storage_died(std::shared_ptr<Cell> c) {
   Lock g(mu());
   c->has_storage = false;
@@ -128,8 +142,6 @@ void storage_died(std::shared_ptr<Cell> c) {
   if (c->offloaded() && c->recomputable) {  // a recipe can make it again: the host copy can go
     c->host.reset();
     add_host_bytes(device_budget(c->device), -int64_t(memory::round_size(c->nbytes)));
-    c->cls = std::make_shared<ClassNode>();
-    c->cls->cost = c->cost;
   }
 }
 

@@ -17,6 +17,7 @@ struct KernelRun::State {
   double flops = 0;
   std::vector<std::shared_ptr<Cell>> cells;  // per tensor (null: undefined or not managed)
   std::vector<std::shared_ptr<Cell>> locked;
+  void bring_back_and_lock();
 };
 
 KernelRun::KernelRun(const Device& d, const char* kernel, std::vector<Tensor> tensors, std::vector<bool> written,
@@ -26,34 +27,53 @@ KernelRun::KernelRun(const Device& d, const char* kernel, std::vector<Tensor> te
 KernelRun::~KernelRun() {
   Lock g(mu());
   for (auto& c : s_->locked) --c->locks;
+  device_budget(s_->device).running.reset();
 }
 
-void KernelRun::run(const std::function<void()>& body) {
-  State& s = *s_;
+// Brings the arguments back and locks them for the run: the floor noted first, in-place writes rescued.
+void KernelRun::State::bring_back_and_lock() {
+  State& s = *this;
   const size_t n = s.tensors.size();
-  {
-    Lock g(mu());
-    auto& db = device_budget(s.device);
-    s.cells.resize(n);
-    for (size_t i = 0; i < n; ++i)
-      if (s.tensors[i].defined() && s.tensors[i].device() == s.device)
-        s.cells[i] = s.tensors[i].storage()->budget_cell();
-    // In-place writes: what would be recomputed from the old values is rescued first.
-    for (size_t i = 0; i < n; ++i)
-      if (s.cells[i] && s.written[i] && !s.cells[i]->fresh) before_overwrite(*s.cells[i]);
-    int64_t working = 0;
+  Lock g(mu());
+  auto& db = device_budget(s.device);
+  s.cells.resize(n);
+  for (size_t i = 0; i < n; ++i)
+    if (s.tensors[i].defined() && s.tensors[i].device() == s.device) s.cells[i] = s.tensors[i].storage()->budget_cell();
+  // What it needs resident in every mode (the floor), known before anything is brought back.
+  db.running = kernel_need(db, s.kernel, s.cells);
+  // In-place writes: what would be recomputed from the old values is rescued first.
+  for (size_t i = 0; i < n; ++i)
+    if (s.cells[i] && s.written[i] && !s.cells[i]->fresh) before_overwrite(*s.cells[i]);
+  // The arguments that hold values and are resident now are held first: making the others again (a
+  // chain of recomputes, in backward) must not push out what this kernel reads next, such as the
+  // gradient flowing through. Outputs not yet written come last: they can wait for the inputs.
+  int64_t working = 0;
+  for (bool first : {true, false})
     for (size_t i = 0; i < n; ++i) {
       auto& c = s.cells[i];
-      if (!c || std::find(s.locked.begin(), s.locked.end(), c) != s.locked.end()) continue;
+      if (!c || (c->resident() && !c->fresh) != first ||
+          std::find(s.locked.begin(), s.locked.end(), c) != s.locked.end())
+        continue;
       if (!stays_on_host(*c)) ensure_resident(*c);
       ++c->locks;
       s.locked.push_back(c);
       working += int64_t(memory::round_size(c->nbytes));
     }
-    if (working > db.stats.largest_working_set) {
-      db.stats.largest_working_set = working;
-      db.stats.largest_working_set_kernel = s.kernel;
-    }
+  if (working > db.stats.largest_working_set) {
+    db.stats.largest_working_set = working;
+    db.stats.largest_working_set_kernel = s.kernel;
+  }
+}
+
+void KernelRun::run(const std::function<void()>& body) {
+  State& s = *s_;
+  const size_t n = s.tensors.size();
+  s.bring_back_and_lock();
+  int64_t scratch_base;
+  {
+    Lock g(mu());
+    auto& db = device_budget(s.device);
+    scratch_base = db.scratch_peak = db.scratch_now;
   }
   const int64_t t0 = now_ns();
   {
@@ -62,14 +82,20 @@ void KernelRun::run(const std::function<void()>& body) {
   }
   Lock g(mu());
   auto& db = device_budget(s.device);
-  // What running it again costs: its measured time, or its FLOPs and its arguments' bytes at the
-  // modeled rates (Cost::Modeled), which also advance the modeled clock.
+  if (db.running) note_floor(db, *db.running, db.scratch_peak - scratch_base);
+  db.running.reset();
+  // What running it again costs: its measured time, or (Cost::Modeled) the model's time for its
+  // FLOPs and its arguments' bytes, which also advances the modeled clock.
+  double bytes = 0;
+  for (const Tensor& t : s.tensors)
+    if (t.defined()) bytes += double(t.storage()->nbytes());
+  const double modeled = db.options.model.kernel_seconds(s.flops, bytes);
+  db.stats.modeled_seconds += modeled;
   double seconds = seconds_since(t0);
+  db.fit.add(s.flops, bytes, seconds);
+  ++db.stats.kernels, db.stats.kernel_seconds += seconds;
   if (db.options.cost == Cost::Modeled) {
-    double bytes = 0;
-    for (const Tensor& t : s.tensors)
-      if (t.defined()) bytes += double(t.storage()->nbytes());
-    seconds = s.flops / kModeledFlopsPerSecond + bytes / kModeledBytesPerSecond;
+    seconds = modeled;
     db.modeled_ns += std::max<int64_t>(1, int64_t(seconds * 1e9));
   }
   // The cells the kernel wrote, and whether any of them held a value before (an in-place write).
@@ -90,6 +116,7 @@ void KernelRun::run(const std::function<void()>& body) {
     call->replay = std::move(s.replay);
     call->flops = s.flops;
     call->cost = seconds;
+    call->modeled = modeled;
     for (size_t i = 0; i < n; ++i) {
       const Tensor& t = s.tensors[i];
       Arg a;
@@ -126,6 +153,10 @@ void KernelRun::run(const std::function<void()>& body) {
     for (auto& a : call->args)
       if (a.read) add_dependent(*a.read, c->self);
   }
+  bool gradient = false;  // what is made from a gradient is one
+  for (size_t i = 0; i < n; ++i) gradient |= s.cells[i] && !s.written[i] && s.cells[i]->gradient;
+  if (gradient)
+    for (Cell* c : outputs) c->gradient = true;
   for (size_t i = 0; i < n; ++i)  // read before any kernel wrote it: its value is not reproducible
     if (s.cells[i] && s.cells[i]->fresh) s.cells[i]->fresh = false;
   for (auto& c : s.cells)

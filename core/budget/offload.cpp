@@ -21,6 +21,10 @@ bool prefetching() { return t_prefetching; }
 // Host-pool bytes: page-locked on cuda (so copies can overlap), plain aligned memory on cpu. Either
 // way outside the device's ledger: the pool is accounted in Stats::host_bytes.
 std::shared_ptr<void> host_alloc(const Device& d, size_t n) {
+  if (d.is_meta()) {  // no bytes: a token that stands for the copy
+    static char token;
+    return std::shared_ptr<void>(&token, [](void*) {});
+  }
   if (d.is_cuda()) {
     Tensor t = cuda::empty_pinned({int64_t(n)}, kBool);
     void* p = t.raw_data();
@@ -87,8 +91,9 @@ void offload(Cell& c) {
   c.host = host_alloc(c.device, c.nbytes);
   if (c.device.is_cuda())
     copy_on_side(c, c.host.get(), true);
-  else
+  else if (c.device.is_cpu())
     std::memcpy(c.host.get(), c.block->ptr, c.nbytes);
+  db.stats.modeled_seconds += db.options.model.copy_seconds(double(c.nbytes));
   ++db.stats.offloads;
   db.stats.offloaded_bytes[size_t(c.block->category)] += int64_t(c.block->size);
   add_host_bytes(db, int64_t(memory::round_size(c.nbytes)));
@@ -112,8 +117,9 @@ void fetch(Cell& c) {
   c.block = b;
   if (c.device.is_cuda())
     copy_on_side(c, c.host.get(), false);
-  else
+  else if (c.device.is_cpu())
     std::memcpy(b->ptr, c.host.get(), c.nbytes);
+  db.stats.modeled_seconds += db.options.model.copy_seconds(double(c.nbytes));
   c.host.reset();
   add_host_bytes(db, -int64_t(memory::round_size(c.nbytes)));
   ++db.stats.fetches;
@@ -123,8 +129,9 @@ void fetch(Cell& c) {
 
 // Optimizer state offloaded on cpu is used where it is: the step runs on the host pool (ZeRO-Offload's
 // split; on cpu the host is the device's processor), so it is never copied back for a kernel.
+bool steps_on_host(const Device& d) { return d.is_cpu() || (d.is_meta() && meta_target() == DeviceType::CPU); }
 bool stays_on_host(const Cell& c) {
-  return c.offloaded() && c.device.is_cpu() && c.category == Category::OptimizerState;
+  return c.offloaded() && steps_on_host(c.device) && c.category == Category::OptimizerState;
 }
 
 }  // namespace impl

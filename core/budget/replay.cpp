@@ -18,11 +18,25 @@ Tensor view_of(const Arg& a, void* ptr, const Device& d) {
   return make_tensor(std::make_shared<Storage>(ptr, a.nbytes, d, nullptr), a.shape, a.strides, a.offset, a.dtype);
 }
 
+// An evicted output of `call` besides the one being made, which that replay can make too: its recipe
+// is the call alone, and it is wanted (a handle refers to it, or an evicted reader's recipe reads it).
+bool comes_along(const Cell& other, const Call& call) {
+  if (!other.evicted() || other.fresh || !other.recomputable || other.recipe.size() != 1 ||
+      other.recipe[0].get() != &call)
+    return false;
+  if (other.has_storage) return true;
+  for (auto& r : readers(const_cast<Cell&>(other)))
+    if (r->evicted()) return true;
+  return false;
+}
+
 // Runs `call` again so that `target` (resident, locked) gets the bytes the call wrote into it.
-// Other outputs of the call go to scratch that is dropped; inputs are brought back and locked.
+// Inputs are brought back and locked. Its other outputs, which it writes anyway, are made again too
+// where they are wanted (comes_along); the rest go to scratch that is dropped: a layer norm's residual
+// sum is not recomputed twice.
 void replay(const Call& call, Cell& target) {
   std::vector<Tensor> tensors;
-  std::vector<std::shared_ptr<Cell>> locked;
+  std::vector<std::shared_ptr<Cell>> locked, along;
   struct Unlock {
     std::vector<std::shared_ptr<Cell>>& cells;
     ~Unlock() {
@@ -39,6 +53,12 @@ void replay(const Call& call, Cell& target) {
       tensors.push_back(view_of(a, a.read->ptr(), target.device));
     } else if (a.written_id == &target) {
       tensors.push_back(view_of(a, target.ptr(), target.device));
+    } else if (auto other = a.written.lock(); other && comes_along(*other, call)) {
+      other->block = allocate_for(*other);
+      ++other->locks;
+      locked.push_back(other);
+      along.push_back(other);
+      tensors.push_back(view_of(a, other->ptr(), target.device));
     } else {
       MemoryScope scope(Category::Workspace, "recompute");
       auto scratch = std::make_shared<Storage>(target.device, a.nbytes, Category::Workspace);
@@ -51,12 +71,23 @@ void replay(const Call& call, Cell& target) {
     call.replay(tensors);
   } catch (...) {
     --t_replaying;
+    for (auto& o : along) release_block(*o);
     throw;
   }
   --t_replaying;
   if (call.flops > 0) {
     RecomputeScope recompute;
     count_flops(call.flops);
+  }
+  auto& db = device_budget(target.device);
+  // A replay takes time as the first run did: the modeled clock moves on, so that what a long chain
+  // of recomputes made and used first grows stale before what it made last.
+  if (db.options.cost == Cost::Modeled) db.modeled_ns += std::max<int64_t>(1, int64_t(call.cost * 1e9));
+  for (auto& o : along) {  // made again at no extra cost
+    record_event(*o, MemoryEventKind::Remat);
+    ++db.stats.rematerializations;
+    db.stats.rematerialized_bytes += int64_t(o->block->size);
+    o->last_use = clock(db);
   }
 }
 
@@ -77,13 +108,20 @@ void rematerialize(Cell& c) {
     }
   } unlock{c, inputs};
   ++c.locks;
+  // The evicted inputs, latest first (what was made from the others brings them back on its way, or
+  // finds them resident), then the resident ones, which are not held while the others are made.
+  std::vector<std::shared_ptr<Cell>> order;
   for (auto& call : c.recipe)
     for (auto& a : call->args)
-      if (a.read && std::find(inputs.begin(), inputs.end(), a.read) == inputs.end()) {
-        ensure_resident(*a.read);
-        ++a.read->locks;
-        inputs.push_back(a.read);
-      }
+      if (a.read && std::find(order.begin(), order.end(), a.read) == order.end()) order.push_back(a.read);
+  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    return a->resident() != b->resident() ? b->resident() : !a->resident() && a->id < b->id;
+  });
+  for (auto& in : order) {
+    ensure_resident(*in);
+    ++in->locks;
+    inputs.push_back(in);
+  }
   c.block = allocate_for(c);
   record_event(c, MemoryEventKind::Remat);
   const int64_t t0 = now_ns();
@@ -96,9 +134,7 @@ void rematerialize(Cell& c) {
   ++db.stats.rematerializations;
   db.stats.rematerialized_bytes += int64_t(c.block->size);
   db.stats.recompute_seconds += seconds_since(t0);
-  for (auto& call : c.recipe) db.stats.recompute_flops += call->flops;
-  if (c.cls) find(c.cls)->cost -= c.cost;
-  c.cls.reset();
+  for (auto& call : c.recipe) db.stats.recompute_flops += call->flops, db.stats.modeled_seconds += call->modeled;
 }
 }  // namespace
 
@@ -106,6 +142,8 @@ void ensure_resident(Cell& c) {
   c.last_use = clock(device_budget(c.device));
   if (c.offloaded())
     fetch(c);
+  else if (c.fresh && !c.resident())  // dropped before it was written: empty bytes again
+    c.block = allocate_for(c);
   else if (!c.resident())
     rematerialize(c);
   await_arrival(c);

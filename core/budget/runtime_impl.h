@@ -41,6 +41,11 @@ void storage_died(std::shared_ptr<Cell> c);
 // the copies run on the side stream; a kernel waits for one only when it touches its storage.
 void prefetch(const std::vector<std::weak_ptr<Storage>>& storages);
 
+// `t` carries a gradient into backward (a seed): what kernels make from it is a gradient too, and
+// while a handle refers to one it never leaves for recompute (making it again would replay backward
+// from the loss, and at the floor that chain does not fit); offload may move it.
+void mark_gradient(const Tensor& t);
+
 // ---- kernels::run
 
 // Kernels running now on any thread (their worker threads' accesses are not the user's).

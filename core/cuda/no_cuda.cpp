@@ -14,6 +14,11 @@ int device_count() { return 0; }
 std::string last_error() { return "memgrad was built without CUDA"; }
 void* malloc(int, size_t) { unbuilt(); }
 void free(int, void*) {}
+size_t vm_range(int) { unbuilt(); }
+void* vm_reserve(int, size_t) { unbuilt(); }
+bool vm_map(int, uintptr_t, size_t) { unbuilt(); }
+void vm_unmap(int, void*, uintptr_t, size_t) {}
+void vm_release(int, uintptr_t, size_t) {}
 void copy(void*, const void*, size_t, CopyKind, int) { unbuilt(); }
 void* record_event(int, void*) { return nullptr; }  // no cuda blocks exist: never called with one
 bool event_done(void*, bool) { return true; }

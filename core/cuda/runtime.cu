@@ -1,12 +1,18 @@
-// The CUDA device runtime: the segment source for the allocator (cudaMalloc), streams, events,
-// pinned host memory and copies. Kernels launch on current_stream(device).
+// The CUDA device runtime: the segment source for the allocator (cudaMalloc, and the driver's
+// virtual memory calls for expandable segments), streams, events, pinned host memory and copies.
+// Kernels launch on current_stream(device).
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <map>
 #include <mutex>
+#include <type_traits>
 #include <unordered_set>
 #include <vector>
 
+#include <memgrad/core/allocator.h>
 #include <memgrad/core/cuda.h>
 #include <memgrad/core/cuda/runtime_impl.h>
 #include <memgrad/core/error.h>
@@ -120,6 +126,157 @@ void free(int device, void* p) {
   std::lock_guard<std::mutex> g(g_free_mu);
   if (g_free_error.empty())
     g_free_error = detail::str("cuda: cudaFree of a segment of cuda:", device, " failed: ", cudaGetErrorString(e));
+}
+
+// ---- virtual memory for expandable segments
+//
+// The driver's calls are fetched from the runtime (cudaGetDriverEntryPointByVersion) rather than
+// linked: a program that links libcuda does not start where no driver is installed (CI builds
+// here), while libcudart finds the driver when it runs. Each page of an expandable segment is
+// its own physical allocation, so that any page can be unmapped alone (the driver cannot split one).
+
+namespace {
+
+struct Driver {
+  PFN_cuMemAddressReserve_v10020 address_reserve = nullptr;
+  PFN_cuMemAddressFree_v10020 address_free = nullptr;
+  PFN_cuMemCreate_v10020 create = nullptr;
+  PFN_cuMemRelease_v10020 release = nullptr;
+  PFN_cuMemMap_v10020 map = nullptr;
+  PFN_cuMemUnmap_v10020 unmap = nullptr;
+  PFN_cuMemSetAccess_v10020 set_access = nullptr;
+  PFN_cuMemGetAllocationGranularity_v10020 granularity = nullptr;
+};
+
+const Driver& driver() {
+  static const Driver d = [] {
+    Driver r;
+    auto get = [](const char* name, auto& fn) {
+      void* p = nullptr;
+      cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+      check(cudaGetDriverEntryPointByVersion(name, &p, 10020, cudaEnableDefault, &found), name);
+      MG_CHECK(found == cudaDriverEntryPointSuccess && p, DeviceError, "cuda: the driver has no ", name,
+               " (expandable segments need CUDA's virtual memory management, driver 10.2 or later)");
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(p);
+    };
+    get("cuMemAddressReserve", r.address_reserve);
+    get("cuMemAddressFree", r.address_free);
+    get("cuMemCreate", r.create);
+    get("cuMemRelease", r.release);
+    get("cuMemMap", r.map);
+    get("cuMemUnmap", r.unmap);
+    get("cuMemSetAccess", r.set_access);
+    get("cuMemGetAllocationGranularity", r.granularity);
+    return r;
+  }();
+  return d;
+}
+
+void check_driver(CUresult r, const char* what) {
+  MG_CHECK(r == CUDA_SUCCESS, DeviceError, "cuda: ", what, " failed: CUresult ", int(r));
+}
+
+CUmemAllocationProp page_properties(int device) {
+  CUmemAllocationProp p{};
+  p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  p.location.id = device;
+  return p;
+}
+
+// The physical pages mapped into expandable segments, by address (one handle per page).
+std::mutex g_pages_mu;
+std::map<uintptr_t, CUmemGenericAllocationHandle> g_pages;
+
+// Unmaps and releases the pages in [addr, addr + bytes); never throws (it may run inside release()):
+// a failure is kept for the next malloc or map to raise.
+void drop_pages(uintptr_t addr, size_t bytes) {
+  const Driver& d = driver();
+  std::lock_guard<std::mutex> g(g_pages_mu);
+  for (auto it = g_pages.lower_bound(addr); it != g_pages.end() && it->first < addr + bytes;) {
+    CUresult r = d.unmap(CUdeviceptr(it->first), memory::kExpandablePage);
+    if (r == CUDA_SUCCESS) r = d.release(it->second);
+    if (r != CUDA_SUCCESS) {
+      std::lock_guard<std::mutex> e(g_free_mu);
+      if (g_free_error.empty())
+        g_free_error = detail::str("cuda: unmapping a page of an expandable segment failed: CUresult ", int(r));
+    }
+    it = g_pages.erase(it);
+  }
+}
+
+}  // namespace
+
+size_t vm_range(int device) {
+  const int64_t total = properties(device).total_memory;
+  const size_t page = memory::kExpandablePage, want = size_t(total) + size_t(total) / 8;
+  return (want + page - 1) / page * page;
+}
+
+void* vm_reserve(int device, size_t bytes) {
+  raise_free_error();
+  DeviceGuard guard(device);
+  const Driver& d = driver();
+  size_t granularity = 0;
+  const CUmemAllocationProp prop = page_properties(device);
+  check_driver(d.granularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM), "cuMemGetAllocationGranularity");
+  MG_CHECK(granularity && memory::kExpandablePage % granularity == 0, DeviceError, "cuda: expandable segments map ",
+           memory::kExpandablePage, "-byte pages, which cuda:", device, "'s granularity of ", granularity,
+           " bytes does not divide");
+  CUdeviceptr p = 0;
+  if (d.address_reserve(&p, bytes, memory::kExpandablePage, 0, 0) != CUDA_SUCCESS) return nullptr;
+  return reinterpret_cast<void*>(p);
+}
+
+bool vm_map(int device, uintptr_t addr, size_t bytes) {
+  raise_free_error();
+  DeviceGuard guard(device);
+  const Driver& d = driver();
+  const CUmemAllocationProp prop = page_properties(device);
+  const size_t page = memory::kExpandablePage;
+  for (size_t at = 0; at < bytes; at += page) {
+    CUmemGenericAllocationHandle h = 0;
+    const CUresult r = d.create(&h, page, &prop, 0);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+      drop_pages(addr, at);  // what this call mapped so far
+      return false;
+    }
+    check_driver(r, "cuMemCreate");
+    if (const CUresult m = d.map(CUdeviceptr(addr + at), page, 0, h, 0); m != CUDA_SUCCESS) {
+      d.release(h);
+      drop_pages(addr, at);
+      check_driver(m, "cuMemMap");
+    }
+    std::lock_guard<std::mutex> g(g_pages_mu);
+    g_pages[addr + at] = h;
+  }
+  CUmemAccessDesc access{};
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  check_driver(d.set_access(CUdeviceptr(addr), bytes, &access, 1), "cuMemSetAccess");
+  return true;
+}
+
+void vm_unmap(int device, void* stream, uintptr_t addr, size_t bytes) {
+  int prev = device;
+  (void)cudaGetDevice(&prev);
+  (void)cudaSetDevice(device);
+  // Unlike cudaFree, unmapping does not wait for the kernels that may still use the pages.
+  (void)cudaStreamSynchronize(static_cast<cudaStream_t>(stream));
+  drop_pages(addr, bytes);
+  (void)cudaSetDevice(prev);
+}
+
+void vm_release(int device, uintptr_t addr, size_t bytes) {
+  int prev = device;
+  (void)cudaGetDevice(&prev);
+  (void)cudaSetDevice(device);
+  drop_pages(addr, bytes);  // none are left when the allocator gives the range back
+  if (driver().address_free(CUdeviceptr(addr), bytes) != CUDA_SUCCESS) {
+    std::lock_guard<std::mutex> g(g_free_mu);
+    if (g_free_error.empty()) g_free_error = "cuda: cuMemAddressFree of an expandable segment failed";
+  }
+  (void)cudaSetDevice(prev);
 }
 
 void copy(void* dst, const void* src, size_t bytes, CopyKind kind, int device) {

@@ -3,6 +3,7 @@
 // The public device API (streams, events, pinned memory) is core/cuda.h.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace mg::cuda {
@@ -13,6 +14,18 @@ std::string last_error();  // why device_count() is 0
 void* malloc(int device, size_t bytes);  // null when the device is out of memory
 // Never throws (it runs inside release()): a failing cudaFree is raised as DeviceError by the next malloc.
 void free(int device, void* p);
+// Virtual memory for expandable segments (the allocator's cpu twin is mmap): the address range a
+// segment of `device` reserves (its memory and an eighth); a range of `bytes` reserved, aligned to
+// memory::kExpandablePage (null when refused); pages of that size mapped in it, read-write for
+// `device` (false when the device is out of memory; nothing mapped then); pages unmapped and
+// released once the work queued on `stream` is done; the range given back. Sizes are multiples of
+// the page. vm_unmap and vm_release never throw (they run inside release()): a failure is raised as
+// DeviceError by the next malloc, reserve or map.
+size_t vm_range(int device);
+void* vm_reserve(int device, size_t bytes);
+bool vm_map(int device, uintptr_t addr, size_t bytes);
+void vm_unmap(int device, void* stream, uintptr_t addr, size_t bytes);
+void vm_release(int device, uintptr_t addr, size_t bytes);
 enum class CopyKind { HostToDevice, DeviceToHost, DeviceToDevice };
 // Copies on the current stream of `device` and returns when the bytes have arrived.
 void copy(void* dst, const void* src, size_t bytes, CopyKind kind, int device);

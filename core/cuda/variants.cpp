@@ -26,15 +26,11 @@ void set_allow_tf32(bool allow) { g_allow_tf32 = allow; }
 bool allow_tf32() { return g_allow_tf32; }
 
 // The variant registry is core/variants.h's, for DeviceType::CUDA.
-void register_kernel_variants(const std::string& op, const std::vector<std::string>& variants) {
-  mg::register_kernel_variants(DeviceType::CUDA, op, variants);
-}
 std::vector<std::string> kernel_ops() { return mg::kernel_ops(DeviceType::CUDA); }
 std::vector<std::string> kernel_variants(const std::string& op) { return mg::kernel_variants(DeviceType::CUDA, op); }
 void set_kernel_variant(const std::string& op, const std::string& variant) {
   mg::set_kernel_variant(DeviceType::CUDA, op, variant);
 }
 std::string kernel_variant(const std::string& op) { return mg::kernel_variant(DeviceType::CUDA, op); }
-int kernel_variant_index(const std::string& op) { return mg::kernel_variant_index(DeviceType::CUDA, op); }
 
 }  // namespace mg::cuda

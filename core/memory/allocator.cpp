@@ -90,11 +90,11 @@ Block* allocate(const Device& d, size_t nbytes, Category fallback) {
   // The block belongs to the stream it is allocated on (on cuda, the thread's current stream).
   cuda::Stream stream = d.is_cuda() ? cuda::current_stream(d.index) : cuda::Stream();
   std::unique_lock<std::mutex> g(s.mu);
-  if (nbytes > memory::kMaxRequest) throw_oom(s, *b, 0, OomCause::TooLarge);
+  if (nbytes > memory::kMaxRequest) throw_oom(s, *b, stream, 0, OomCause::TooLarge);
   int64_t countdown = g_fail_countdown.load();
   while (countdown > 0 && !g_fail_countdown.compare_exchange_weak(countdown, countdown - 1)) {
   }
-  if (countdown == 1) throw_oom(s, *b, 0, OomCause::Injected);
+  if (countdown == 1) throw_oom(s, *b, stream, 0, OomCause::Injected);
   // Under a memory budget (the pressure hook) a request past the limit first makes room: the budget
   // evicts or offloads one storage at a time (outside this lock: it frees blocks) until it fits.
   const auto manages = g_manages.load(std::memory_order_acquire);
@@ -105,10 +105,10 @@ Block* allocate(const Device& d, size_t nbytes, Category fallback) {
     bool relieved = false;
     try {
       relieved = g_relieve.load(std::memory_order_acquire)(d, b->size);
-    } catch (const MemoryBudgetError&) {
+    } catch (const MemoryBudgetError& e) {
       std::lock_guard<std::mutex> again(s.mu);
       ++s.stats.num_ooms;
-      record(s, MemoryEventKind::Oom, int64_t(b->size), 0, b);
+      record(s, MemoryEventKind::Oom, int64_t(b->size), 0, b, Category::Other, {}, nullptr, nullptr, e.fragmentation());
       throw;
     }
     g.lock();

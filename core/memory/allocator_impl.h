@@ -1,6 +1,9 @@
 // The caching allocator's private parts (core/allocator.h is its public face), shared by its files:
 //   allocator.cpp  the front door: allocate, release, the thread's category/owner/op scopes
-//   pools.cpp      segments carved into chunks: best fit, split, merge, deferred frees, the cache
+//   pools.cpp      segments carved into chunks: best fit, split, merge, deferred frees, the cache,
+//                  expandable segments' growth
+//   config.cpp     set_allocator_config and MG_ALLOC_CONF
+//   forensics.cpp  fragmentation forensics: why the cache can or cannot serve a request
 //   ledger.cpp     byte counts per category and owner, peaks, memory_stats
 //   owners.cpp     owner labels interned to ids
 //   limit.cpp      the memory limit and the out-of-memory report
@@ -27,7 +30,8 @@ struct DeviceState;
 
 struct Segment;
 // A piece of a segment: handed out (block set), waiting for other streams' events (block null,
-// pending > 0), or free (then in its pool's free set).
+// pending > 0), free (then in its pool's free set), or, in an expandable segment, pages not mapped
+// (mapped false: in the segment's `unmapped` set, never in a pool).
 struct Chunk {
   uintptr_t addr = 0;
   size_t size = 0;
@@ -37,12 +41,16 @@ struct Chunk {
   Block* block = nullptr;
   std::vector<cuda::Stream> uses{};  // streams besides the segment's that used the live block
   int pending = 0;                   // events still outstanding since the block was released
-  bool is_free() const { return !block && pending == 0; }
+  bool mapped = true;
+  bool is_free() const { return !block && pending == 0 && mapped; }
+};
+struct ByAddress {
+  bool operator()(const Chunk* a, const Chunk* b) const { return a->addr < b->addr; }
 };
 struct Segment {
   void* ptr = nullptr;
   uintptr_t base = 0;
-  size_t size = 0;
+  size_t size = 0;  // an expandable segment: the address range it reserved
   bool small = false;
   Chunk* head = nullptr;
   // The stream the segment was made for; its chunks serve only that stream. Holding the Stream keeps
@@ -50,6 +58,12 @@ struct Segment {
   cuda::Stream stream{};
   impl::DeviceState* state = nullptr;  // the allocator it belongs to (an IsolatedAllocator's or the device's)
   uint64_t serial = 0;                 // the order it was made in on its allocator
+  // An expandable segment maps pages as it grows: `mapped` bytes of them, the rest of its range in
+  // the `unmapped` chunks (page-aligned at both ends). A fixed segment is mapped whole.
+  bool expandable = false;
+  size_t mapped = 0;
+  std::set<Chunk*, ByAddress> unmapped;
+  size_t reserved() const { return expandable ? mapped : size; }  // its bytes in `reserved`
 };
 
 namespace impl {
@@ -82,10 +96,11 @@ struct DeviceState {
   static constexpr size_t kSpares = 4096;
   std::vector<Block*> spare_blocks;
   std::vector<Chunk*> spare_chunks;
-  std::vector<FreeSet::node_type> spare_nodes;   // the free sets' tree nodes, extracted for reuse
-  FreeSet pools[2];                              // [0] small, [1] large
-  std::map<uintptr_t, Segment*> segments;        // by base address
-  std::vector<std::pair<void*, Chunk*>> events;  // recorded at release on other streams (cuda only)
+  std::vector<FreeSet::node_type> spare_nodes;             // the free sets' tree nodes, extracted for reuse
+  FreeSet pools[2];                                        // [0] small, [1] large
+  std::map<uintptr_t, Segment*> segments;                  // by base address
+  std::map<std::pair<uintptr_t, bool>, Segment*> growing;  // the expandable segment of each (stream, small pool)
+  std::vector<std::pair<void*, Chunk*>> events;            // recorded at release on other streams (cuda only)
   uintptr_t next_meta_address = uintptr_t(1) << 40;
   uint64_t next_serial = 0;
   bool detached = false;  // an IsolatedAllocator's state whose guard ended with blocks still live
@@ -98,7 +113,7 @@ struct DeviceState {
     if (spare_chunks.empty()) return new Chunk{addr, size, seg, prev, next};
     Chunk* c = spare_chunks.back();
     spare_chunks.pop_back();
-    c->addr = addr, c->size = size, c->segment = seg, c->prev = prev, c->next = next;
+    c->addr = addr, c->size = size, c->segment = seg, c->prev = prev, c->next = next, c->mapped = true;
     return c;
   }
   void pool_insert(Chunk* c) {
@@ -136,6 +151,14 @@ inline DeviceState& state_of(const Block* b) { return *b->chunk->segment->state;
 // The segment source: `n` bytes from the device (null when it refuses), and back.
 void* source_alloc(DeviceState& s, size_t n);
 void source_free(const Device& d, void* p);
+// Expandable segments: an address range of `n` bytes aligned to kExpandablePage with nothing mapped
+// (null when refused); pages mapped (false when the device refuses) and unmapped in it; the range
+// given back (nothing mapped in it any more). Addresses and sizes are multiples of kExpandablePage.
+size_t expandable_range(const DeviceState& s);  // the range a new expandable segment reserves
+void* source_reserve(DeviceState& s, size_t n);
+bool source_map(const Segment& seg, uintptr_t addr, size_t n);
+void source_unmap(const Segment& seg, uintptr_t addr, size_t n);
+void source_release(const Segment& seg);
 
 // ---- owners.cpp (no lock needed)
 
@@ -153,24 +176,39 @@ void add_owner(DeviceState& s, OwnerId owner, int64_t n);
 // Copies the owner breakdown at the peak when a new peak left it pending (before by_owner changes).
 void settle_peak(DeviceState& s);
 
+// ---- config.cpp (no lock needed)
+
+// Whether new memory for `s` comes from expandable segments (the configuration, and caching on).
+bool expandable(const DeviceState& s);
+
 // ---- limit.cpp
 
 enum class OomCause { Limit, DeviceRefused, TooLarge, Injected };
-// Counts and records the refusal of `b` and raises OutOfMemoryError with the ledger's breakdown.
-[[noreturn]] void throw_oom(DeviceState& s, const Block& b, size_t segment_size, OomCause cause);
+// Counts and records the refusal of `b` and raises OutOfMemoryError with the ledger's breakdown
+// and the fragmentation forensics.
+[[noreturn]] void throw_oom(DeviceState& s, const Block& b, const cuda::Stream& stream, size_t segment_size,
+                            OomCause cause);
+
+// ---- forensics.cpp
+
+// The forensics of `s` for request `b` (null: none) on `stream`, for an error of `cause`.
+Fragmentation analyze(DeviceState& s, const Block* b, const cuda::Stream& stream, OomCause cause);
 
 // ---- history.cpp
 
 extern std::atomic<bool> g_recording;
 void add_event(DeviceState& s, MemoryEventKind kind, int64_t bytes, uint64_t address, const Block* b, Category previous,
-               const std::string& note, const std::string* previous_owner, const Segment* seg);
+               const std::string& note, const std::string* previous_owner, const Segment* seg,
+               std::shared_ptr<const Fragmentation> forensics);
 // Adds an event to the history when it is recording (a relaxed load otherwise). `previous_owner`: a
-// Relabel's owner before (default: unchanged); `seg`: a segment event's segment.
+// Relabel's owner before (default: unchanged); `seg`: a segment or map event's segment; `forensics`:
+// an Oom's.
 inline void record(DeviceState& s, MemoryEventKind kind, int64_t bytes, uint64_t address, const Block* b,
                    Category previous = Category::Other, const std::string& note = {},
-                   const std::string* previous_owner = nullptr, const Segment* seg = nullptr) {
+                   const std::string* previous_owner = nullptr, const Segment* seg = nullptr,
+                   std::shared_ptr<const Fragmentation> forensics = nullptr) {
   if (g_recording.load(std::memory_order_relaxed))
-    add_event(s, kind, bytes, address, b, previous, note, previous_owner, seg);
+    add_event(s, kind, bytes, address, b, previous, note, previous_owner, seg, std::move(forensics));
 }
 
 // ---- pools.cpp
@@ -184,8 +222,13 @@ void free_chunk(DeviceState& s, Chunk* c);
 // Frees the chunks of deferred frees whose events have all completed; with `wait`, waits for every
 // event first (empty_cache and the OOM retry, so those bytes can go back to the device).
 void process_events(DeviceState& s, bool wait);
-// Returns every segment that is one free chunk; gives the bytes released.
+// Returns every segment that is one free chunk, and unmaps the whole free pages of expandable
+// segments; gives the bytes released.
 int64_t release_cached(DeviceState& s);
+// The size a new (fixed) segment for a request of `size` bytes gets.
+size_t segment_size_for(const DeviceState& s, size_t size, bool small);
+// Whether free chunk `c` lies just before unmapped pages of its expandable segment: it can grow.
+inline bool grows(const Chunk* c) { return c->next && !c->next->mapped; }
 
 }  // namespace impl
 }  // namespace mg::memory

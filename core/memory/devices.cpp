@@ -1,5 +1,9 @@
 // Where each device's allocator state lives (cpu, meta, cuda:0..63, and a thread's IsolatedAllocator),
-// and the segment source beneath it: aligned malloc on cpu, cudaMalloc on cuda, addresses only on meta.
+// and the segment source beneath it: aligned malloc on cpu, cudaMalloc on cuda, addresses only on meta;
+// for expandable segments mmap on cpu and the driver's virtual memory on cuda.
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <array>
 #include <cstdlib>
 #include <mutex>
@@ -39,6 +43,7 @@ DeviceState& state(const Device& d) {
   static std::mutex mu;
   std::lock_guard<std::mutex> g(mu);
   if (DeviceState* s = slot.load(std::memory_order_acquire)) return *s;
+  allocator_config();  // reads MG_ALLOC_CONF (and raises ValueError for a malformed one)
   auto* s = new DeviceState;
   s->device = d;
   if (const char* env = std::getenv("MG_MEMORY_LIMIT")) s->stats.limit = memory::limit_from_env(env, d.type);
@@ -70,6 +75,74 @@ void source_free(const Device& d, void* p) {
     std::free(p);
   else if (d.is_cuda())
     cuda::free(d.index, p);
+}
+
+// ---- expandable segments' source: an address range, pages mapped into it and unmapped again
+
+size_t expandable_range(const DeviceState& s) {
+  const size_t page = kExpandablePage;
+  switch (s.device.type) {
+    case DeviceType::CPU: {  // the machine's memory and an eighth, as PyTorch reserves for a GPU's
+      static const size_t range = [page] {
+        const size_t memory = size_t(sysconf(_SC_PHYS_PAGES)) * size_t(sysconf(_SC_PAGESIZE));
+        return (memory + memory / 8 + page - 1) / page * page;
+      }();
+      return range;
+    }
+    case DeviceType::CUDA:
+      return cuda::vm_range(s.device.index);
+    case DeviceType::Meta:
+      return size_t(1) << 46;  // addresses only: as much as any device could have
+  }
+  return 0;
+}
+
+void* source_reserve(DeviceState& s, size_t n) {
+  const size_t page = kExpandablePage;
+  switch (s.device.type) {
+    case DeviceType::CPU: {  // PROT_NONE: nothing is committed until a page is mapped read-write
+      void* p = mmap(nullptr, n + page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (p == MAP_FAILED) return nullptr;
+      const uintptr_t raw = reinterpret_cast<uintptr_t>(p), base = (raw + page - 1) / page * page;
+      if (base > raw) munmap(p, base - raw);  // the range aligned to the page, the rest returned
+      munmap(reinterpret_cast<void*>(base + n), raw + page - base);
+      return reinterpret_cast<void*>(base);
+    }
+    case DeviceType::CUDA:
+      return cuda::vm_reserve(s.device.index, n);
+    case DeviceType::Meta: {
+      const uintptr_t base = (s.next_meta_address + page - 1) / page * page;
+      if (base + n > (uintptr_t(1) << 63)) return nullptr;
+      s.next_meta_address = base + n;
+      return reinterpret_cast<void*>(base);
+    }
+  }
+  return nullptr;
+}
+
+bool source_map(const Segment& seg, uintptr_t addr, size_t n) {
+  const Device& d = seg.state->device;
+  if (d.is_cpu()) return mprotect(reinterpret_cast<void*>(addr), n, PROT_READ | PROT_WRITE) == 0;
+  if (d.is_cuda()) return cuda::vm_map(d.index, addr, n);
+  return true;
+}
+
+void source_unmap(const Segment& seg, uintptr_t addr, size_t n) {
+  const Device& d = seg.state->device;
+  if (d.is_cpu()) {  // the pages go back to the system; touching them again would fault
+    madvise(reinterpret_cast<void*>(addr), n, MADV_DONTNEED);
+    mprotect(reinterpret_cast<void*>(addr), n, PROT_NONE);
+  } else if (d.is_cuda()) {
+    cuda::vm_unmap(d.index, seg.stream.handle(), addr, n);
+  }
+}
+
+void source_release(const Segment& seg) {
+  const Device& d = seg.state->device;
+  if (d.is_cpu())
+    munmap(seg.ptr, seg.size);
+  else if (d.is_cuda())
+    cuda::vm_release(d.index, seg.base, seg.size);
 }
 
 }  // namespace memory::impl

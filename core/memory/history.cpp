@@ -26,7 +26,8 @@ History& history() {
 std::atomic<bool> g_recording{false};
 
 void add_event(DeviceState& s, MemoryEventKind kind, int64_t bytes, uint64_t address, const Block* b, Category previous,
-               const std::string& note, const std::string* previous_owner, const Segment* seg) {
+               const std::string& note, const std::string* previous_owner, const Segment* seg,
+               std::shared_ptr<const Fragmentation> forensics) {
   MemoryEvent e;
   e.kind = kind;
   e.device = s.device;
@@ -37,10 +38,14 @@ void add_event(DeviceState& s, MemoryEventKind kind, int64_t bytes, uint64_t add
     e.category = b->category;
     e.owner = b->owner();
     e.op = b->op ? b->op : "";
+    if (b->chunk && (kind == MemoryEventKind::Alloc || kind == MemoryEventKind::Free))
+      e.carved = int64_t(b->chunk->size);
   }
   e.previous_category = previous;
   if (kind == MemoryEventKind::Relabel) e.previous_owner = previous_owner ? *previous_owner : e.owner;
   e.small_pool = seg && seg->small;
+  e.expandable = seg && seg->expandable;
+  e.fragmentation = std::move(forensics);
   e.note = note;
   e.allocated = s.stats.allocated;
   e.reserved = s.stats.reserved;
@@ -62,8 +67,9 @@ void add_event(DeviceState& s, MemoryEventKind kind, int64_t bytes, uint64_t add
 using namespace memory::impl;
 
 const char* event_kind_name(MemoryEventKind k) {
-  static const char* names[] = {"alloc",      "free",  "relabel", "segment_alloc", "segment_free", "oom",
-                                "annotation", "evict", "remat",   "offload",       "fetch"};
+  static const char* names[] = {"alloc", "free",        "relabel",      "segment_alloc", "segment_free",
+                                "oom",   "annotation",  "evict",        "remat",         "offload",
+                                "fetch", "segment_map", "segment_unmap"};
   return names[size_t(k)];
 }
 

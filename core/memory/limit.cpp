@@ -10,10 +10,13 @@ namespace mg {
 
 namespace memory::impl {
 
-[[noreturn]] void throw_oom(DeviceState& s, const Block& b, size_t segment_size, OomCause cause) {
+[[noreturn]] void throw_oom(DeviceState& s, const Block& b, const cuda::Stream& stream, size_t segment_size,
+                            OomCause cause) {
   auto& st = s.stats;
   ++st.num_ooms;
-  record(s, MemoryEventKind::Oom, int64_t(std::min<size_t>(b.size, INT64_MAX)), 0, &b);
+  auto forensics = std::make_shared<const Fragmentation>(analyze(s, &b, stream, cause));
+  record(s, MemoryEventKind::Oom, int64_t(std::min<size_t>(b.size, INT64_MAX)), 0, &b, Category::Other, {}, nullptr,
+         nullptr, forensics);
   std::string m = mg::detail::str("out of memory on ", s.device, ": tried to allocate ", format_byte_count(b.size));
   if (b.op) m += mg::detail::str(" in ", b.op);
   if (b.owner_id) m += mg::detail::str(" for \"", b.owner(), "\"");
@@ -41,10 +44,11 @@ namespace memory::impl {
   for (size_t i = 0; i < std::min<size_t>(5, owners.size()); ++i)
     m += mg::detail::str(" ", owners[i].second, " ", format_bytes(owners[i].first), ";");
   m += "\nWhat to try: run the model in checkpoint segments (activations are recomputed in backward instead of kept), "
-       "store weights and activations in half precision (float16/bfloat16 autocast), use a smaller batch (see "
+       "store the model in half precision (float16/bfloat16 storage with float32 master weights saves every "
+       "activation in half; autocast keeps float32 weights and can save more), use a smaller batch (see "
        "find_max_batch_size), or split the batch into micro-batches and accumulate their gradients before each "
        "optimizer step.";
-  throw OutOfMemoryError(m);
+  throw OutOfMemoryError(m, std::move(forensics));
 }
 
 }  // namespace memory::impl

@@ -40,6 +40,8 @@ json stats_json(const MemoryStats& s) {
               {"num_segments", s.num_segments},
               {"num_segment_allocs", s.num_segment_allocs},
               {"num_segment_frees", s.num_segment_frees},
+              {"num_maps", s.num_maps},
+              {"num_unmaps", s.num_unmaps},
               {"cache_hits", s.cache_hits},
               {"num_ooms", s.num_ooms},
               {"num_retries", s.num_retries},
@@ -54,7 +56,8 @@ json segment_json(const SegmentInfo& seg) {
     // pending: released, waiting for work queued on other streams (active bytes, not allocated)
     json jb{{"address", b.address},
             {"size", b.size},
-            {"state", !b.in_use     ? "free"
+            {"state", !b.mapped     ? "unmapped"
+                      : !b.in_use   ? "free"
                       : b.allocated ? "active"
                                     : "pending"}};
     if (b.in_use && b.allocated) {
@@ -70,6 +73,9 @@ json segment_json(const SegmentInfo& seg) {
               {"serial", seg.serial},
               {"size", seg.size},
               {"pool", seg.small_pool ? "small" : "large"},
+              {"expandable", seg.expandable},
+              {"extent", seg.extent},
+              {"virtual_size", seg.virtual_size},
               {"blocks", std::move(blocks)}};
 }
 
@@ -89,10 +95,16 @@ json event_json(const MemoryEvent& e) {
         j["previous_category"] = category_name(e.previous_category);
         j["previous_owner"] = e.previous_owner;
       }
+      if (e.kind == MemoryEventKind::Alloc || e.kind == MemoryEventKind::Free) j["carved"] = e.carved;
+      if (e.kind == MemoryEventKind::Oom && e.fragmentation)
+        j["fragmentation"] = memory::detail::fragmentation_json(*e.fragmentation);
       break;
     case MemoryEventKind::SegmentAlloc:
     case MemoryEventKind::SegmentFree:
+    case MemoryEventKind::SegmentMap:
+    case MemoryEventKind::SegmentUnmap:
       j["pool"] = e.small_pool ? "small" : "large";
+      j["expandable"] = e.expandable;
       break;
     case MemoryEventKind::Evict:
     case MemoryEventKind::Remat:
@@ -112,10 +124,62 @@ json event_json(const MemoryEvent& e) {
 
 }  // namespace
 
+json memory::detail::fragmentation_json(const Fragmentation& f) {
+  json pools = json::array();
+  for (const PoolFragmentation& p : f.pools) {
+    json bins = json::array();
+    for (const HoleSizeBin& h : p.by_hole_size)
+      bins.push_back({{"from", h.from}, {"to", h.to}, {"holes", h.holes}, {"bytes", h.bytes}});
+    pools.push_back({{"pool", p.small_pool ? "small" : "large"},
+                     {"segments", p.segments},
+                     {"reserved", p.reserved},
+                     {"free_bytes", p.free_bytes},
+                     {"largest_free", p.largest_free},
+                     {"releasable", p.releasable},
+                     {"by_hole_size", std::move(bins)}});
+  }
+  json split = json::array();
+  for (const SplitHole& h : f.split_holes) {
+    json pinning = json::array();
+    for (const BlockRef& b : h.pinning)
+      pinning.push_back({{"address", b.address},
+                         {"size", b.size},
+                         {"category", category_name(b.category)},
+                         {"owner", b.owner},
+                         {"op", b.op}});
+    split.push_back({{"segment", h.segment},
+                     {"address", h.address},
+                     {"size", h.size},
+                     {"free_bytes", h.free_bytes},
+                     {"largest_hole", h.largest_hole},
+                     {"pinning", std::move(pinning)}});
+  }
+  return json{{"request", f.request},
+              {"pool", f.small_request ? "small" : "large"},
+              {"limit", f.limit},
+              {"allocated", f.allocated},
+              {"reserved", f.reserved},
+              {"cached", f.cached},
+              {"caching", f.caching},
+              {"expandable", f.expandable},
+              {"pools", std::move(pools)},
+              {"other_streams", f.other_streams},
+              {"fits_in_cache", f.fits_in_cache},
+              {"new_memory", f.new_memory},
+              {"split_holes", std::move(split)},
+              {"fits_after_empty_cache", f.fits_after_empty_cache},
+              {"fits_with_other_pool", f.fits_with_other_pool},
+              {"fits_expandable", f.fits_expandable},
+              {"reason", f.reason}};
+}
+
 json memory::detail::device_json(const Device& d) {
   json segments = json::array();
   for (auto& seg : memory_segments(d)) segments.push_back(segment_json(seg));
-  return json{{"device", d.str()}, {"stats", stats_json(memory_stats(d))}, {"segments", std::move(segments)}};
+  return json{{"device", d.str()},
+              {"stats", stats_json(memory_stats(d))},
+              {"segments", std::move(segments)},
+              {"fragmentation", memory::detail::fragmentation_json(fragmentation(d))}};
 }
 
 void dump_snapshot(const std::string& path, const std::string& title) {

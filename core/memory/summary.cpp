@@ -48,7 +48,8 @@ std::string memory_summary(const Device& d) {
   auto n = [](int64_t v) { return std::to_string(v); };
   std::string head = row("", {"Current", "Peak", "At peak", "Total in/out"});
   const size_t width = head.size() - 1;
-  std::string title = "memgrad memory summary, device " + d.str() + (s.caching ? "" : " (caching off)");
+  std::string title = "memgrad memory summary, device " + d.str() + (s.caching ? "" : " (caching off)") +
+                      (allocator_config().expandable_segments ? " (expandable segments)" : "");
   std::string r = rule('=', width);
   r += "| " + title + std::string(width - 3 - title.size(), ' ') + "|\n";
   r += rule('-', width) + head + rule('-', width);
@@ -60,6 +61,18 @@ std::string memory_summary(const Device& d) {
   r += row("Cached free in segments", {b(s.cached()), "", "", ""});
   r += row("Reserved - allocated", {b(s.fragmentation()), "", "", ""});
   r += row("Largest free block", {b(s.largest_free_block), "", "", ""});
+  r += rule('-', width);
+  // Where the cached bytes are: each pool's free bytes by the size of the hole they are in.
+  const Fragmentation f = fragmentation(d);
+  r += row("Pools: small / large", {"Segments", "Reserved", "Free", "Largest free"});
+  for (const PoolFragmentation& p : f.pools)
+    r += row(p.small_pool ? "  small (requests <= 1 MiB)" : "  large",
+             {n(p.segments), b(p.reserved), b(p.free_bytes), b(p.largest_free)});
+  for (const PoolFragmentation& p : f.pools)
+    for (const HoleSizeBin& h : p.by_hole_size)
+      r += row(std::string("  ") + (p.small_pool ? "small" : "large") + " holes " + h.range(),
+               {n(h.holes) + " holes", b(h.bytes), "", ""});
+  if (s.num_maps) r += row("Expandable: maps / unmaps", {n(s.num_maps), n(s.num_unmaps), "", ""});
   r += rule('-', width);
   for (int c = 0; c < kNumCategories; ++c) {
     auto cat = Category(c);

@@ -1,4 +1,4 @@
-// The memory timeline page, part 2 of 4: the charts. Each run is a canvas of allocated bytes stacked
+// The memory timeline page, part 2 of 5: the charts. Each run is a canvas of allocated bytes stacked
 // by category, one column of pixels per point drawn (columnPoints), with reserved bytes, the limit,
 // steps, phases, annotations, OOMs, the memory budget's events and the peak marked; a second canvas
 // on top draws what moves (hover, selection). Comparing two runs adds a chart of their difference.

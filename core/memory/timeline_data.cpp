@@ -14,14 +14,21 @@
 //           cat[8][] (bytes per category) as differences from the previous point
 //   strings[]: owners, ops and notes, referred to by index
 //   blocks: start[], end[] (points; live in [start, end), -1: before the recording, points: to
-//           the end), bytes[], requested[], op[], flags[] (kFlag*), seg[], offset[] (bytes into
-//           the segment), alloc_ev[], free_ev[] (-1: outside the recording), change[] (its first
-//           entry in changes)
+//           the end), bytes[], carved[] (its size in the segment), requested[], op[], flags[]
+//           (kFlag*), seg[], offset[] (bytes into the segment), alloc_ev[], free_ev[] (-1: outside
+//           the recording), change[] (its first entry in changes)
 //   changes: block[], point[], cat[], owner[]: each block's category and owner from a point on
-//   segments: start[], end[], size[], small[], address[] (hex), extra[] (the snapshot's fields
-//             the page does not interpret, for segments live at the end), device_extra
-//   marks: pos[] (the point it comes before), kind[] (step, phase, note, oom, evict, remat,
-//          offload, fetch), text[] (a string), bytes[]
+//   segments: start[], end[], start_ev[], end_ev[] (history events: made by start_ev, gone from
+//             end_ev on; -1: before the recording, and live at the end), size[] (an expandable
+//             one's address range), small[], expandable[], address[] (hex), extra[] (the snapshot's
+//             fields the page does not interpret, for segments live at the end), device_extra
+//   maps: seg[], ev[], offset[], bytes[], on[] (1 mapped, 0 unmapped): the pages of expandable
+//         segments, from history event ev on (-1: mapped before the recording)
+//   marks: pos[] (the point it comes before), ev[] (its history event), kind[] (step, phase, note,
+//          oom, evict, remat, offload, fetch), text[] (a string), bytes[], forensics[] (an oom's:
+//          its index in forensics, else -1)
+//   forensics[]: the fragmentation forensics of the OOMs (fragmentation_json); fragmentation: the
+//                forensics at the end (null from a version 2 snapshot)
 #include <algorithm>
 #include <charconv>
 #include <map>
@@ -48,17 +55,65 @@ enum : int {
 using K = MemoryEventKind;
 
 struct LiveBlock {
-  int64_t bytes = 0, requested = 0;
+  int64_t bytes = 0, carved = 0, requested = 0;
   Category category = Category::Other;
   std::string owner, op;
+};
+
+// Disjoint address ranges [begin, end), merged where they touch: an expandable segment's mapped pages.
+struct Ranges {
+  std::map<uint64_t, uint64_t> r;  // begin -> end
+  bool covers(uint64_t b, uint64_t e) const {
+    auto it = r.upper_bound(b);
+    return it != r.begin() && std::prev(it)->second >= e;
+  }
+  bool add(uint64_t b, uint64_t e) {  // false when it overlaps what is there
+    auto next = r.lower_bound(b);
+    if ((next != r.end() && next->first < e) || (next != r.begin() && std::prev(next)->second > b)) return false;
+    if (next != r.end() && next->first == e) e = next->second, r.erase(next);
+    if (auto prev = r.lower_bound(b); prev != r.begin() && std::prev(prev)->second == b)
+      std::prev(prev)->second = e;
+    else
+      r[b] = e;
+    return true;
+  }
+  bool remove(uint64_t b, uint64_t e) {  // false unless it lies in one range
+    if (!covers(b, e)) return false;
+    auto it = std::prev(r.upper_bound(b));
+    const uint64_t begin = it->first, end = it->second;
+    r.erase(it);
+    if (begin < b) r[begin] = b;
+    if (e < end) r[e] = end;
+    return true;
+  }
+  int64_t bytes() const {
+    int64_t n = 0;
+    for (auto& [b, e] : r) n += int64_t(e - b);
+    return n;
+  }
+};
+
+struct LiveSegment {
+  int64_t size = 0;  // an expandable one's address range
+  bool small = false, expandable = false;
+  Ranges mapped;  // expandable: its pages mapped now
+  int64_t reserved() const { return expandable ? mapped.bytes() : size; }
 };
 
 // The blocks and segments live at one moment, with their totals.
 struct Layout {
   std::unordered_map<uint64_t, LiveBlock> blocks;
-  std::map<uint64_t, std::pair<int64_t, bool>> segments;  // address -> size, small pool
+  std::map<uint64_t, LiveSegment> segments;  // by address
   CategoryBytes by_category{};
   int64_t reserved = 0;
+
+  // The segment that holds address a, or null.
+  LiveSegment* segment_at(uint64_t a) {
+    auto it = segments.upper_bound(a);
+    if (it == segments.begin()) return nullptr;
+    --it;
+    return a < it->first + uint64_t(it->second.size) ? &it->second : nullptr;
+  }
 
   void add(uint64_t a, const LiveBlock& b, int sign) {
     by_category[size_t(b.category)] += sign * b.bytes;
@@ -68,6 +123,21 @@ struct Layout {
       blocks.erase(a);
   }
 };
+
+// JSON from nlohmann that is safe inside <script>: '<', '>' and '&' (only ever inside strings) escaped.
+std::string script_safe(const nlohmann::json& j) {
+  std::string r;
+  for (char ch : j.dump()) {
+    if (ch == '<' || ch == '>' || ch == '&') {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", ch);
+      r += buf;
+    } else {
+      r += ch;
+    }
+  }
+  return r;
+}
 
 std::string hex(uint64_t a) {
   char buf[24];
@@ -98,17 +168,20 @@ Layout final_layout(const Recording& r) {
   Layout l;
   for (const SegmentInfo& s : r.segments) {
     const std::string at = "the layout at the end: segment " + hex(s.address);
+    LiveSegment seg{s.expandable ? s.virtual_size : s.size, s.small_pool, s.expandable, {}};
     uint64_t next = s.address;
     for (const BlockInfo& b : s.blocks) {
       if (b.address != next || b.size <= 0 || b.allocated > b.size)
         throw ValueError(at + ": its blocks do not tile it (block at " + hex(b.address) + ")");
       next += uint64_t(b.size);
-      if (b.in_use && b.allocated > 0) l.add(b.address, {b.allocated, b.requested, b.category, b.owner, b.op}, +1);
+      if (b.mapped && s.expandable) seg.mapped.add(b.address, b.address + uint64_t(b.size));
+      if (b.in_use && b.allocated > 0)
+        l.add(b.address, {b.allocated, b.size, b.requested, b.category, b.owner, b.op}, +1);
     }
-    if (next != s.address + uint64_t(s.size)) throw ValueError(at + ": its blocks do not cover its size");
-    if (!l.segments.emplace(s.address, std::make_pair(s.size, s.small_pool)).second)
-      throw ValueError(at + ": listed twice");
+    if (next != s.address + uint64_t(s.extent)) throw ValueError(at + ": its blocks do not cover its extent");
+    if (seg.reserved() != s.size) throw ValueError(at + ": its mapped blocks do not add up to its size");
     l.reserved += s.size;
+    if (!l.segments.emplace(s.address, std::move(seg)).second) throw ValueError(at + ": listed twice");
   }
   return l;
 }
@@ -133,7 +206,7 @@ void undo(const Checker& c, size_t i, Layout& l) {
       break;
     case K::Free:
       if (is_live) c.fail(i, "the address is still live after the free");
-      l.add(e.address, {e.bytes, e.requested, e.category, e.owner, e.op}, +1);
+      l.add(e.address, {e.bytes, std::max(e.carved, e.bytes), e.requested, e.category, e.owner, e.op}, +1);
       break;
     case K::Relabel: {
       check_block();
@@ -146,16 +219,29 @@ void undo(const Checker& c, size_t i, Layout& l) {
     }
     case K::SegmentAlloc: {
       auto s = l.segments.find(e.address);
-      if (s == l.segments.end() || s->second.first != e.bytes) c.fail(i, "no such segment afterwards");
+      if (s == l.segments.end() || s->second.size != e.bytes || s->second.expandable != e.expandable)
+        c.fail(i, "no such segment afterwards");
+      if (s->second.mapped.bytes()) c.fail(i, "pages of the segment are mapped before it is made");
+      l.reserved -= s->second.reserved();
       l.segments.erase(s);
-      l.reserved -= e.bytes;
       break;
     }
     case K::SegmentFree:
-      if (!l.segments.emplace(e.address, std::make_pair(e.bytes, e.small_pool)).second)
+      if (!l.segments.emplace(e.address, LiveSegment{e.bytes, e.small_pool, e.expandable, {}}).second)
         c.fail(i, "the segment is still there afterwards");
-      l.reserved += e.bytes;
+      l.reserved += e.expandable ? 0 : e.bytes;  // an expandable one unmapped all its pages first
       break;
+    case K::SegmentMap:
+    case K::SegmentUnmap: {
+      LiveSegment* s = l.segment_at(e.address);
+      const uint64_t end = e.address + uint64_t(e.bytes);
+      const bool ok = s && s->expandable &&
+                      (e.kind == K::SegmentMap ? s->mapped.remove(e.address, end) : s->mapped.add(e.address, end));
+      if (!ok)
+        c.fail(i, e.kind == K::SegmentMap ? "the pages are not mapped afterwards" : "the pages are mapped afterwards");
+      l.reserved += e.kind == K::SegmentMap ? -e.bytes : e.bytes;
+      break;
+    }
     default:
       break;
   }
@@ -245,7 +331,7 @@ struct Build {
   std::vector<std::string> strings;
   std::unordered_map<std::string, int> string_ids;
   struct Block {
-    int64_t start = -1, end = -2, bytes = 0, requested = 0;  // end -2: live at the end
+    int64_t start = -1, end = -2, bytes = 0, carved = 0, requested = 0;  // end -2: live at the end
     int op = 0, flags = 0, seg = 0;
     int64_t offset = 0, alloc_ev = -1, free_ev = -1;
     std::vector<std::array<int64_t, 3>> changes;  // point, category, owner
@@ -253,15 +339,18 @@ struct Build {
   std::vector<Block> blocks;
   std::map<uint64_t, int> live;  // address -> block
   struct Segment {
-    int64_t start, end = -2, size;
-    bool small;
+    int64_t start, end = -2, start_ev, end_ev = -1, size;
+    bool small, expandable;
     uint64_t address;
+    Ranges mapped;  // expandable: its pages mapped now
   };
   std::vector<Segment> segments;
   std::map<uint64_t, int> live_segments;  // address -> segment
-  std::vector<int64_t> mark_pos, mark_bytes;
+  std::vector<int64_t> map_seg, map_ev, map_offset, map_bytes, map_on;
+  std::vector<int64_t> mark_pos, mark_ev, mark_bytes, mark_forensics;
   std::vector<std::string> mark_kind;
   std::vector<int> mark_text;
+  std::vector<std::string> forensics;  // as JSON
 
   int string_id(const std::string& s) {
     auto [it, added] = string_ids.emplace(s, int(strings.size()));
@@ -269,9 +358,21 @@ struct Build {
     return it->second;
   }
   int64_t point() const { return int64_t(ev.size()); }  // the next point
-  void mark(const char* kind, const std::string& text, int64_t bytes) {
+  void mark(const char* kind, const std::string& text, int64_t bytes, int64_t ev, int64_t forensic = -1) {
     mark_pos.push_back(point()), mark_kind.emplace_back(kind), mark_text.push_back(string_id(text));
-    mark_bytes.push_back(bytes);
+    mark_bytes.push_back(bytes), mark_ev.push_back(ev), mark_forensics.push_back(forensic);
+  }
+  // Segment `s` at `address`, made by history event `ev` (-1: before the recording).
+  void add_segment(int64_t start, int64_t ev, uint64_t address, const LiveSegment& s) {
+    live_segments[address] = int(segments.size());
+    segments.push_back({start, -2, ev, -1, s.size, s.small, s.expandable, address, {}});
+    for (auto& [b, e] : s.mapped.r) map(ev, address, b, e, true);
+  }
+  void map(int64_t ev, uint64_t seg_address, uint64_t b, uint64_t e, bool on) {
+    const int k = live_segments.at(seg_address);
+    map_seg.push_back(k), map_ev.push_back(ev), map_offset.push_back(int64_t(b - seg_address));
+    map_bytes.push_back(int64_t(e - b)), map_on.push_back(on);
+    if (on) segments[size_t(k)].mapped.add(b, e);
   }
   void open_block(const Checker& c, size_t i, uint64_t a, const LiveBlock& b, int64_t start, int64_t alloc_ev);
   void event(const Checker& c, size_t i);
@@ -289,14 +390,16 @@ void Build::open_block(const Checker& c, size_t i, uint64_t a, const LiveBlock& 
   if (seg == live_segments.begin()) c.fail(i, "the block lies in no segment");
   --seg;
   const Segment& s = segments[size_t(seg->second)];
-  if (a + uint64_t(b.bytes) > s.address + uint64_t(s.size)) c.fail(i, "the block lies in no segment");
+  const uint64_t end = a + uint64_t(b.carved);
+  if (end > s.address + uint64_t(s.size)) c.fail(i, "the block lies in no segment");
+  if (s.expandable && !s.mapped.covers(a, end)) c.fail(i, "the block lies in pages its segment has not mapped");
   const auto next = live.lower_bound(a);
-  const bool overlaps_next = next != live.end() && next->first < a + uint64_t(b.bytes);
+  const bool overlaps_next = next != live.end() && next->first < end;
   const bool overlaps_previous =
-      next != live.begin() && std::prev(next)->first + uint64_t(blocks[size_t(std::prev(next)->second)].bytes) > a;
+      next != live.begin() && std::prev(next)->first + uint64_t(blocks[size_t(std::prev(next)->second)].carved) > a;
   if (overlaps_next || overlaps_previous) c.fail(i, "the block overlaps a live one");
   Block nb;
-  nb.start = start, nb.bytes = b.bytes, nb.requested = b.requested, nb.op = string_id(b.op);
+  nb.start = start, nb.bytes = b.bytes, nb.carved = b.carved, nb.requested = b.requested, nb.op = string_id(b.op);
   nb.flags = int(flags_of(b.owner, b.category)), nb.seg = seg->second, nb.offset = int64_t(a - s.address);
   nb.alloc_ev = alloc_ev;
   nb.changes.push_back({start, int64_t(b.category), string_id(b.owner)});
@@ -314,7 +417,8 @@ void Build::event(const Checker& c, size_t i) {
   };
   switch (e.kind) {
     case K::Alloc:
-      open_block(c, i, e.address, {e.bytes, e.requested, e.category, e.owner, e.op}, p, int64_t(r.index[i]));
+      open_block(c, i, e.address, {e.bytes, std::max(e.carved, e.bytes), e.requested, e.category, e.owner, e.op}, p,
+                 int64_t(r.index[i]));
       break;
     case K::Free: {
       Block& b = block();
@@ -329,27 +433,48 @@ void Build::event(const Checker& c, size_t i) {
       break;
     }
     case K::SegmentAlloc:
-      live_segments[e.address] = int(segments.size());
-      segments.push_back({p, -2, e.bytes, e.small_pool, e.address});
+      add_segment(p, int64_t(r.index[i]), e.address, {e.bytes, e.small_pool, e.expandable, {}});
       break;
+    case K::SegmentMap:
+    case K::SegmentUnmap: {  // checked on the way back: the pages lie in a live expandable segment
+      auto it = std::prev(live_segments.upper_bound(e.address));
+      const uint64_t end = e.address + uint64_t(e.bytes);
+      if (e.kind == K::SegmentUnmap) {
+        auto k = live.lower_bound(e.address);  // no live block may lie in unmapped pages
+        if (k != live.begin()) --k;
+        for (; k != live.end() && k->first < end; ++k)
+          if (k->first + uint64_t(blocks[size_t(k->second)].carved) > e.address) c.fail(i, "it unmaps a live block");
+        segments[size_t(it->second)].mapped.remove(e.address, end);
+      }
+      map(int64_t(r.index[i]), it->first, e.address, end, e.kind == K::SegmentMap);
+      break;
+    }
     case K::SegmentFree: {
       auto it = live_segments.find(e.address);
       if (it == live_segments.end()) c.fail(i, "no live segment there");
-      segments[size_t(it->second)].end = p;
+      segments[size_t(it->second)].end = p, segments[size_t(it->second)].end_ev = int64_t(r.index[i]);
       live_segments.erase(it);
       break;
     }
     case K::Annotation: {
       const bool step = e.note.rfind("step ", 0) == 0,
                  phase = e.note == "forward" || e.note == "backward" || e.note == "optimizer";
-      mark(step ? "step" : phase ? "phase" : "note", e.note, 0);
+      mark(step ? "step" : phase ? "phase" : "note", e.note, 0, int64_t(r.index[i]));
       break;
     }
     case K::Oom:
+      if (e.fragmentation) {  // with the page's numbers of the live blocks that split the room it needed
+        nlohmann::json f = fragmentation_json(*e.fragmentation), pinned = nlohmann::json::array();
+        for (const SplitHole& h : e.fragmentation->split_holes)
+          for (const BlockRef& b : h.pinning)
+            if (auto it = live.find(b.address); it != live.end()) pinned.push_back(it->second);
+        f["blocks"] = std::move(pinned);
+        forensics.push_back(script_safe(f));
+      }
       mark("oom",
            "out of memory: " + format_bytes(e.bytes) + " of " + category_name(e.category) +
                (e.owner.empty() ? "" : " for " + e.owner) + (e.op.empty() ? "" : " (" + e.op + ")"),
-           e.bytes);
+           e.bytes, int64_t(r.index[i]), e.fragmentation ? int64_t(forensics.size()) - 1 : -1);
       break;
     case K::Evict:
     case K::Offload:
@@ -361,7 +486,7 @@ void Build::event(const Checker& c, size_t i) {
                                                                      {K::Fetch, {"fetch", kFlagFetched}}};
       const auto& [name, flag] = kinds.at(e.kind);
       block().flags |= flag;
-      mark(name, e.owner, e.bytes);
+      mark(name, e.owner, e.bytes, int64_t(r.index[i]));
       break;
     }
   }
@@ -392,32 +517,32 @@ std::string Build::json(const Layout& first) {
   for (auto& c : cat) j.list(c, true);
   j.close(']'), j.close('}');
   j.field("strings", strings);
-  std::vector<int64_t> b_[11], c_[4];  // the blocks' and the changes' columns
+  std::vector<int64_t> b_[12], c_[4];  // the blocks' and the changes' columns
   for (size_t i = 0; i < blocks.size(); ++i) {
     const Block& b = blocks[i];
     const int64_t col[] = {
-        b.start,   b.end < -1 ? n : b.end, b.bytes, b.requested, b.op, b.flags, b.seg, b.offset, b.alloc_ev,
+        b.start,   b.end < -1 ? n : b.end, b.bytes, b.carved, b.requested, b.op, b.flags, b.seg, b.offset, b.alloc_ev,
         b.free_ev, int64_t(c_[0].size())};
-    for (int k = 0; k < 11; ++k) b_[k].push_back(col[k]);
+    for (int k = 0; k < 12; ++k) b_[k].push_back(col[k]);
     for (auto& [p, k, o] : b.changes)
       c_[0].push_back(int64_t(i)), c_[1].push_back(p), c_[2].push_back(k), c_[3].push_back(o);
   }
-  const char* b_names[] = {"start", "end",    "bytes",    "requested", "op",    "flags",
-                           "seg",   "offset", "alloc_ev", "free_ev",   "change"};
+  const char* b_names[] = {"start", "end", "bytes",  "carved",   "requested", "op",
+                           "flags", "seg", "offset", "alloc_ev", "free_ev",   "change"};
   j.key("blocks"), j.open('{');
-  for (int k = 0; k < 11; ++k) j.field(b_names[k], b_[k]);
+  for (int k = 0; k < 12; ++k) j.field(b_names[k], b_[k]);
   j.close('}');
   const char* c_names[] = {"block", "point", "cat", "owner"};
   j.key("changes"), j.open('{');
   for (int k = 0; k < 4; ++k) j.field(c_names[k], c_[k]);
   j.close('}');
-  std::vector<int64_t> s_[4];
+  std::vector<int64_t> s_[7];
   std::vector<std::string> address;
   j.key("segments"), j.open('{');
   j.key("extra"), j.open('[');
   for (const Segment& s : segments) {
-    const int64_t col[] = {s.start, s.end < -1 ? n : s.end, s.size, s.small};
-    for (int k = 0; k < 4; ++k) s_[k].push_back(col[k]);
+    const int64_t col[] = {s.start, s.end < -1 ? n : s.end, s.start_ev, s.end_ev, s.size, s.small, s.expandable};
+    for (int k = 0; k < 7; ++k) s_[k].push_back(col[k]);
     address.push_back(hex(s.address));
     std::string extra = "{}";  // the snapshot's own fields, for the segments live at the end
     for (size_t k = 0; k < r.segments.size() && s.end < -1; ++k)
@@ -425,14 +550,24 @@ std::string Build::json(const Layout& first) {
     j.value(extra);
   }
   j.close(']');
-  const char* s_names[] = {"start", "end", "size", "small"};
-  for (int k = 0; k < 4; ++k) j.field(s_names[k], s_[k]);
+  const char* s_names[] = {"start", "end", "start_ev", "end_ev", "size", "small", "expandable"};
+  for (int k = 0; k < 7; ++k) j.field(s_names[k], s_[k]);
   j.field("address", address);
   j.key("device_extra"), j.value(r.device_extras);
   j.close('}');
+  j.key("maps"), j.open('{');
+  j.field("seg", map_seg), j.field("ev", map_ev), j.field("offset", map_offset), j.field("bytes", map_bytes);
+  j.field("on", map_on);
+  j.close('}');
   j.key("marks"), j.open('{');
-  j.field("pos", mark_pos), j.field("kind", mark_kind), j.field("text", mark_text), j.field("bytes", mark_bytes);
-  j.close('}'), j.close('}');
+  j.field("pos", mark_pos), j.field("ev", mark_ev), j.field("kind", mark_kind), j.field("text", mark_text);
+  j.field("bytes", mark_bytes), j.field("forensics", mark_forensics);
+  j.close('}');
+  j.key("forensics"), j.open('[');
+  for (const std::string& f : forensics) j.value(f);
+  j.close(']');
+  j.key("fragmentation"), j.value(r.fragmentation ? script_safe(fragmentation_json(*r.fragmentation)) : "null");
+  j.close('}');
   return j.s;
 }
 
@@ -442,10 +577,7 @@ std::string timeline_data(const Recording& r) {
   const Checker c{r};
   const Layout first = initial_layout(r);
   Build b(r);
-  for (auto& [a, s] : first.segments) {
-    b.live_segments[a] = int(b.segments.size());
-    b.segments.push_back({-1, -2, s.first, s.second, a});
-  }
+  for (auto& [a, s] : first.segments) b.add_segment(-1, -1, a, s);
   const std::map<uint64_t, LiveBlock> before(first.blocks.begin(), first.blocks.end());  // in address order
   for (auto& [a, blk] : before) b.open_block(c, r.events.size(), a, blk, -1, -1);
   for (size_t i = 0; i < r.events.size(); ++i) b.event(c, i);

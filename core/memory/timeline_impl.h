@@ -1,6 +1,7 @@
 // What the timeline page is made from (private to core/memory): one device's recorded history with
 // the allocator's layout at its end, from the live allocator or read back from a snapshot file.
 #pragma once
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,18 +15,22 @@ struct Recording {
   std::string title;
   std::string source;  // the snapshot's file name ("" when live)
   Device device;
-  std::vector<MemoryEvent> events;    // of `device`, oldest first
-  std::vector<size_t> index;          // each event's place in the whole history (all devices)
-  std::vector<SegmentInfo> segments;  // the allocator's layout right after the last event
-  int64_t limit = 0;                  // the device's memory limit (0: none)
+  std::vector<MemoryEvent> events;                     // of `device`, oldest first
+  std::vector<size_t> index;                           // each event's place in the whole history (all devices)
+  std::vector<SegmentInfo> segments;                   // the allocator's layout right after the last event
+  int64_t limit = 0;                                   // the device's memory limit (0: none)
+  std::shared_ptr<const Fragmentation> fragmentation;  // the forensics at the end (none from a version 2 snapshot)
   // Fields of the snapshot's device entry and of its segments that the page does not interpret,
   // as JSON objects: the segment view lists them as they are (the format grows by adding fields).
   std::string device_extras = "{}";
   std::vector<std::string> segment_extras;
 };
 
-// The snapshot's entry of device `d` (stats, segments and their blocks), as dump_snapshot writes it.
+// The snapshot's entry of device `d` (stats, segments and their blocks, the fragmentation forensics
+// now), as dump_snapshot writes it.
 nlohmann::json device_json(const Device& d);
+// Fragmentation forensics as the snapshot stores them (docs/memory.md lists the fields), and read back.
+nlohmann::json fragmentation_json(const Fragmentation& f);
 
 // `d`'s history and layout now.
 Recording current_recording(const Device& d, const std::string& title);

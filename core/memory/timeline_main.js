@@ -1,4 +1,4 @@
-// The memory timeline page, part 4 of 4: the page itself. Its state, the header, zoom and pan on a
+// The memory timeline page, part 5 of 5: the page itself. Its state, the header, zoom and pan on a
 // shared x axis, hover and click, and a hook that tests/browser uses to hover and click like a user.
 
 const page = {
@@ -220,6 +220,7 @@ function main() {
   buildHeader();
   buildCharts();
   setAxis(document.getElementById('axis').value);
+  renderSegmentMaps();
   const first = page.runs[0];
   if (first.n) {  // the peak of run A, and each other run's own peak
     const X = page.X[0];

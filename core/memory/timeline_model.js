@@ -1,4 +1,4 @@
-// The memory timeline page, part 1 of 4: its data. core/memory/timeline_data.cpp writes it (the
+// The memory timeline page, part 1 of 5: its data. core/memory/timeline_data.cpp writes it (the
 // fields are listed there); here it becomes typed arrays, with the questions the page asks of it:
 // which blocks are live at a point, in which category and for which owner, and the breakdowns.
 
@@ -22,15 +22,16 @@ function sums(deltas) {
 }
 
 function decodeRun(raw) {
-  const P = raw.points, B = raw.blocks, C = raw.changes, S = raw.segments, M = raw.marks;
+  const P = raw.points, B = raw.blocks, C = raw.changes, S = raw.segments, M = raw.marks, W = raw.maps;
   const run = {
     title: raw.title, source: raw.source, device: raw.device, limit: raw.limit, events: raw.events,
-    before: raw.before, peak: raw.peak, strings: raw.strings,
+    before: raw.before, peak: raw.peak, strings: raw.strings, fragmentation: raw.fragmentation,
     n: P.ev.length, ev: sums(P.ev), t: sums(P.t), allocated: sums(P.allocated), reserved: sums(P.reserved),
     cat: P.cat.map(sums),
     nb: B.start.length,
     blocks: {
       start: Int32Array.from(B.start), end: Int32Array.from(B.end), bytes: Float64Array.from(B.bytes),
+      carved: Float64Array.from(B.carved),
       requested: Float64Array.from(B.requested), op: Int32Array.from(B.op), flags: Int32Array.from(B.flags),
       seg: Int32Array.from(B.seg), offset: Float64Array.from(B.offset), allocEv: Float64Array.from(B.alloc_ev),
       freeEv: Float64Array.from(B.free_ev), change: Int32Array.from(B.change),
@@ -39,10 +40,16 @@ function decodeRun(raw) {
       point: Int32Array.from(C.point), cat: Int32Array.from(C.cat), owner: Int32Array.from(C.owner),
     },
     segments: {
-      start: Int32Array.from(S.start), end: Int32Array.from(S.end), size: Float64Array.from(S.size),
-      small: S.small.map(Boolean), address: S.address, extra: S.extra, deviceExtra: S.device_extra,
+      start: Int32Array.from(S.start), end: Int32Array.from(S.end), startEv: Float64Array.from(S.start_ev),
+      endEv: Float64Array.from(S.end_ev), size: Float64Array.from(S.size), small: S.small.map(Boolean),
+      expandable: S.expandable.map(Boolean), address: S.address, extra: S.extra, deviceExtra: S.device_extra,
     },
-    marks: M.pos.map((pos, i) => ({pos, kind: M.kind[i], text: raw.strings[M.text[i]], bytes: M.bytes[i]})),
+    maps: {
+      seg: Int32Array.from(W.seg), ev: Float64Array.from(W.ev), offset: Float64Array.from(W.offset),
+      bytes: Float64Array.from(W.bytes), on: W.on.map(Boolean),
+    },
+    marks: M.pos.map((pos, i) => ({pos, ev: M.ev[i], kind: M.kind[i], text: raw.strings[M.text[i]], bytes: M.bytes[i],
+      forensics: M.forensics[i] >= 0 ? raw.forensics[M.forensics[i]] : null})),
   };
   run.steps = run.marks.filter((m) => m.kind === 'step');
   run.phases = phaseSpans(run);

@@ -1,7 +1,7 @@
-// The memory timeline page, part 3 of 4: what the charts answer. Hover: the block under the cursor
+// The memory timeline page, part 3 of 5: what the charts answer. Hover: the block under the cursor
 // (its owner, category, op, bytes, life and what happened to it). Click: the breakdown by category
-// and by owner at that instant (two runs side by side with their difference), and the allocator's
-// segments with the blocks in them.
+// and by owner at that instant (two runs side by side with their difference); the allocator's
+// segments at that instant are part 4.
 
 // The block of `chart` under (px, py): the column's point, the category band that holds the bytes
 // at py, and in it the live blocks of that category stacked oldest first.
@@ -180,86 +180,4 @@ function compareSummary() {
   const ra = maxOf(A.reserved), rb = maxOf(B.reserved);
   return '<h3>Difference by category, each at its own peak</h3>' + diffTable('Category', rows, 'peak-total') +
     '<p>Reserved at the most: ' + fmtBytes(ra) + ' and ' + fmtBytes(rb) + ' (' + fmtSigned(rb - ra) + ').</p>';
-}
-
-// ---- the segment view: the allocator's segments at an instant, with the blocks live in them
-
-function segmentLayout(run, p) {
-  const S = run.segments, segs = new Map();
-  for (let s = 0; s < S.start.length; s++)
-    if (S.start[s] <= p && p < S.end[s]) segs.set(s, {s, blocks: [], used: 0});
-  for (const l of liveAt(run, p)) {
-    const g = segs.get(run.blocks.seg[l.b]);
-    if (g) g.blocks.push(l), g.used += run.blocks.bytes[l.b];
-  }
-  const list = [...segs.values()];
-  for (const g of list) {
-    g.blocks.sort((a, b) => run.blocks.offset[a.b] - run.blocks.offset[b.b]);
-    let at = 0;
-    g.gap = 0;
-    for (const l of g.blocks) g.gap = Math.max(g.gap, run.blocks.offset[l.b] - at), at = run.blocks.offset[l.b] +
-      run.blocks.bytes[l.b];
-    g.gap = Math.max(g.gap, S.size[g.s] - at);
-  }
-  return list.sort((a, b) => S.small[a.s] - S.small[b.s] || S.size[b.s] - S.size[a.s] || a.s - b.s);
-}
-
-function extraHtml(obj) {
-  const keys = Object.keys(obj || {});
-  return keys.length ? '<dl class="extra">' + keys.map((k) => '<dt>' + esc(k) + '</dt><dd>' +
-    esc(JSON.stringify(obj[k])) + '</dd>').join('') + '</dl>' : '';
-}
-
-function renderSegments(host, ri, p) {
-  const run = page.runs[ri], S = run.segments, list = segmentLayout(run, p);
-  const name = page.runs.length > 1 ? runLabel(ri) : '';
-  const sum = (f) => list.reduce((a, g) => a + f(g), 0), small = list.filter((g) => S.small[g.s]);
-  const reserved = sum((g) => S.size[g.s]), used = sum((g) => g.used);
-  const sec = document.createElement('div');
-  sec.innerHTML = '<h2>Segments' + (name ? ' of ' + esc(name) : '') + ' at event #' + fmtInt(run.ev[p]) + '</h2><p>' +
-    plural(list.length, 'segment') + ' hold' + (list.length === 1 ? 's ' : ' ') + fmtBytes(reserved) + ': ' + (list.length - small.length) + ' in the large pool (' +
-    fmtBytes(reserved - sum((g) => S.small[g.s] ? S.size[g.s] : 0)) + '), ' + small.length + ' in the small pool (' +
-    fmtBytes(sum((g) => S.small[g.s] ? S.size[g.s] : 0)) + '). ' + fmtBytes(used) + ' allocated in them, ' +
-    fmtBytes(reserved - used) + ' free inside segments; the largest free gap is ' +
-    fmtBytes(list.length ? maxOf(list.map((g) => g.gap)) : 0) + '.</p>' + extraHtml(S.deviceExtra) +
-    '<p class="muted">Blocks are drawn with the ledger\'s bytes (the request rounded up to 512 B); the allocator may ' +
-    'carve a block slightly larger, when the rest of a free block is too small to split.</p>';
-  host.appendChild(sec);
-  const shown = list.slice(0, 300), rowH = 16, width = Math.max(600, host.clientWidth - 4), barX = 250;
-  if (!shown.length) return;
-  const {canvas, ctx} = makeCanvas(sec, 'segments', width, shown.length * rowH + 4);
-  const maxSize = Math.max(...shown.map((g) => S.size[g.s])), barW = width - barX - 10;
-  const widthOf = (g) => Math.max(3, S.size[g.s] / maxSize * barW);
-  ctx.font = '11px monospace';
-  ctx.textBaseline = 'middle';
-  shown.forEach((g, row) => {
-    const y = row * rowH + 2, w = widthOf(g);
-    ctx.fillStyle = '#333';
-    ctx.fillText(S.address[g.s] + ' ' + fmtBytes(S.size[g.s]) + (S.small[g.s] ? ' small' : ' large'), 0, y + rowH / 2);
-    ctx.fillStyle = '#e6e6e6';
-    ctx.fillRect(barX, y, w, rowH - 3);
-    for (const l of g.blocks) {
-      ctx.fillStyle = COLORS[l.cat];
-      const bx = barX + run.blocks.offset[l.b] / S.size[g.s] * w, bw = run.blocks.bytes[l.b] / S.size[g.s] * w;
-      ctx.fillRect(bx, y, Math.max(1, bw - (bw > 3 ? 1 : 0)), rowH - 3);
-    }
-  });
-  if (list.length > shown.length) {
-    const more = document.createElement('p');
-    more.className = 'muted';
-    more.textContent = 'and ' + (list.length - shown.length) + ' smaller segments, not drawn';
-    sec.appendChild(more);
-  }
-  canvas.addEventListener('mousemove', (e) => {
-    const r = canvas.getBoundingClientRect(), g = shown[Math.floor((e.clientY - r.top - 2) / rowH)];
-    if (!g) return hideTooltip();
-    const off = (e.clientX - r.left - barX) / widthOf(g) * S.size[g.s];
-    const l = g.blocks.find((x) => run.blocks.offset[x.b] <= off && off < run.blocks.offset[x.b] + run.blocks.bytes[x.b]);
-    const head = '<div class="muted">segment ' + S.address[g.s] + ', ' + fmtBytes(S.size[g.s]) + ', ' +
-      (S.small[g.s] ? 'small' : 'large') + ' pool; ' + fmtBytes(g.used) + ' allocated in ' +
-      plural(g.blocks.length, 'block') + '</div>' + extraHtml(S.extra[g.s]);
-    showTooltip((l ? blockHtml(run, l.b, p) + '<div class="muted">at offset ' + fmtInt(run.blocks.offset[l.b]) +
-      '</div>' : off >= 0 && off < S.size[g.s] ? '<div>free</div>' : '') + head, {}, e.clientX, e.clientY);
-  });
-  canvas.addEventListener('mouseleave', hideTooltip);
 }

@@ -8,7 +8,7 @@
 #include <memgrad/kernels/cpu/cpu_kernels.h>
 #include <memgrad/kernels/cpu/loops.h>
 
-namespace mg::cpu {
+namespace mg::cpu::MG_CPU_ISA_NS {
 
 namespace {
 
@@ -193,4 +193,4 @@ void adafactor_update(const TensorLists& lists, const std::vector<adafactor::Sca
   }
 }
 
-}  // namespace mg::cpu
+}  // namespace mg::cpu::MG_CPU_ISA_NS

@@ -7,7 +7,7 @@
 #include <memgrad/kernels/cpu/loops.h>
 #include <memgrad/kernels/quantize8bit.h>
 
-namespace mg::cpu {
+namespace mg::cpu::MG_CPU_ISA_NS {
 
 namespace {
 
@@ -87,4 +87,4 @@ void adam8bit_update(const TensorLists& lists, const std::vector<quant::Adam8bit
   }
 }
 
-}  // namespace mg::cpu
+}  // namespace mg::cpu::MG_CPU_ISA_NS

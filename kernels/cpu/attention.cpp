@@ -1,5 +1,5 @@
 // Fused attention on the CPU: for each batch*head, blocks of query rows meet all the keys they
-// may see through single-threaded GEMMs (gemm_serial: OpenBLAS or Eigen, as matmul's variant). The
+// may see through single-threaded GEMMs (gemm_serial: the library matmul's variant picks). The
 // [rows, Tk] tile is per-thread scratch for the call (like the GEMMs' packing buffers, outside the
 // ledger); no [Tq, Tk] tensor exists.
 #include <Eigen/Core>
@@ -8,9 +8,10 @@
 #include <vector>
 
 #include <memgrad/kernels/cpu/cpu_kernels.h>
+#include <memgrad/kernels/cpu/gemm.h>
 #include <memgrad/kernels/cpu/loops.h>
 
-namespace mg::cpu {
+namespace mg::cpu::MG_CPU_ISA_NS {
 
 namespace {
 
@@ -211,4 +212,4 @@ void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k
   });
 }
 
-}  // namespace mg::cpu
+}  // namespace mg::cpu::MG_CPU_ISA_NS

@@ -2,7 +2,7 @@
 #include <memgrad/kernels/cpu/cpu_kernels.h>
 #include <memgrad/kernels/cpu/loops.h>
 
-namespace mg::cpu {
+namespace mg::cpu::MG_CPU_ISA_NS {
 
 namespace {
 // Calls f(plane, ...) for each of the n * c image planes, in parallel.
@@ -153,4 +153,4 @@ void avg_pool2d_backward(const Tensor& grad, const Out& grad_x, const Conv2dGeom
   });
 }
 
-}  // namespace mg::cpu
+}  // namespace mg::cpu::MG_CPU_ISA_NS

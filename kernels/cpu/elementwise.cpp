@@ -6,7 +6,7 @@
 #include <memgrad/kernels/cpu/loops.h>
 #include <memgrad/kernels/unary.h>
 
-namespace mg::cpu {
+namespace mg::cpu::MG_CPU_ISA_NS {
 
 void copy(const Tensor& src, const Out& dst) {
   if (src.dtype() == dst.dtype() && src.is_contiguous() && dst.is_contiguous() && src.shape() == dst.shape()) {
@@ -223,9 +223,9 @@ void dropout(const Tensor& x, const Out& out, double p, uint64_t seed, uint64_t 
   });
 }
 
-}  // namespace mg::cpu
+}  // namespace mg::cpu::MG_CPU_ISA_NS
 
-namespace mg::cpu {
+namespace mg::cpu::MG_CPU_ISA_NS {
 
 void bias_dropout_add(const Tensor& x, const Tensor& bias, const Tensor& residual, const Out& out, double p,
                       uint64_t seed, uint64_t offset) {
@@ -264,4 +264,4 @@ void bias_dropout_add(const Tensor& x, const Tensor& bias, const Tensor& residua
   });
 }
 
-}  // namespace mg::cpu
+}  // namespace mg::cpu::MG_CPU_ISA_NS

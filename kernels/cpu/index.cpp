@@ -4,7 +4,7 @@
 #include <memgrad/kernels/cpu/cpu_kernels.h>
 #include <memgrad/kernels/cpu/loops.h>
 
-namespace mg::cpu {
+namespace mg::cpu::MG_CPU_ISA_NS {
 
 namespace {
 void check_indices(const char* op, const int64_t* idx, int64_t n, int64_t size) {
@@ -99,4 +99,4 @@ void scatter_add(const Out& dst, int64_t dim, const Tensor& index, const Tensor&
   scatter_into("scatter_add", dst, dim, index, src, true);
 }
 
-}  // namespace mg::cpu
+}  // namespace mg::cpu::MG_CPU_ISA_NS

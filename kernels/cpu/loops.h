@@ -16,7 +16,7 @@
 #include <memgrad/core/tensor.h>
 #include <memgrad/kernels/host_device.h>
 
-namespace mg::cpu {
+namespace mg::cpu::MG_CPU_ISA_NS {
 
 // NaN test that compiles (to false) for integer types.
 template <class A>
@@ -249,4 +249,4 @@ void map(const Tensor& out, F f, const Each<In, Tensor>&... in) {
                   });
 }
 
-}  // namespace mg::cpu
+}  // namespace mg::cpu::MG_CPU_ISA_NS

@@ -6,7 +6,7 @@
 #include <memgrad/kernels/cpu/cpu_kernels.h>
 #include <memgrad/kernels/cpu/loops.h>
 
-namespace mg::cpu {
+namespace mg::cpu::MG_CPU_ISA_NS {
 
 namespace {
 void check_targets(const Tensor& target, int64_t classes, int64_t ignore_index) {
@@ -116,4 +116,4 @@ void cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const
   });
 }
 
-}  // namespace mg::cpu
+}  // namespace mg::cpu::MG_CPU_ISA_NS

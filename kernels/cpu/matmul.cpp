@@ -1,67 +1,24 @@
-// Batched GEMM, variants "auto" (the default: OpenBLAS, but Eigen for inner sizes below
-// kBlasMinInner), "openblas" (cblas_sgemm/dgemm) and "eigen"; only "eigen" without MG_OPENBLAS. Operands are used
-// without copies when one of their two matrix strides is 1; the 16-bit types are widened to float and computed there,
-// integer types always run on Eigen. Both variants copy exactly the same operands, so the ledger does not depend on the
-// variant; their packing buffers are their own (OpenBLAS's pool, Eigen's stack/heap), outside the ledger. Every
-// product, and the fused attention's tiles, goes through gemm_serial: one thread's GEMM on either library.
+// Batched GEMM on the library matmul's kernel variant picks (kernels/cpu/gemm.h: "auto", "onednn",
+// "openblas", "eigen", as the build links them). Operands are used without copies when one of their two
+// matrix strides is 1; the 16-bit types are widened to float and computed there, integer types always
+// run on Eigen. Every variant copies exactly the same operands, so the ledger does not depend on the
+// variant; their packing buffers are their own (oneDNN's and OpenBLAS's pools, Eigen's stack/heap),
+// outside the ledger. Every product, and the fused attention's tiles, goes through gemm_serial: one
+// thread's GEMM on the chosen library.
 #include <omp.h>
 
 #include <algorithm>
 
-#include <Eigen/Core>
-#ifdef MG_WITH_OPENBLAS
-#include <cblas.h>
-#endif
-
-#include <memgrad/core/variants.h>
-#include <memgrad/kernels/blas_layout.h>
 #include <memgrad/kernels/cpu/cpu_kernels.h>
+#include <memgrad/kernels/cpu/gemm.h>
 #include <memgrad/kernels/cpu/loops.h>
 
-namespace mg::cpu {
+namespace mg::cpu::MG_CPU_ISA_NS {
 
 namespace {
 
-template <class A>
-using RowMat = Eigen::Matrix<A, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-
-template <class A, int Order>
-using MatMap = Eigen::Map<const Eigen::Matrix<A, Eigen::Dynamic, Eigen::Dynamic, Order>, 0, Eigen::OuterStride<>>;
-
 // Products with fewer multiply-adds than this run on one thread.
 constexpr int64_t kGemmGrain = int64_t(1) << 15;
-
-#ifdef MG_WITH_OPENBLAS
-const std::atomic<int>& g_variant = register_kernel_variants(DeviceType::CPU, "matmul", {"auto", "openblas", "eigen"});
-// bench_gemm, one core: at K = 10 (the MLP's 1024 -> 10 layer, grad of its input) Eigen reaches
-// 1.4x OpenBLAS's GFLOP/s; at K = 64 and above OpenBLAS wins every step shape (1.2x to 1.8x).
-constexpr int64_t kBlasMinInner = 16;
-bool use_openblas(int64_t K) {
-  const int v = g_variant.load(std::memory_order_relaxed);
-  return v == 1 || (v == 0 && K >= kBlasMinInner);
-}
-
-// cblas_sgemm or cblas_dgemm, row-major.
-template <class A>
-void cblas_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, A alpha, const A* a, int64_t lda,
-                const A* b, int64_t ldb, A beta, A* c, int64_t ldc) {
-  const CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
-  if constexpr (std::is_same_v<A, float>)
-    cblas_sgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
-  else
-    cblas_dgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
-}
-#else
-[[maybe_unused]] const std::atomic<int>& g_variant = register_kernel_variants(DeviceType::CPU, "matmul", {"eigen"});
-#endif
-
-// Whether BLAS takes a stored rows x cols row-major matrix with leading dimension ld as it is
-// (kernels::blas_layout, which also sets ld for a single row); Eigen maps the others.
-[[maybe_unused]] bool blas_leading_dim(int64_t rows, int64_t cols, int64_t& ld) {
-  const kernels::BlasLayout l = kernels::blas_layout(rows, cols, ld, 1);
-  ld = l.ld;
-  return l.kind == kernels::BlasLayout::Rows && std::max({rows, cols, ld}) <= INT32_MAX;
-}
 
 // The matrix of a [B, R, C] operand with strides s as gemm_serial takes it: row-major with leading
 // dimension s[1] when the column stride is 1, else the transpose of one with leading dimension s[2].
@@ -142,39 +99,4 @@ void matmul(const Tensor& a, const Tensor& b, const Out& out) {
   if (!result.is_same(out)) copy(result, out);
 }
 
-template <class A>
-void gemm_serial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, A alpha, const A* a, int64_t lda,
-                 const A* b, int64_t ldb, A beta, A* c, int64_t ldc) {
-  if (m == 0 || n == 0) return;
-#ifdef MG_WITH_OPENBLAS
-  if constexpr (std::is_same_v<A, float> || std::is_same_v<A, double>) {
-    int64_t la = lda, lb = ldb;
-    if (use_openblas(k) && blas_leading_dim(trans_a ? k : m, trans_a ? m : k, la) &&
-        blas_leading_dim(trans_b ? n : k, trans_b ? k : n, lb) && blas_leading_dim(m, n, ldc))
-      return cblas_gemm<A>(trans_a, trans_b, m, n, k, alpha, a, la, b, lb, beta, c, ldc);
-  }
-#endif
-  using Stride = Eigen::OuterStride<>;
-  Eigen::Map<RowMat<A>, 0, Stride> cm(c, m, n, Stride(ldc));
-  auto product = [&](const auto& am, const auto& bm) {
-    if (beta == A(0)) return void(cm.noalias() = alpha * am * bm);
-    if (beta != A(1)) cm *= beta;
-    cm.noalias() += alpha * am * bm;
-  };
-  auto with_b = [&](const auto& am) {  // a transposed operand is a column-major view of its storage
-    if (trans_b)
-      product(am, MatMap<A, Eigen::ColMajor>(b, k, n, Stride(ldb)));
-    else
-      product(am, MatMap<A, Eigen::RowMajor>(b, k, n, Stride(ldb)));
-  };
-  if (trans_a)
-    with_b(MatMap<A, Eigen::ColMajor>(a, m, k, Stride(lda)));
-  else
-    with_b(MatMap<A, Eigen::RowMajor>(a, m, k, Stride(lda)));
-}
-template void gemm_serial<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
-                                 int64_t, float, float*, int64_t);
-template void gemm_serial<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t, const double*,
-                                  int64_t, double, double*, int64_t);
-
-}  // namespace mg::cpu
+}  // namespace mg::cpu::MG_CPU_ISA_NS

@@ -6,7 +6,7 @@
 #include <memgrad/kernels/cpu/cpu_kernels.h>
 #include <memgrad/kernels/cpu/loops.h>
 
-namespace mg::cpu {
+namespace mg::cpu::MG_CPU_ISA_NS {
 
 namespace {
 
@@ -107,4 +107,4 @@ void non_finite_check_and_unscale(const std::vector<Tensor>& tensors, const Out&
   if (found) ptr<float>(found_inf)[0] = 1.0f;
 }
 
-}  // namespace mg::cpu
+}  // namespace mg::cpu::MG_CPU_ISA_NS

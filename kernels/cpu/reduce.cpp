@@ -7,7 +7,7 @@
 #include <memgrad/kernels/cpu/loops.h>
 #include <memgrad/kernels/scan.h>
 
-namespace mg::cpu {
+namespace mg::cpu::MG_CPU_ISA_NS {
 
 namespace {
 // Accumulator type: double for floating inputs, int64 for integers and bool.
@@ -143,4 +143,4 @@ void arg_reduce(ReduceOp op, const Tensor& x, const Out& values, const Out& indi
   });
 }
 
-}  // namespace mg::cpu
+}  // namespace mg::cpu::MG_CPU_ISA_NS

@@ -9,7 +9,7 @@
 #include <memgrad/kernels/cpu/cpu_kernels.h>
 #include <memgrad/kernels/cpu/loops.h>
 
-namespace mg::cpu {
+namespace mg::cpu::MG_CPU_ISA_NS {
 
 namespace {
 
@@ -149,4 +149,4 @@ void scaled_masked_softmax(const Tensor& x, const Tensor& mask, const Out& out, 
   });
 }
 
-}  // namespace mg::cpu
+}  // namespace mg::cpu::MG_CPU_ISA_NS

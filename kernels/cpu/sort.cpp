@@ -7,7 +7,7 @@
 #include <memgrad/kernels/cpu/loops.h>
 #include <memgrad/kernels/scan.h>
 
-namespace mg::cpu {
+namespace mg::cpu::MG_CPU_ISA_NS {
 
 void sort(const Tensor& x, const Out& values, const Out& indices, int64_t outer, int64_t r, int64_t inner,
           bool descending) {
@@ -30,4 +30,4 @@ void sort(const Tensor& x, const Out& values, const Out& indices, int64_t outer,
   });
 }
 
-}  // namespace mg::cpu
+}  // namespace mg::cpu::MG_CPU_ISA_NS

@@ -6,6 +6,7 @@
 // Head dims up to 128; arithmetic in float (double for float64). That is the "simt" variant; the
 // "mma" variant (the default, used where it applies) runs float16/bfloat16 on tensor cores: its
 // kernels are attention_mma.cuh's, and what both ask of a score (masks, dropout) attention.cuh's.
+#include <memgrad/core/variants_impl.h>
 #include <memgrad/kernels/cuda/cuda_kernels.h>
 #include <memgrad/kernels/cuda/attention.cuh>
 #include <memgrad/kernels/cuda/attention_mma.cuh>
@@ -273,13 +274,17 @@ void check_head_dim(const char* op, int64_t D) {
            ", got ", D);
 }
 
+enum class Attention { Mma, Simt };
+const KernelVariant<Attention> kAttention(DeviceType::CUDA, "attention",
+                                          {{Attention::Mma, "mma"}, {Attention::Simt, "simt"}});
+
 // Whether the "mma" variant takes this call: selected, a 16-bit dtype, a head dim it handles, 4-byte
 // aligned rows (its 32-bit loads and stores), and its kernels built for sm_80+ (mma.sync): a build
 // for older architectures only has PTX that traps there, whatever device runs it.
 template <class T>
 bool use_mma(const Tensor& q, std::initializer_list<const Tensor*> operands) {
   const int64_t D = q.size(2);
-  if (kernel_variant_index("attention") != 0 || D % 16 != 0 || D > kMaxHead) return false;
+  if (kAttention != Attention::Mma || D % 16 != 0 || D > kMaxHead) return false;
   static const bool built_for_mma = [] {  // asked once per dtype, not on every call
     cudaFuncAttributes a{};
     return cudaFuncGetAttributes(&a, mma::forward_kernel<T, 64>) == cudaSuccess && a.ptxVersion >= 80;
@@ -289,11 +294,6 @@ bool use_mma(const Tensor& q, std::initializer_list<const Tensor*> operands) {
     if (!aligned(dptr<char>(*t), 4)) return false;
   return true;
 }
-
-const bool kRegistered = [] {
-  register_kernel_variants("attention", {"mma", "simt"});
-  return true;
-}();
 
 constexpr int kForwardRows = 4, kGradRows = 2;  // query rows per warp
 constexpr int kGradKeys = 4;                    // keys per warp in the dk/dv kernel

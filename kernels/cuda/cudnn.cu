@@ -7,6 +7,7 @@
 // tensors, sizes past cuDNN's 32-bit ones and configurations no algorithm supports decline
 // (return false), and the op lowers to im2col + GEMM. Built without cuDNN (-DMG_CUDNN=OFF) the
 // entries always decline and "im2col" is conv2d's only variant.
+#include <memgrad/core/variants_impl.h>
 #include <memgrad/kernels/cuda/cuda_kernels.h>
 #include <memgrad/kernels/cuda/common.cuh>
 
@@ -27,14 +28,15 @@
 
 namespace mg::cuda {
 
+namespace {
+enum class Conv2d { Cudnn, Im2col };
+}  // namespace
+
 #ifdef MG_WITH_CUDNN
 
 namespace {
 
-const bool kRegistered = [] {
-  register_kernel_variants("conv2d", {"cudnn", "im2col"});
-  return true;
-}();
+const KernelVariant<Conv2d> kConv2d(DeviceType::CUDA, "conv2d", {{Conv2d::Cudnn, "cudnn"}, {Conv2d::Im2col, "im2col"}});
 
 [[noreturn]] void fail(cudnnStatus_t s, const char* op, const char* what) {
   std::string extra;
@@ -102,7 +104,7 @@ bool fits_int(const Tensor& t) {
 
 // Fills `c`; false when cuDNN is not to be used for this call (see the top of the file).
 bool describe(Conv& c, const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dGeometry& g, int64_t groups) {
-  if (kernel_variant_index("conv2d") != 0) return false;  // "im2col"
+  if (kConv2d != Conv2d::Cudnn) return false;
   const DType t = x.dtype();
   if (t != kFloat32 && t != kFloat16 && t != kBFloat16) return false;
   if (w.dtype() != t || y.dtype() != t) return false;  // e.g. a gradient hook that changed the dtype
@@ -285,10 +287,7 @@ bool conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Out& 
 #else  // built without cuDNN: conv2d always lowers to im2col + GEMM
 
 namespace {
-const bool kRegistered = [] {
-  register_kernel_variants("conv2d", {"im2col"});
-  return true;
-}();
+const KernelVariant<Conv2d> kConv2d(DeviceType::CUDA, "conv2d", {{Conv2d::Im2col, "im2col"}});
 }  // namespace
 
 bool conv2d(const Tensor&, const Tensor&, const Out&, const Conv2dGeometry&, int64_t) { return false; }

@@ -2,6 +2,7 @@
 // (variant "warp"), with shuffle reductions; the backward's weight and bias sums run by columns.
 // RMS norm runs the same kernels without centering (kCenter false: the mean taken as 0, no bias).
 // Batch norm per channel of a contiguous [N, C, S] view: a block per channel.
+#include <memgrad/core/variants_impl.h>
 #include <memgrad/kernels/cuda/cuda_kernels.h>
 #include <memgrad/kernels/cuda/common.cuh>
 
@@ -217,10 +218,9 @@ __global__ void batch_norm_backward_kernel(const T* g, const T* x, const BnStat<
   }
 }
 
-const bool kRegistered = [] {
-  register_kernel_variants("layer_norm", {"block", "warp"});
-  return true;
-}();
+enum class LayerNorm { Block, Warp };
+const KernelVariant<LayerNorm> kLayerNorm(DeviceType::CUDA, "layer_norm",
+                                          {{LayerNorm::Block, "block"}, {LayerNorm::Warp, "warp"}});
 
 }  // namespace
 
@@ -229,7 +229,7 @@ void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const
   const int64_t n = x.size(x.dim() - 1), rows = x.numel() / std::max<int64_t>(n, 1);
   if (rows == 0) return;
   cudaStream_t s = stream_for(out);
-  const bool warp_row = kernel_variant_index("layer_norm") == 1;
+  const bool warp_row = kLayerNorm == LayerNorm::Warp;
   dispatch_floating(x.dtype(), "layer_norm", [&](auto xt) {
     using T = typename decltype(xt)::type;
     const T *w = dptr_or_null<T>(weight), *b = dptr_or_null<T>(bias);

@@ -1,6 +1,7 @@
 // The memory timeline page in a real browser: its script runs without errors; hovering over a
 // known allocation shows that allocation's owner and bytes; clicking shows a breakdown whose sums
-// are the ledger's; two runs compare category by category; a page of 100,000 events opens.
+// are the ledger's; two runs compare category by category; a page of 100,000 events opens; the
+// segment maps show the holes and the blocks that pin them at an out-of-memory error.
 #include <doctest/doctest.h>
 
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include <memgrad/memgrad.h>
 
 #include "browser.h"
+#include "memory/layout_check.h"
 #include "memory/mlp.h"
 #include "timeline_page.h"
 
@@ -163,4 +165,55 @@ TEST_CASE("browser: a page of 100,000 events opens without errors") {
   std::remove(path.c_str());
   expect_clean(page, true);
   CHECK(bytes_of(page.dom, "data-role=\"owner-total\"") == bytes_of(page.dom, "data-role=\"ledger\""));
+}
+
+TEST_CASE("browser: the segment maps at the peak and at the out-of-memory error, with the forensics") {
+  using layout_check::Blocks;
+  constexpr int64_t MiB = layout_check::MiB;
+  IsolatedAllocator fresh(kMeta, 24 * MiB);
+  record_history(true, 1000);
+  Blocks b;
+  auto owned = [&](int64_t bytes, const char* owner) {
+    MemoryScope scope(Category::Activation, owner);
+    return b.get(bytes);
+  };
+  // One 20 MiB large segment: a 4 | b 2 | c 4 | d 2 | e 4 | f 4 MiB; a, c and e freed: three 4 MiB holes.
+  Block* a = owned(4 * MiB, "a");
+  owned(2 * MiB, "b");
+  Block* c = owned(4 * MiB, "c");
+  owned(2 * MiB, "d");
+  Block* e = owned(4 * MiB, "e");
+  owned(4 * MiB, "f");
+  owned(512, "s");  // a small segment of 2 MiB: 22 MiB reserved
+  b.put(a), b.put(c), b.put(e);
+  CHECK_THROWS_AS(owned(10 * MiB, "big"), OutOfMemoryError);
+  const std::string path = temp_path("segments.html");
+  memory::write_timeline(path, kMeta, "three holes");
+  record_history(false);
+  const browser::Page page = browser::open(path);
+  std::remove(path.c_str());
+  expect_clean(page, false);
+  const size_t peak = page.dom.find("data-when=\"peak\""), oom = page.dom.find("data-when=\"oom\"");
+  REQUIRE(peak != std::string::npos);
+  REQUIRE(oom != std::string::npos);
+  REQUIRE(peak < oom);
+  const std::string at_peak = page.dom.substr(peak, oom - peak), at_oom = page.dom.substr(oom);
+  // At the peak every byte of the large segment is live; the small one holds 512 B.
+  CHECK(bytes_of(at_peak, "data-role=\"largest-hole\" data-pool=\"large\"") == 0);
+  CHECK(bytes_of(at_peak, "data-role=\"free-bytes\" data-pool=\"small\"") == 2 * MiB - 512);
+  // At the error: three holes of 4 MiB, the largest 4 MiB, pinned by b and d.
+  CHECK(bytes_of(at_oom, "data-role=\"free-bytes\" data-pool=\"large\"") == 12 * MiB);
+  CHECK(bytes_of(at_oom, "data-role=\"largest-hole\" data-pool=\"large\"") == 4 * MiB);
+  const auto bin = browser::attributes(at_oom, "data-role=\"hole-bin\" data-pool=\"large\"");
+  CHECK(bin.at("data-from") == std::to_string(4 * MiB));
+  CHECK(bin.at("data-bytes") == std::to_string(12 * MiB));
+  const std::string reason = browser::text_between(at_oom, "data-role=\"oom-reason\"", "</p>");
+  CHECK_MESSAGE(
+      reason.find("12.00 MiB is free in the large pool, but in holes of at most 4.00 MiB") != std::string::npos,
+      reason);
+  std::vector<std::pair<std::string, int64_t>> pinning;
+  const std::regex li(R"re(<li data-role="pinning" data-owner="([^"]*)" data-bytes="(\d+)")re");
+  for (std::sregex_iterator it(at_oom.begin(), at_oom.end(), li), end; it != end; ++it)
+    pinning.emplace_back((*it)[1], std::stoll((*it)[2]));
+  CHECK(pinning == std::vector<std::pair<std::string, int64_t>>{{"b", 2 * MiB}, {"d", 2 * MiB}});
 }

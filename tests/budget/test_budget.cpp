@@ -131,6 +131,12 @@ std::function<std::vector<double>(std::vector<Tensor>&)> gpt(int64_t steps, int6
   };
 }
 
+budget::Options options(int64_t limit, budget::Remat remat, budget::Offload offload, bool prefetch = true) {
+  budget::Options o;
+  o.limit = limit, o.remat = remat, o.offload = offload, o.prefetch = prefetch;
+  return o;
+}
+
 budget::Options at(const Outcome& free_run, double fraction, budget::Offload offload = budget::Offload::None,
                    budget::Remat remat = budget::Remat::Dynamic) {
   budget::Options o;
@@ -166,13 +172,16 @@ TEST_CASE("budget: an MLP with dropout under 35% of its peak trains bitwise as w
   }
 }
 
-TEST_CASE("budget: a GPT with dropout under 50% of its peak trains bitwise as without a budget") {
+TEST_CASE("budget: a GPT with dropout under 50% and 40% of its peak trains bitwise as without a budget") {
   Outcome free_run = run(gpt(2));
-  Outcome b = run(gpt(2), at(free_run, 0.5));
-  check_same(b, free_run);
-  CHECK(b.peak <= free_run.peak / 2);
-  CHECK(b.stats.rematerializations > 0);
-  CHECK(b.stats.recompute_flops > 0);
+  for (double f : {0.5, 0.4}) {
+    CAPTURE(f);
+    Outcome b = run(gpt(2), at(free_run, f));
+    check_same(b, free_run);
+    CHECK(b.peak <= int64_t(double(free_run.peak) * f));
+    CHECK(b.stats.rematerializations > 0);
+    CHECK(b.stats.recompute_flops > 0);
+  }
 }
 
 TEST_CASE("budget: checkpoint segments inside a budget") {
@@ -227,7 +236,7 @@ TEST_CASE("budget: optimizer-state offload keeps the state in the host pool and 
 }
 
 TEST_CASE("budget: an in-place write first brings back what was computed from the old value") {
-  Budgeted scope({memory_stats().allocated + (int64_t(3) << 20), budget::Remat::Dynamic, budget::Offload::None});
+  Budgeted scope(options(memory_stats().allocated + (int64_t(3) << 20), budget::Remat::Dynamic, budget::Offload::None));
   Tensor a = randn({256, 256});  // 256 KiB
   Tensor b = exp(a);
   Tensor expected = b.clone();
@@ -251,13 +260,15 @@ TEST_CASE("budget: an in-place write first brings back what was computed from th
 TEST_CASE("budget: below the minimum a typed error names it, and the library stays usable") {
   Outcome free_run = run(mlp(1));
   {
-    Budgeted scope({memory_stats().allocated + (int64_t(64) << 10), budget::Remat::Dynamic, budget::Offload::None});
+    Budgeted scope(
+        options(memory_stats().allocated + (int64_t(64) << 10), budget::Remat::Dynamic, budget::Offload::None));
     expect_error<MemoryBudgetError>(
         [&] {
           std::vector<Tensor> params;
           mlp(1)(params);
         },
-        {"memory budget of", "needs at least", "parameters", "largest kernel's working set"});
+        {"memory budget of", "needs at least", "set by", "beside what cannot leave: Parameter",
+         "Why the cache could not serve it: "});  // the allocator's forensics, as every out-of-memory error
   }
   check_same(run(mlp(1)), free_run);
 }
@@ -308,7 +319,7 @@ TEST_CASE("budget: the history and the timeline show evictions and rematerializa
 // tensors around it, and rebuilding a chain evicted the links just made (GPT at 40% of its peak:
 // 2.5 times the recompute, MLP at 50%: O(n^2) in the chain's length).
 TEST_CASE("budget: the leftovers of a rematerialization leave before saved tensors") {
-  Budgeted scope({memory_stats().allocated + (int64_t(3) << 20), budget::Remat::Dynamic, budget::Offload::None});
+  Budgeted scope(options(memory_stats().allocated + (int64_t(3) << 20), budget::Remat::Dynamic, budget::Offload::None));
   NoGradGuard ng;
   Tensor x = randn({256, 256});  // 256 KiB
   budget::pin(x);
@@ -340,8 +351,8 @@ TEST_CASE("budget: backward fetches offloaded saved tensors ahead of the node th
     std::vector<float> grad;
   };
   auto scenario = [](bool prefetch, bool room) {
-    Budgeted scope(
-        {memory_stats().allocated + (int64_t(2) << 20), budget::Remat::None, budget::Offload::Activations, prefetch});
+    Budgeted scope(options(memory_stats().allocated + (int64_t(2) << 20), budget::Remat::None,
+                           budget::Offload::Activations, prefetch));
     manual_seed(3);
     Tensor x = randn({256, 256}).requires_grad_();  // 256 KiB
     budget::pin(x);
@@ -369,7 +380,7 @@ TEST_CASE("budget: backward fetches offloaded saved tensors ahead of the node th
   CHECK(refused.grad == lazy.grad);
   CHECK(without.grad == lazy.grad);
   CHECK(refused.stats.prefetches == 0);
-  CHECK(refused.stats.fetches == 1);
+  CHECK(refused.stats.fetches == without.stats.fetches);
   CHECK(refused.stats.offloads > 0);  // exp's backward made room for y
   CHECK(refused.stats.offloads == without.stats.offloads);
 }
@@ -405,4 +416,35 @@ TEST_CASE("budget: with modeled costs every run evicts, recomputes and offloads 
   CHECK(std::count_if(first.begin(), first.end(), [](const std::string& s) { return s.rfind("offload", 0) == 0; }) > 0);
   CHECK(decisions(true) == first);
   CHECK(decisions(false) == first);
+}
+
+// disable() brings back every evicted storage a handle refers to before it drops recipes: dropping
+// an evicted leftover's recipe first (the input of a storage, no handle to it) lost the storages made
+// from it, which then could not be brought back.
+TEST_CASE("budget: disable brings back storages made from evicted leftovers") {
+  set_caching(kCPU, false);
+  const int64_t before = memory_stats().allocated;
+  budget::enable(kCPU, options(before + (int64_t(4) << 20), budget::Remat::Dynamic, budget::Offload::None));
+  std::vector<Tensor> made, expected;
+  {
+    NoGradGuard ng;
+    Tensor x = randn({64, 64});  // 16 KiB
+    budget::pin(x);
+    for (int i = 0; i < 16; ++i) {
+      made.push_back(exp(exp(x * double(i + 1) * 1e-3)));  // the inner exp is a leftover once made
+      expected.push_back(made.back().clone());
+      budget::pin(expected.back());
+    }
+    std::vector<Tensor> filler;
+    while (std::any_of(made.begin(), made.end(), [](const Tensor& t) { return budget::is_resident(t); })) {
+      filler.push_back(zeros({64, 64}));
+      budget::pin(filler.back());
+    }
+  }
+  budget::disable(kCPU);
+  set_memory_limit(kCPU, 0);
+  for (size_t i = 0; i < made.size(); ++i) CHECK(made[i].to_vector<float>() == expected[i].to_vector<float>());
+  made.clear(), expected.clear();
+  set_caching(kCPU, true);
+  CHECK(memory_stats().allocated == before);
 }

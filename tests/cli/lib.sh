@@ -29,6 +29,7 @@ same_losses() {
                                 if (d > tol * (m > 1 ? m : 1)) bad = 1; seen++ }
     END { exit bad || n == 0 || seen != n }' "$1" "$2" || fail "$1 and $2: losses differ beyond $3"
 }
-# Two processes under mpirun (as root, on shared cores), each with one OpenMP thread.
+# Two (four) processes under mpirun (as root, on shared cores), each with one OpenMP thread.
 mpi2() { OMP_NUM_THREADS=1 "$MG_MPIEXEC" -np 2 --allow-run-as-root --oversubscribe "$@"; }
+mpi4() { OMP_NUM_THREADS=1 "$MG_MPIEXEC" -np 4 --allow-run-as-root --oversubscribe "$@"; }
 

@@ -4,6 +4,23 @@ set -uo pipefail
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 small=(--n-layer 2 --n-head 2 --n-embd 32 --seq 16 --batch 4 --sample 0 --timeline '')
+# resume_across MICRO SAVE SAVE_FLAGS RESUME RESUME_FLAGS: steps of MICRO micro-batches each; steps 1-2 by
+# the launcher SAVE (mpi2, mpi4) with SAVE_FLAGS, saved in one file; steps 3-4 by one process resumed from
+# it; step 5 by RESUME with RESUME_FLAGS from that: every loss as in one uninterrupted process.
+resume_across() {
+  local micro=$1
+  expect_exit 0 "$bin" train "${small[@]}" --dropout 0.1 --steps 5 --accum "$micro" --log whole.csv
+  # shellcheck disable=SC2086  # the flags are words
+  expect_exit 0 "$2" "$bin" train "${small[@]}" --dropout 0.1 --steps 2 $3 --save first.safetensors
+  expect_exit 0 "$bin" train "${small[@]}" --dropout 0.1 --steps 4 --accum "$micro" --resume first.safetensors \
+    --save one.safetensors --log alone.csv
+  expect_output "resumed at step 2"
+  expect_output "resuming the state saved by [0-9]+ processes, ZeRO stage [0-9] at step 2"
+  # shellcheck disable=SC2086
+  expect_exit 0 "$4" "$bin" train "${small[@]}" --dropout 0.1 --steps 5 $5 --resume one.safetensors --log ranks.csv
+  same_losses alone.csv whole.csv 1e-6 3
+  same_losses ranks.csv whole.csv 1e-6 5
+}
 
 case $case_name in
   help)
@@ -102,6 +119,7 @@ case $case_name in
       expect_output "reserved peak under this --memory-limit: .*: exact$"
       expect_exit 3 "$bin" train "$@" --steps "$steps" --timeline '' --sample 0 --memory-limit $((n - 512))
       expect_output "needs a --memory-limit of at least .*\($n B"
+      expect_output "Why the cache could not serve it: "  # the allocator's forensics
     }
     promise --model tiny --seq 64 --batch 4
     promise --model custom --n-layer 2 --n-head 2 --n-embd 32 --seq 16 --batch 3 --precision bf16 --checkpoint sqrt
@@ -109,6 +127,9 @@ case $case_name in
       --checkpoint selective --optimizer sgd --momentum 0.9 --clip 0.5
     promise --model mlp --layers 5 --width 96 --batch 32 --precision bf16-storage --accum 2 --optimizer adam
     promise --model mlp --layers 3 --width 64 --batch 16 --precision fp16-storage --checkpoint every-1
+    # expandable segments: meta maps the same 2 MiB pages, so the promise holds to the byte there too
+    promise --model tiny --seq 64 --batch 4 --expandable-segments
+    promise --model mlp --layers 5 --width 300 --batch 256 --optimizer adam --expandable-segments
     ;;
   checkpoint_auto)  # --checkpoint auto runs the least-recompute plan that runs under the budget, or says none does
     gpt=(--model custom --n-layer 2 --n-head 8 --n-embd 96 --vocab 744 --seq 48 --batch 2 --dropout 0.1 --optimizer sgd
@@ -117,6 +138,8 @@ case $case_name in
     expect_output "reserved peak under this --memory-limit: .*: exact$"
     expect_exit 3 "$bin" train "${gpt[@]}" --checkpoint auto --budget 6019765
     expect_output "no plan runs under the budget"
+    expect_output "Where it runs out of memory under the budget, planned on meta:"
+    expect_output "Why the cache could not serve it: "
     mlp=(--model mlp --layers 5 --width 282 --batch 288 --optimizer sgd --momentum 0.9 --precision bf16 --clip 1)
     expect_exit 3 "$bin" train "${mlp[@]}" --steps 2 --timeline '' --checkpoint auto --budget 6539875
     expect_exit 0 "$bin" plan --no-compare "${mlp[@]}" --checkpoint every-1
@@ -141,6 +164,33 @@ case $case_name in
     expect_output "saved by a different run"
     expect_exit 2 "$bin" train "${small[@]}" --dropout 0.2 --steps 6 --resume state.safetensors
     expect_output "saved by a different run"
+    ;;
+  report)  # the report adds up: categories and owners each sum to the peak, a resumed run included (issue 35)
+    hundred() {  # the share column between the lines matching $1 and $2 sums to 100%, to its rounding
+      sed -n "/$1/,/$2/p" out.txt |
+        awk '$NF ~ /%$/ { s += substr($NF, 1, length($NF) - 1); n++ } END { exit !(n && s - 100 <= 0.05 * n && 100 - s <= 0.05 * n) }'
+    }
+    adds_up() {
+      hundred '^  category' '^  total' || fail "$1: the categories' shares do not sum to 100%"
+      hundred 'largest owners at the peak' 'reserved by the caching' || fail "$1: the owners' shares do not sum to 100%"
+      # each parameter's gradient at the peak: together, the Gradient category at the peak
+      local grad
+      grad=$(awk '$1 == "Gradient" { print $2 }' out.txt)
+      awk -v g="${grad:-0}" '/^optimizer state per parameter/ { on = 1 } on && $1 == "total" { found = 1; exit $3 != g }
+        END { exit !found }' out.txt || fail "$1: the gradients' column does not sum to the Gradient at the peak"
+    }
+    mlp=(--model mlp --layers 2 --width 64 --batch 8 --timeline '')
+    expect_exit 0 "$bin" train "${mlp[@]}" --steps 6 --log whole.csv
+    adds_up "mlp"
+    expect_output "^  Gradient +[1-9]"  # this MLP's peak is in backward: the column is not all zeros
+    expect_exit 0 "$bin" train "${mlp[@]}" --steps 3 --save state.safetensors
+    expect_exit 0 "$bin" train "${mlp[@]}" --steps 6 --resume state.safetensors --log resumed.csv
+    adds_up "mlp, resumed"
+    # the file's tensors are freed once loaded: each step ends with the bytes of the uninterrupted run
+    diff <(awk -F, '$1 >= 4 { print $1, $4 }' whole.csv) <(awk -F, '$1 >= 4 { print $1, $4 }' resumed.csv) ||
+      fail "a resumed run holds more bytes than the uninterrupted one"
+    expect_exit 0 "$bin" train "${small[@]}" --steps 3
+    adds_up "gpt"
     ;;
   optimizers)  # the 8-bit Adams, Adafactor and --step-in-backward: planned == measured, their state table, resume
     exact() { [ "$(grep -c ': exact$' out.txt)" -eq 3 ] || fail "$1: planned != measured"; }
@@ -232,7 +282,7 @@ case $case_name in
     # Not a snapshot, cut short, another version, edited: exit 1, one line naming the file, no page.
     printf 'hello' >bad.json
     head -c 3000 none.json >cut.json
-    sed 's/"version": 2/"version": 1/' none.json >old.json
+    sed 's/"version": 3/"version": 1/' none.json >old.json
     sed '0,/"bytes": \([1-9][0-9]*\)/s//"bytes": -\1/' none.json >negative.json
     for f in bad.json:"not a memgrad memory snapshot" cut.json:truncated old.json:"a version 1 snapshot" \
       negative.json:"expected a size >= 0"; do
@@ -319,11 +369,20 @@ case $case_name in
     expect_exit 0 "$bin" plan --model gpt2-124m --world-size 8 --zero 2 --no-compare
     expect_output "rank 0 of 8 processes, ZeRO stage 2"
     expect_output "^  2 .* <- --zero"
-    expect_output "fp32 \\(4\\+4\\+8\\) +16.00 / 16.00 +9.00 / 9.00 +5.50 / 5.50"
-    expect_output "fp16 \\+ fp32 masters \\(2\\+2\\+12\\) +16.00 / 16.00 +5.50 / 5.50 +3.75 / 3.75"
+    expect_output "fp32 \\(4\\+4\\+8\\) +16.00 / 16.00 +9.00 / 9.00 +5.50 / 5.50 +2.00 / 2.00"
+    expect_output "fp16 \\+ fp32 masters \\(2\\+2\\+12\\) +16.00 / 16.00 +5.50 / 5.50 +3.75 / 3.75 +2.00 / 2.00"
+    expect_output "^  rank 7: .* reserved"  # every rank's planned peaks
     expect_exit 2 "$bin" plan --world-size 8 --rank 8
     expect_output "below --world-size"
-    expect_exit 2 "$bin" plan --zero 3
+    expect_exit 2 "$bin" plan --zero 4
+    expect_exit 2 "$bin" plan --zero 2 --offload params
+    expect_output "--zero 0 or 3"
+    # GPT-2 124M with its parameters, gradients and AdamW state in host memory: on the device at the peak
+    # only the root unit (embeddings, tied head) and a block or two, gathered, with their gradients.
+    expect_exit 0 "$bin" plan --model gpt2-124m --batch 1 --offload params --no-compare
+    expect_output "ZeRO stage 3 with the parameters in host memory"
+    expect_output "host memory \\(parameters, gradients and optimizer state off the device\\): peak"
+    grep -q "OptimizerState" <(sed -n '/^  category/,/^  total/p' out.txt) && fail "optimizer state on the device"
     ;;
   data_parallel)  # mpirun -np 2: the losses of one process with --accum 2, every rank's planned peak exact
     [ -n "${MG_MPIEXEC:-}" ] || { echo "SKIPPED: memgrad was built without MPI"; exit 77; }
@@ -341,17 +400,92 @@ case $case_name in
     same_losses zero1.csv one.csv 1e-6   # clipping sums the squares slice by slice
     same_losses zero2.csv one.csv 1e-6
     # Save from 2 ranks (ZeRO-2, shards gathered into one file), resume in one process, and back.
-    expect_exit 0 "$bin" train "${small[@]}" --dropout 0.1 --steps 5 --accum 2 --log whole.csv
-    expect_exit 0 mpi2 "$bin" train "${small[@]}" --dropout 0.1 --steps 2 --zero 2 --save two.safetensors
-    expect_exit 0 "$bin" train "${small[@]}" --dropout 0.1 --steps 4 --accum 2 --resume two.safetensors \
-      --save one.safetensors --log alone.csv
-    expect_output "resumed at step 2"
-    expect_exit 0 mpi2 "$bin" train "${small[@]}" --dropout 0.1 --steps 5 --zero 1 --resume one.safetensors \
-      --log ranks.csv
-    same_losses alone.csv whole.csv 1e-6 3
-    same_losses ranks.csv whole.csv 1e-6 5
+    resume_across 2 mpi2 "--zero 2" mpi2 "--zero 1"
     expect_exit 2 mpi2 "$bin" train "${small[@]}" --dropout 0.1 --steps 5 --accum 2 --resume one.safetensors
     expect_output "saved by a different run"  # 2 ranks x accum 2 is not 1 x accum 2
+    ;;
+  zero3)  # ZeRO-3 under mpirun: the losses of one process with N x --accum, every rank's peaks exact
+    [ -n "${MG_MPIEXEC:-}" ] || { echo "SKIPPED: memgrad was built without MPI"; exit 77; }
+    for n in 2 4; do
+      expect_exit 0 "$bin" train "${small[@]}" --dropout 0.1 --steps 3 --accum $n --log one$n.csv
+      expect_exit 0 mpi$n "$bin" train "${small[@]}" --dropout 0.1 --steps 3 --zero 3 --log zero$n.csv
+      expect_output "data parallel: $n processes \\(mpi\\), ZeRO stage 3, 3 units \\(h.0 .. h.1 and the root\\)"
+      for ((r = 0; r < n; ++r)); do
+        expect_output "rank $r: first step [0-9]+ B, planned [0-9]+ B: exact; later steps [0-9]+ B, planned [0-9]+ B: exact; reserved [0-9]+ B, planned [0-9]+ B: exact;"
+      done
+      expect_output "h.0 \\(gathered\\)"  # the gathered units are owners of their own at the peak
+      # Clipping sums the squares piece by piece, then across ranks: float32's rounding, far below the
+      # 4 printed decimals.
+      same_losses zero$n.csv one$n.csv 1e-6
+    done
+    # bf16-storage, checkpoint segments (a recompute gathers its units again): two ranks sum in the order
+    # one process accumulates, so every printed digit agrees.
+    half=(--precision bf16-storage --checkpoint sqrt)
+    expect_exit 0 "$bin" train "${small[@]}" "${half[@]}" --dropout 0.1 --steps 3 --accum 2 --log half1.csv
+    expect_exit 0 mpi2 "$bin" train "${small[@]}" "${half[@]}" --dropout 0.1 --steps 3 --zero 3 --log half2.csv
+    same_losses half2.csv half1.csv 0
+    # With the shards in host memory, at 2 ranks.
+    expect_exit 0 mpi2 "$bin" train "${small[@]}" --dropout 0.1 --steps 3 --zero 3 --offload params --log host2.csv
+    expect_output "in host memory"
+    same_losses host2.csv one2.csv 1e-6
+    # Saved from 4 ranks (one file, gathered), resumed in one process, and from that at 2 ranks.
+    resume_across 4 mpi4 "--zero 3" mpi2 "--accum 2 --zero 3"
+    ;;
+  offload_params)  # parameters, gradients and AdamW state in host memory, under a limit below their bytes
+    plain=(--steps 4 --batch 4 --checkpoint every-1 --sample 0 --timeline '')
+    expect_exit 0 "$bin" train "${plain[@]}" --log plain.csv
+    # 834,304 parameters x 16 B = 12.7 MiB; the device holds a unit or two and activations: 8 MiB
+    expect_exit 0 "$bin" train "${plain[@]}" --offload params --memory-limit 8MiB --log host.csv
+    [ "$(grep -c ': exact$' out.txt)" -eq 4 ] || fail "planned != measured (device peaks, reserved, host peak)"
+    expect_output "host memory \\(--offload params: .*\\): after a step Parameter 3.18 MiB, Gradient 3.18 MiB, OptimizerState 6.37 MiB"
+    same_losses host.csv plain.csv 0  # the same arithmetic, where the values live aside
+    expect_exit 3 "$bin" train "${plain[@]}" --memory-limit 8MiB  # without offload it does not fit
+    expect_exit 2 "$bin" train "${plain[@]}" --offload params --zero 2
+    expect_output "--zero 0 or 3"
+    expect_exit 2 "$bin" train "${plain[@]}" --offload params --remat dynamic --memory-limit 8MiB
+    expect_exit 2 "$bin" train "${plain[@]}" --zero 3 --remat dynamic --memory-limit 8MiB
+    expect_output "plain --memory-limit"
+    expect_exit 2 "$bin" train "${plain[@]}" --zero 3 --optimizer adamw8bit  # state that needs whole parameters
+    expect_output "use sgd, adam or adamw"
+    expect_exit 2 "$bin" train "${plain[@]}" --offload params --optimizer adafactor
+    expect_output "use sgd, adam or adamw"
+    expect_exit 2 "$bin" train "${plain[@]}" --offload params --step-in-backward
+    expect_output "--offload params"
+    ;;
+  ranks_fail)  # ranks that disagree, a rank stuck, a rank killed: an error on the others, never a hang
+    [ -n "${MG_MPIEXEC:-}" ] || { echo "SKIPPED: memgrad was built without MPI"; exit 77; }
+    run=("$bin" train "${small[@]}" --steps 2)
+    expect_exit 2 env OMP_NUM_THREADS=1 "$MG_MPIEXEC" --allow-run-as-root --oversubscribe -np 1 "${run[@]}" --zero 3 \
+      : -np 1 "${run[@]}" --zero 2
+    # (the first rank to abort ends the other, which may not have said it too)
+    expect_output "memgrad \\(rank [01]\\): the ranks do not run the same configuration .*: rank 1 differs from rank 0"
+    # Rank 1 stopped (SIGSTOP) or killed in the middle of the run; rank 0 waits in a collective. (The
+    # timeout is 8 s: with 2 s, a rank slowed by a loaded machine made the other time out first.)
+    for signal in STOP KILL; do
+      env OMP_NUM_THREADS=1 MG_COLLECTIVE_TIMEOUT=8 timeout 120 "$MG_MPIEXEC" --allow-run-as-root --oversubscribe \
+        -x MG_COLLECTIVE_TIMEOUT -np 2 "$bin" train "${small[@]}" --steps 1000000 --zero 3 --save state.safetensors \
+        >out.txt 2>&1 &
+      launcher=$!
+      target=
+      for _ in $(seq 100); do  # rank 1, once both ranks train
+        sleep 0.2
+        grep -q "data parallel" out.txt || continue
+        for p in $(pgrep -P "$(pgrep -P $launcher)"); do  # timeout's child mpirun's children: the ranks
+          tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && target=$p
+        done
+        [ -n "$target" ] && break
+      done
+      [ -n "$target" ] || fail "rank 1 never started"
+      sleep 1
+      kill -$signal "$target"
+      wait $launcher
+      got=$?
+      cat out.txt
+      [ $got -ne 0 ] && [ $got -ne 124 ] || fail "SIG$signal on rank 1: the run exited $got (124: it hung)"
+      [ "$signal" = STOP ] && expect_output "memgrad \\(rank 0\\): MPI .* \\(rank 0 of 2\\) did not complete within 8 s"
+      [ "$signal" = KILL ] && expect_output "rank 1 .*exited on signal 9"
+      ls state.safetensors* 2>/dev/null && fail "a state file was written"
+    done
     ;;
   *)
     fail "unknown case $case_name"

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <memgrad/core/variants_impl.h>
+#include <memgrad/kernels/cpu/gemm.h>
 #include <memgrad/memgrad.h>
 
 namespace {
@@ -117,26 +119,42 @@ TEST_CASE("kernel variants: the cpu registry") {
   CHECK(std::count(ops.begin(), ops.end(), "matmul") == 1);
   CHECK(mg::kernel_variants(DeviceType::CUDA, "matmul").empty());  // per device type
   mg::set_kernel_variant(DeviceType::CPU, "matmul", "eigen");
-  CHECK(mg::kernel_variant_index(DeviceType::CPU, "matmul") == int(variants.size()) - 1);
+  CHECK(mg::kernel_variant(DeviceType::CPU, "matmul") == "eigen");
   CHECK_THROWS_AS(mg::set_kernel_variant(DeviceType::CPU, "matmul", "fastest"), mg::ValueError);
   CHECK_THROWS_AS(mg::set_kernel_variant(DeviceType::CPU, "no_such_kernel", "eigen"), mg::ValueError);
   mg::set_kernel_variant(DeviceType::CPU, "matmul", variants.front());
-  CHECK(mg::kernel_variant_index(DeviceType::CPU, "matmul") == 0);
+  CHECK(mg::kernel_variant(DeviceType::CPU, "matmul") == variants.front());
+}
+
+TEST_CASE("kernel variants: a kernel's typed handle reads the selection by name") {
+  enum class Probe { A, B, C };
+  // Offered in another order than the enum's, and without B: the handle maps names, not indices.
+  const mg::KernelVariant<Probe> probe(DeviceType::CPU, "typed_probe", {{Probe::C, "c"}, {Probe::A, "a"}});
+  CHECK(mg::kernel_variants(DeviceType::CPU, "typed_probe") == std::vector<std::string>{"c", "a"});
+  CHECK(probe == Probe::C);  // the first listed is the default
+  mg::set_kernel_variant(DeviceType::CPU, "typed_probe", "a");
+  CHECK(probe.get() == Probe::A);
+  CHECK(probe != Probe::C);
+  CHECK_THROWS_AS(mg::set_kernel_variant(DeviceType::CPU, "typed_probe", "b"), mg::ValueError);
+  CHECK(probe == Probe::A);
 }
 
 TEST_CASE("kernel variants: MG_KERNEL_VARIANTS picks the variant a kernel registers with") {
   // Backends register while the library loads; a kernel registered now reads the variable the same way.
+  enum class Probe { A, B, C };
+  auto on = [](DeviceType d, std::initializer_list<std::pair<Probe, const char*>> variants) {
+    return mg::KernelVariant<Probe>(d, "env_probe", variants).get();
+  };
+  const std::initializer_list<std::pair<Probe, const char*>> abc = {{Probe::A, "a"}, {Probe::B, "b"}, {Probe::C, "c"}};
   setenv("MG_KERNEL_VARIANTS", "cuda:env_probe=b,cpu:other=c,cpu:env_probe=c", 1);
-  mg::register_kernel_variants(DeviceType::CPU, "env_probe", {"a", "b", "c"});
+  CHECK(on(DeviceType::CPU, abc) == Probe::C);
   CHECK(mg::kernel_variant(DeviceType::CPU, "env_probe") == "c");
-  mg::register_kernel_variants(DeviceType::CUDA, "env_probe", {"a", "b"});
+  CHECK(on(DeviceType::CUDA, {{Probe::A, "a"}, {Probe::B, "b"}}) == Probe::B);
   CHECK(mg::kernel_variant(DeviceType::CUDA, "env_probe") == "b");
   setenv("MG_KERNEL_VARIANTS", "cpu:env_probe=fastest", 1);  // not a variant: said on stderr, default kept
-  mg::register_kernel_variants(DeviceType::CPU, "env_probe", {"a", "b", "c"});
-  CHECK(mg::kernel_variant(DeviceType::CPU, "env_probe") == "a");
+  CHECK(on(DeviceType::CPU, abc) == Probe::A);
   unsetenv("MG_KERNEL_VARIANTS");
-  mg::register_kernel_variants(DeviceType::CPU, "env_probe", {"a", "b", "c"});
-  CHECK(mg::kernel_variant(DeviceType::CPU, "env_probe") == "a");
+  CHECK(on(DeviceType::CPU, abc) == Probe::A);
 }
 
 TEST_CASE("kernel variants: every cpu matmul variant on every layout, with the same ledger") {
@@ -169,4 +187,51 @@ TEST_CASE("kernel variants: every cpu matmul variant on every layout, with the s
       CHECK(std::count(allocs.begin(), allocs.end(), allocs.front()) == int64_t(allocs.size()));
     }
   mg::set_kernel_variant(DeviceType::CPU, "matmul", variants.front());
+}
+
+// What matmul's "auto" runs on (kernels/cpu/gemm.h): decided from what each library reports, so a
+// test checks the choice, never a timing. The ctest entries gemm_fallback_* run this case with a
+// library forced below the CPU (OPENBLAS_CORETYPE=Prescott: OpenBLAS's generic SSE3 kernels, as on
+// a CPU newer than its tables; ONEDNN_MAX_CPU_ISA=SSE41) and name it in MG_TEST_GEMM_BELOW.
+TEST_CASE("gemm: auto never picks a library that runs below another") {
+  using mg::cpu::Gemm;
+  // Set by the gemm_* ctest entries (no OPENBLAS_CORETYPE of the environment's own then): the
+  // libraries forced below the CPU, or "none".
+  const char* env = std::getenv("MG_TEST_GEMM_BELOW");
+  const std::string below = env ? env : "";
+  const std::vector<mg::cpu::GemmLibrary>& libs = mg::cpu::gemm_libraries();
+  REQUIRE(libs.back().library == Gemm::Eigen);
+  for (const mg::cpu::GemmLibrary& l : libs) {
+    INFO(std::string(l.name), ": ", l.detail, "; cpu ", mg::to_string(mg::cpu_isa()));
+    CHECK(mg::kernel_variant_detail(DeviceType::CPU, "matmul", l.name) == l.detail);
+    CHECK((l.level < mg::cpu_isa()) == (l.detail.find("below this CPU") != std::string::npos));
+    if (!env || l.library == Gemm::Eigen) continue;
+    if (below.find(l.name) != std::string::npos) {
+      if (mg::cpu_isa() > mg::CpuIsa::Baseline) CHECK(l.level < mg::cpu_isa());  // the fallback took effect
+    } else {
+      // Unforced, each library runs the CPU's level: OpenBLAS's core was chosen for the ISA before it
+      // loaded (core/openblas_defaults.cpp), whatever its tables say of this CPU's family and model.
+      CHECK(l.level == mg::cpu_isa());
+    }
+  }
+  if (libs.size() == 1) return;  // built with neither oneDNN nor OpenBLAS: Eigen is matmul's only variant
+  mg::set_kernel_variant(DeviceType::CPU, "matmul", "auto");
+  auto library = [&](Gemm g) {
+    for (const mg::cpu::GemmLibrary& l : libs)
+      if (l.library == g) return l;
+    FAIL("no library ", int(g));
+    return libs.back();
+  };
+  const mg::cpu::GemmLibrary& eigen = libs.back();
+  for (mg::DType t : {mg::kFloat32, mg::kFloat64}) {
+    const mg::cpu::GemmLibrary pick = library(mg::cpu::gemm_library(t, 1024));
+    INFO(t, ": auto runs ", std::string(pick.name), " (", pick.detail, ")");
+    for (const mg::cpu::GemmLibrary& l : libs)
+      if (l.library != Gemm::OneDNN || t == mg::kFloat32) CHECK(l.level <= pick.level);
+    // Tiny inner sizes: Eigen, where it runs at that level too.
+    CHECK(mg::cpu::gemm_library(t, 8) == (eigen.level >= pick.level ? Gemm::Eigen : pick.library));
+  }
+  const std::string detail = mg::kernel_variant_detail(DeviceType::CPU, "matmul", "auto");
+  CHECK(detail.rfind(library(mg::cpu::gemm_library(mg::kFloat32, 1024)).name, 0) == 0);
+  mg::set_kernel_variant(DeviceType::CPU, "matmul", mg::kernel_variants(DeviceType::CPU, "matmul").front());
 }

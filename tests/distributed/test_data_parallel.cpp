@@ -10,33 +10,14 @@
 
 #include <memgrad/memgrad.h>
 
+#include "distributed/training.h"
+
 using namespace mg;
 namespace dist = mg::distributed;
 using dist::BucketLayout;
+using namespace mg_test;
 
 namespace {
-
-plan::ModelSpec tiny_gpt(double dropout = 0.1) {
-  nn::GPTConfig c;
-  c.vocab_size = 64, c.block_size = 8, c.n_layer = 2, c.n_head = 2, c.n_embd = 16, c.dropout = dropout;
-  return plan::ModelSpec::gpt_model(c);
-}
-const plan::InputShape kShape{2, 8};
-
-// Micro-batch g of step s: token ids drawn from (s, g) alone, so every process builds the same one.
-std::pair<Tensor, Tensor> batch(int64_t s, int64_t g) {
-  std::mt19937_64 rng(uint64_t(s) * 1000 + uint64_t(g));
-  std::vector<int64_t> x, y;
-  for (int64_t i = 0; i < kShape.batch * kShape.seq_len; ++i)
-    x.push_back(int64_t(rng() % 64)), y.push_back(int64_t(rng() % 64));
-  return {tensor(x, {kShape.batch, kShape.seq_len}), tensor(y, {kShape.batch, kShape.seq_len})};
-}
-
-struct Run {
-  std::vector<double> losses;
-  std::vector<std::vector<float>> params;
-  optim::StateDict state;  // the optimizer's, gathered to whole parameters
-};
 
 struct Setup {
   dist::ProcessGroup* group = nullptr;  // null: one process, no data parallelism
@@ -82,18 +63,6 @@ Run train(const Setup& s, int steps, const optim::StateDict* resume = nullptr, i
   return r;
 }
 
-// Relative difference of two runs, over losses and parameters (0 when bitwise equal).
-double difference(const Run& a, const Run& b, bool losses_only = false) {
-  REQUIRE(a.losses.size() == b.losses.size());
-  REQUIRE(a.params.size() == b.params.size());
-  double worst = 0;
-  auto rel = [](double x, double y) { return std::abs(x - y) / std::max(1.0, std::abs(y)); };
-  for (size_t i = 0; i < a.losses.size(); ++i) worst = std::max(worst, rel(a.losses[i], b.losses[i]));
-  for (size_t i = 0; i < a.params.size() && !losses_only; ++i)
-    for (size_t j = 0; j < a.params[i].size(); ++j) worst = std::max(worst, rel(a.params[i][j], b.params[i][j]));
-  return worst;
-}
-
 int64_t rounded(int64_t bytes) { return int64_t(memory::round_size(size_t(bytes))); }
 
 // The bytes one rank's ledger holds after a step, by hand from the parameter sizes: buckets filled
@@ -123,20 +92,6 @@ Formula formula(const nn::NamedTensors& params, int n, int r, int zero, int64_t 
 }
 
 }  // namespace
-
-// Two runs agree: bitwise, or (sums of more than two terms meeting in another order) the losses to
-// 1e-6 and the parameters to 1e-4 (Adam divides by the root of tiny second moments, which magnifies
-// the last bits of small gradients).
-void check_same(const Run& a, const Run& b, bool bitwise, const char* what) {
-  INFO(what);
-  if (bitwise) {
-    CHECK(a.losses == b.losses);
-    CHECK(difference(a, b) == 0.0);
-  } else {
-    CHECK(difference(a, b, true) < 1e-6);
-    CHECK(difference(a, b) < 1e-4);
-  }
-}
 
 TEST_CASE("data parallel [mpi]: N ranks give the losses and parameters of one process with N times the accumulation") {
   dist::ProcessGroup& g = dist::world();
@@ -398,7 +353,9 @@ TEST_CASE("data parallel: bad use raises typed errors and leaks nothing") {
   auto one = dist::simulated_group();
   Tensor a = zeros({3}).requires_grad_(), b = zeros({2}, TensorOptions(kFloat16)).requires_grad_();
   const int64_t before = memory_stats(kCPU).allocated;
-  CHECK_THROWS_AS(dist::DataParallel({{"a", a}}, *one, dist::DataParallelOptions().zero_stage(3)), ValueError);
+  CHECK_THROWS_AS(dist::DataParallel({{"a", a}}, *one, dist::DataParallelOptions().zero_stage(4)), ValueError);
+  CHECK_THROWS_AS(dist::DataParallel({{"a", a}}, *one, dist::DataParallelOptions().zero_stage(2).offload_parameters()),
+                  ValueError);                                                  // offload is stage 3's schedule
   CHECK_THROWS_AS(dist::DataParallel({{"a", a}, {"b", b}}, *one), DTypeError);  // half and float32 mixed
   CHECK_THROWS_AS(dist::DataParallel({{"a", a}, {"a again", a}}, *one), ValueError);
   CHECK_THROWS_AS(dist::DataParallel({{"x", zeros({3})}}, *one), ValueError);  // no grad

@@ -3,6 +3,9 @@
 // simulated group the planner uses.
 #include <doctest/doctest.h>
 
+#include <chrono>
+#include <thread>
+
 #include <memgrad/memgrad.h>
 
 using namespace mg;
@@ -101,6 +104,30 @@ TEST_CASE("process group [mpi]: bad arguments raise typed errors on every rank a
   Tensor one = ones({1});
   g.all_reduce(one).wait();
   CHECK(one.item<float>() == float(n));
+}
+
+TEST_CASE("process group [mpi]: a collective that does not complete in time raises an error that says why") {
+  dist::ProcessGroup& g = dist::world();
+  Tensor t = ones({8});
+  if (g.rank() == g.size() - 1) std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // late to it
+  dist::Work w = g.all_reduce(t);
+  if (g.rank() == 0) {
+    dist::set_collective_timeout(0.2);
+    try {
+      w.wait();
+      FAIL("expected a timeout");
+    } catch (const dist::CommunicationError& e) {
+      const std::string m = e.what();
+      CHECK(m.find("MPI all_reduce of 8 float32 elements (rank 0 of ") == 0);
+      CHECK(m.find("did not complete within 0.2 s") != std::string::npos);
+      CHECK(m.find("MG_COLLECTIVE_TIMEOUT") != std::string::npos);
+    }
+  }
+  dist::set_collective_timeout(0);  // the late rank arrives: the same wait completes after all
+  w.wait();
+  CHECK(t.to_vector<float>()[0] == float(g.size()));
+  CHECK_THROWS_AS(dist::set_collective_timeout(-1), ValueError);
+  dist::set_collective_timeout(600);
 }
 
 TEST_CASE("process group: meta tensors move nothing; the simulated group is the identity for one process") {

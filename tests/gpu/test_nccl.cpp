@@ -1,5 +1,7 @@
 // NCCL at world size 1 (one GPU): every collective on cuda tensors, on the group's own stream, and
-// data-parallel training over it at each ZeRO stage against plain training on the same device.
+// data-parallel training over it at each ZeRO stage (3: the units gathered and reduced over NCCL)
+// against plain training on the same device; parameter offload on cuda (pinned host memory, copies on
+// a side stream) against plain training, and its device peaks planned on meta against the GPU's.
 // Several GPUs (world size > 1 over NCCL) are not covered here: see the report of issue 19.
 #include <random>
 
@@ -44,7 +46,7 @@ TEST_CASE("nccl: the collectives of one rank on cuda, on the group's stream") {
   CHECK_THROWS_AS(g->all_reduce(ones({2})), DeviceError);  // cpu tensors travel over MPI
 }
 
-TEST_CASE("nccl: data parallel on one GPU trains as plain training does, at every ZeRO stage") {
+TEST_CASE("nccl: data parallel on one GPU trains as plain training does, at every ZeRO stage (3 too)") {
   if (!dist::nccl_built()) return;
   auto alone = dist::simulated_group();
   auto g = dist::new_nccl_group(*alone, 0);
@@ -57,8 +59,8 @@ TEST_CASE("nccl: data parallel on one GPU trains as plain training does, at ever
     std::unique_ptr<dist::DataParallel> dp;
     nn::NamedTensors params = chain.module().named_parameters();
     if (data_parallel) {
-      dp = std::make_unique<dist::DataParallel>(params, *g,
-                                                dist::DataParallelOptions().zero_stage(zero).bucket_bytes(4096));
+      dp = std::make_unique<dist::DataParallel>(
+          params, *g, dist::DataParallelOptions().zero_stage(zero).bucket_bytes(4096).units(chain.unit_names()));
       params = dp->optimizer_parameters();
     }
     optim::AdamW opt(params, optim::AdamWOptions(1e-2));
@@ -78,9 +80,58 @@ TEST_CASE("nccl: data parallel on one GPU trains as plain training does, at ever
     return losses;
   };
   const std::vector<double> plain = run(0, false);
-  for (int zero : {0, 1, 2}) {
+  for (int zero : {0, 1, 2, 3}) {  // 3: each block gathered over NCCL for its forward and backward
     INFO("ZeRO-" << zero);
     const std::vector<double> dp = run(zero, true);
     for (size_t i = 0; i < plain.size(); ++i) CHECK(dp[i] == doctest::Approx(plain[i]).epsilon(1e-6));
   }
+}
+
+TEST_CASE("parameter offload on cuda: pinned host shards, copies on a side stream; the plan's device peaks") {
+  nn::GPTConfig c;
+  c.vocab_size = 64, c.block_size = 8, c.n_layer = 2, c.n_head = 2, c.n_embd = 32;
+  const plan::ModelSpec spec = plan::ModelSpec::gpt_model(c);
+  auto run = [&](bool offload, int64_t* peak) {
+    manual_seed(9);
+    plan::ChainModel chain(spec, kGPU);
+    plan::StepOptions o;
+    o.accum = 2, o.clip_norm = 1.0, o.offload_params = offload, o.units = chain.unit_names();
+    plan::Trainer trainer(chain.module(), o);
+    std::vector<double> losses;
+    for (int step = 0; step < 3; ++step) {
+      reset_peak(kGPU);
+      const int64_t before = memory_stats(kGPU).allocated;
+      losses.push_back(plan::train_step(
+          chain, trainer,
+          [step](int64_t m) {
+            std::mt19937_64 rng(uint64_t(100 * step + m));
+            std::vector<int64_t> x(16), y(16);
+            for (size_t i = 0; i < 16; ++i) x[i] = int64_t(rng() % 64), y[i] = int64_t(rng() % 64);
+            return std::make_pair(tensor(x, {2, 8}).to(kGPU), tensor(y, {2, 8}).to(kGPU));
+          },
+          plan::Policy::none()));
+      *peak = memory_stats(kGPU).peak_allocated - before;
+    }
+    if (offload) {
+      CHECK(cuda::pinned_bytes() >= host_memory_stats(kGPU).allocated);  // the host side is page-locked
+      CHECK(host_memory_stats(kGPU).category(Category::OptimizerState) > 0);
+    }
+    return losses;
+  };
+  int64_t plain_peak = 0, offload_peak = 0;
+  const std::vector<double> plain = run(false, &plain_peak), offloaded = run(true, &offload_peak);
+  for (size_t i = 0; i < plain.size(); ++i) CHECK(offloaded[i] == doctest::Approx(plain[i]).epsilon(1e-6));
+  CHECK(offload_peak < plain_peak);
+  // Planned on meta for cuda, measured on the GPU: the same device peaks, to the byte.
+  plan::StepOptions o;
+  o.offload_params = true;
+  plan::StepContext ctx = plan::context({2, 8});
+  plan::PlanOptions po;
+  po.device = DeviceType::CUDA, po.smallest_limit = false;
+  const plan::StepReport planned = plan::plan(plan::program(spec, {2, 8}, o), ctx, po);
+  ctx.device = kGPU;
+  const plan::StepReport measured = plan::measure(plan::program(spec, {2, 8}, o), ctx, po);
+  CHECK(measured.peak == planned.peak);
+  CHECK(measured.first_peak == planned.first_peak);
+  CHECK(measured.reserved == planned.reserved);
 }

@@ -183,7 +183,7 @@ TEST_CASE("timeline: memgrad view refuses a snapshot that is not one, or whose n
       {"", "empty, not a memgrad memory snapshot"},
       {R"({"format": "something else"})", "not a memgrad memory snapshot"},
       {text.substr(0, text.size() / 2), "truncated"},
-      {edited([](json& d) { d["version"] = 1; }), "a version 1 snapshot; this memgrad reads version 2"},
+      {edited([](json& d) { d["version"] = 1; }), "a version 1 snapshot; this memgrad reads versions 2 and 3"},
       {edited([&](json& d) { d["history"][alloc]["bytes"] = -512; }), "bytes is -512, expected a size >= 0"},
       {edited([&](json& d) { d["history"][alloc]["category"] = "Cache"; }), "unknown category \"Cache\""},
       {edited([&](json& d) { d["history"][alloc]["by_category"]["Cache"] = 0; }), "unknown category \"Cache\""},
@@ -193,8 +193,18 @@ TEST_CASE("timeline: memgrad view refuses a snapshot that is not one, or whose n
        "out of order"},
       {edited([&](json& d) { d["history"][alloc]["allocated"] = 1 << 20; }), "its categories sum to"},
       // Consistent in itself, but not with the events around it.
-      {edited([&](json& d) { d["history"][alloc]["bytes"] = d["history"][alloc]["bytes"].get<int64_t>() + 512; }),
+      {edited([&](json& d) {
+         d["history"][alloc]["bytes"] = d["history"][alloc]["bytes"].get<int64_t>() + 512;
+         d["history"][alloc]["carved"] = d["history"][alloc]["carved"].get<int64_t>() + 512;
+       }),
        "(alloc at 0x"},
+      {edited([&](json& d) { d["history"][alloc]["carved"] = 0; }), "carved is 0, less than its bytes"},
+      {edited([&](json& d) { d["devices"][0]["segments"][0].erase("extent"); }), "missing \"extent\""},
+      {edited([&](json& d) { d["devices"][0]["segments"][0]["blocks"][0]["state"] = "unmapped"; }),
+       "expected active, free, pending or (in an expandable segment) unmapped"},
+      {edited([&](json& d) { d["devices"][0]["fragmentation"]["pools"][1]["free_bytes"] = 1; }),
+       "its holes by size add up to"},
+      {edited([&](json& d) { d["devices"][0].erase("fragmentation"); }), "missing \"fragmentation\""},
       {edited([&](json& d) { d["devices"][0]["segments"][0]["blocks"][0]["address"] = 512; }), "do not tile"},
       {edited([&](json& d) { d["history"] = json::array(); }), "no history"},
   };

@@ -216,7 +216,7 @@ void TrainData::resume(const std::map<std::string, std::string>& meta, const std
   }
 }
 
-void TrainData::print_held_out_loss(const mg::plan::ChainModel& chain) const {
+void TrainData::print_held_out_loss(const mg::plan::ChainModel& chain, mg::distributed::DataParallel* dp) const {
   if (!is_gpt()) return;
   mg::NoGradGuard no_grad;
   chain.module().eval();
@@ -228,9 +228,11 @@ void TrainData::print_held_out_loss(const mg::plan::ChainModel& chain) const {
   for (int64_t i = 0; i < kEvalBatches; ++i) {
     const std::optional<mg::data::Batch> b = loader.next();
     if (!b) break;
-    sum += chain.loss(b->data, b->target, mg::plan::Policy::none()).item<double>() * double(b->data.size(0));
+    if (dp) dp->prepare_forward();  // ZeRO-3, --offload params: the units gathered one at a time
+    sum += chain.loss(b->data, b->target, mg::plan::Policy::none(), dp).item<double>() * double(b->data.size(0));
     rows += b->data.size(0);
   }
+  if (dp) dp->zero_grad();  // releases the root unit, held since the last forward
   chain.module().train();
   const int64_t held = held_out_->size() - (split ? split_ : 0);
   const std::string what = !split ? "--val-data " + flags_.val_data

@@ -43,7 +43,9 @@ class TrainData {
   void resume(const std::map<std::string, std::string>& metadata, const std::string& path);
 
   // GPT: the mean loss over the held-out windows (up to 20 batches of them, consecutive), printed.
-  void print_held_out_loss(const mg::plan::ChainModel& chain) const;
+  // With `dp` (every rank calls it then: sharded parameters are gathered collectively) the model runs
+  // through its units.
+  void print_held_out_loss(const mg::plan::ChainModel& chain, mg::distributed::DataParallel* dp = nullptr) const;
   // The time the training thread spent waiting for batches, per step, after `steps` steps.
   void print_wait(int64_t steps, double train_seconds) const;
   // The loader's own buffers: in the host ledger, page-locked, in the device's ledger.

@@ -41,6 +41,9 @@ int main(int argc, char** argv) {
   };
   try {
     app.parse(argc, argv);
+    if ((train_cmd->parsed() && train.step.expandable_segments) ||
+        (plan_cmd->parsed() && plan.step.expandable_segments))
+      mg::set_allocator_config("expandable_segments:True");
     return train_cmd->parsed() ? run_train(train) : view_cmd->parsed() ? run_view(view) : run_plan(plan);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);

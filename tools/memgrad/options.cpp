@@ -155,6 +155,9 @@ void add_model_flags(CLI::App& app, ModelFlags& m) {
 }
 
 void add_step_flags(CLI::App& app, StepFlags& s) {
+  app.add_flag("--expandable-segments", s.expandable_segments,
+               "the allocator grows one segment per pool by mapping 2 MiB pages, instead of adding segments "
+               "(PyTorch's expandable_segments:True; MG_ALLOC_CONF=expandable_segments:True does the same)");
   app.add_option("-b,--batch", s.batch, "sequences (mlp: rows) per micro-batch")
       ->transform(integer_in(1, kMaxCount))
       ->capture_default_str();
@@ -206,10 +209,14 @@ void add_step_flags(CLI::App& app, StepFlags& s) {
 
 void add_data_parallel_flags(CLI::App& app, StepFlags& s) {
   app.add_option("--zero", s.zero,
-                 "data parallelism: ZeRO stage 0 (all-reduce gradients), 1 (shard optimizer state) or 2 (shard "
-                 "gradients too); train runs the ranks mpirun starts")
-      ->check(CLI::Range(0, 2))
+                 "data parallelism: ZeRO stage 0 (all-reduce gradients), 1 (shard optimizer state), 2 (shard "
+                 "gradients too) or 3 (shard the parameters: each block gathered for its forward and backward only); "
+                 "train runs the ranks mpirun starts")
+      ->check(CLI::Range(0, 3))
       ->capture_default_str();
+  app.add_flag("!--no-unit-prefetch", s.unit_prefetch,
+               "--zero 3 and --offload params: gather each block only when it runs, not while the one before runs "
+               "(shows what prefetching hides)");
   app.add_option("--bucket-cap", s.bucket_cap, "data parallelism: gradient bucket size, e.g. 25MiB")
       ->transform(CLI::AsSizeValue(true))
       ->check(CLI::PositiveNumber);
@@ -255,6 +262,7 @@ mg::plan::StepOptions step_options(const StepFlags& s) {
   o.precision = mg::plan::parse_precision(s.precision);
   o.grad_scaler = s.precision.rfind("fp16", 0) == 0;
   o.world_size = s.world_size, o.rank = s.rank, o.zero_stage = s.zero, o.bucket_bytes = int64_t(s.bucket_cap);
+  o.offload_params = s.offload_params, o.unit_prefetch = s.unit_prefetch;
   o.optimizer = s.optimizer == "sgd"         ? (s.momentum > 0 ? OptimizerKind::SGDMomentum : OptimizerKind::SGD)
                 : s.optimizer == "adam"      ? OptimizerKind::Adam
                 : s.optimizer == "adam8bit"  ? OptimizerKind::Adam8bit
@@ -267,8 +275,15 @@ mg::plan::StepOptions step_options(const StepFlags& s) {
                      ": its moments are factored and its step scaled per parameter, and a rank holds flat slices");
   if (o.step_in_backward && o.data_parallel())
     throw UsageError(
-        "--step-in-backward does not run with data parallelism (--zero, several processes): a parameter could be "
-        "stepped only once its gradient bucket's reduction had finished");
+        "--step-in-backward does not run with data parallelism (--zero, several processes, --offload params): a "
+        "parameter could be stepped only once its gradient bucket's reduction or its unit's copy had finished");
+  // Stage 3's chunks cut parameters anywhere: the optimizer steps 1-D pieces of them, which an element-wise
+  // update takes as it is, but 8-bit blocks and Adafactor's factored rows and columns would not match one rank's.
+  if ((s.zero == 3 || s.offload_params) &&
+      (s.optimizer == "adafactor" || s.optimizer.find("8bit") != std::string::npos))
+    throw UsageError("--optimizer " + s.optimizer + " does not run under --zero 3 or --offload params: a rank steps " +
+                     "1-D pieces of its units' flat chunks, and its state (quantization blocks, factored moments) " +
+                     "needs whole parameters; use sgd, adam or adamw");
   return o;
 }
 
@@ -337,12 +352,17 @@ mg::plan::Policy policy(const StepFlags& s, const mg::plan::ModelSpec& spec, boo
               .smallest_limit;
       if (!least || limit < least_limit) least = &r, least_limit = limit;
     }
+    mg::plan::PlanOptions under = plan_options;  // where the least fails under the budget: its forensics
+    under.memory_limit = budget, under.smallest_limit = false;
+    const auto failed = mg::plan::plan(train_program(spec, s), mg::plan::context(input_shape(s), least->policy), under);
     throw mg::OutOfMemoryError(
         "--checkpoint auto: no plan runs under the budget of " + mg::format_bytes(budget) + " (" +
-        std::to_string(budget) + " B); the least, " + least->method + " (" + least->policy.str() +
-        "), needs a memory limit of " + mg::format_bytes(least_limit) + " (" + std::to_string(least_limit) +
-        " B). Try a smaller --batch, --accum" +
-        (s.precision.find("storage") == std::string::npos ? " or --precision bf16-storage" : "") + ".");
+            std::to_string(budget) + " B); the least, " + least->method + " (" + least->policy.str() +
+            "), needs a memory limit of " + mg::format_bytes(least_limit) + " (" + std::to_string(least_limit) +
+            " B). Try a smaller --batch, --accum" +
+            (s.precision.find("storage") == std::string::npos ? " or --precision bf16-storage" : "") +
+            ". Where it runs out of memory under the budget, planned on meta:",
+        failed.oom_fragmentation);
   }
   try {
     return Policy::parse(c, n);

@@ -61,11 +61,16 @@ struct StepFlags {
   int zero = 0;
   uint64_t bucket_cap = uint64_t(25) << 20;
   int64_t world_size = 1, rank = 0;
+  // Parameters that do not stay resident: --offload params (host memory, stage 3's schedule at any
+  // world size) and whether the next unit is gathered while one runs (--no-unit-prefetch).
+  bool offload_params = false;
+  bool unit_prefetch = true;
   // The DataLoader train reads through (and plan counts): background threads, batches each reads
   // ahead, page-locked host buffers (cuda).
   int64_t num_workers = 0, prefetch = 2;
   bool pin_memory = false;
-  bool step_in_backward = false;  // each parameter stepped as its gradient completes (StepOptions)
+  bool step_in_backward = false;     // each parameter stepped as its gradient completes (StepOptions)
+  bool expandable_segments = false;  // the allocator's mode (set_allocator_config), for train and plan alike
 };
 
 void add_model_flags(CLI::App& app, ModelFlags& m);

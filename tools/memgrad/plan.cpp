@@ -16,6 +16,11 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   add_data_parallel_flags(app, f.step);
+  app.add_option("--offload", f.offload,
+                 "params: plan the parameters, gradients and optimizer state in host memory, each block copied to "
+                 "the device for its forward and backward (what memgrad train --offload params runs)")
+      ->check(CLI::IsMember({"none", "params"}))
+      ->capture_default_str();
   app.add_option("--world-size", f.step.world_size,
                  "data parallelism: plan one rank of this many processes (meta simulates it: no MPI needed)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
@@ -24,6 +29,18 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_flag("!--no-compare", f.compare, "skip the side-by-side tables of precisions and policies");
+  app.add_option("--plan", f.plan,
+                 "mixed: the fastest plan under --budget that keeps, recomputes (checkpoint segments) or offloads "
+                 "saved tensors, timed by the cost model, each candidate run on meta under the budget")
+      ->check(CLI::IsMember({"mixed"}));
+  app.add_option("--pareto", f.pareto,
+                 "write the memory-time curve (none, sqrt, selective, DP, mixed and dynamic remat; predicted, and "
+                 "measured once on the cpu) to this HTML file (.svg: the picture alone)");
+  app.add_option("--cost-model", f.cost_model,
+                 "fit: the kernels' rates fitted to a few steps run on the cpu (--device cpu); fixed: 100 GFLOP/s, "
+                 "10 GB/s on any machine")
+      ->check(CLI::IsMember({"fit", "fixed"}))
+      ->capture_default_str();
   app.add_option("--top", f.top, "owners to list at the peak")
       ->transform(integer_in(0, std::numeric_limits<int>::max()))
       ->capture_default_str();
@@ -31,13 +48,79 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
 
 namespace {
 
+// --plan mixed and --pareto: plans timed by the cost model (plan/mixed.h).
+int run_timed_plans(const PlanFlags& f, const mg::plan::ModelSpec& spec, const mg::plan::InputShape& shape,
+                    const mg::plan::PlanOptions& options) {
+  using namespace mg::plan;
+  if (!f.plan.empty() && !f.step.budget) throw UsageError("--plan mixed needs --budget (e.g. --budget 20MiB)");
+  const bool cpu = f.device == "cpu";
+  if (f.cost_model == "fit" && !cpu) throw UsageError("--cost-model fit runs steps on the cpu: use --device cpu");
+  const Program program = train_program(spec, f.step);
+  StepContext ctx = context(shape);
+  mg::budget::CostModel model = mg::budget::CostModel::fixed();
+  if (f.cost_model == "fit") {
+    ctx.device = mg::kCPU;
+    model = fit_cost_model(program, ctx, options);
+  }
+  std::printf("cost model (%s): %s\n\n", f.cost_model == "fit" ? "fitted to 3 steps on this cpu" : "fixed",
+              model.str().c_str());
+  if (!f.plan.empty()) {
+    const int64_t budget = int64_t(f.step.budget);
+    const std::vector<TimedPlan> candidates = mixed_candidates(program, ctx, budget, model, options);
+    std::printf("candidates under %s (%lld B), each run on meta under it:\n%s\n", mg::format_bytes(budget).c_str(),
+                static_cast<long long>(budget), pareto_table(candidates).c_str());
+    const TimedPlan dp = best_recompute(candidates);
+    TimedPlan mixed = best_mixed(candidates);
+    if (!mixed.fits())
+      throw mg::OutOfMemoryError("--plan mixed: no plan keeps, recomputes or offloads its way under " +
+                                 mg::format_bytes(budget) + " (" + std::to_string(budget) +
+                                 " B); memgrad train --remat dynamic --offload all goes lowest.");
+    if (cpu) measure_plan(program, ctx, mixed, options);
+    std::printf("mixed plan: %s, segments %s, peak %lld B, predicted %.2f ms a step", mixed.mode().c_str(),
+                mixed.policy.str().c_str(), static_cast<long long>(mixed.peak()), mixed.predicted * 1e3);
+    if (mixed.measured >= 0) std::printf(" (measured once on the cpu: %.2f ms)", mixed.measured * 1e3);
+    if (dp.fits()) std::printf("; the best recompute-only plan: %.2f ms", dp.predicted * 1e3);
+    std::printf("\n");
+  }
+  if (f.pareto.empty()) return 0;
+  // The budgets: shares of the unconstrained peak, and dynamic remat's floor.
+  mg::budget::Options keep;
+  keep.remat = mg::budget::Remat::None, keep.model = model;
+  const TimedPlan none = time_plan(program, ctx, "none", Policy::none(), keep, 0, options);
+  std::vector<int64_t> budgets;
+  for (double share : {0.85, 0.7, 0.5, 0.4, 0.3}) budgets.push_back(int64_t(share * double(none.peak())) / 512 * 512);
+  budgets.push_back((none.planned.floors[1][0].bytes + 511) / 512 * 512);
+  std::vector<TimedPlan> points = pareto(program, ctx, budgets, model, options);
+  if (cpu)
+    for (TimedPlan& t : points) measure_plan(program, ctx, t, options);
+  std::printf("memory-time curve (%s):\n%s", model_str(spec).c_str(), pareto_table(points).c_str());
+  const std::string name = spec.kind == ModelSpec::Kind::GPT
+                               ? "GPT " + std::to_string(spec.gpt.n_layer) + " x " + std::to_string(spec.gpt.n_embd)
+                               : "MLP " + std::to_string(spec.mlp_layers) + " x " + std::to_string(spec.mlp_width);
+  const std::string title = name + ", batch " + std::to_string(f.step.batch) + " x " + std::to_string(f.step.seq) +
+                            ", " + f.step.optimizer + ": step time against planned peak";
+  const std::string svg = pareto_svg(points, title);
+  std::FILE* out = std::fopen(f.pareto.c_str(), "w");
+  if (!out) throw UsageError("--pareto " + f.pareto + ": cannot write the file");
+  const bool svg_only = f.pareto.size() > 4 && f.pareto.substr(f.pareto.size() - 4) == ".svg";
+  if (svg_only)
+    std::fputs(svg.c_str(), out);
+  else
+    std::fprintf(out,
+                 "<!doctype html><meta charset='utf-8'><title>memgrad: memory-time curve</title>\n%s<pre>%s</pre>\n",
+                 svg.c_str(), pareto_table(points).c_str());
+  std::fclose(out);
+  std::printf("the curve: %s\n", f.pareto.c_str());
+  return 0;
+}
+
 // Each optimizer's plan in the chosen precision and policy, stepping after backward and inside it:
 // the peak, the Gradient category's own peak, the optimizer state and the bytes per parameter
 // (ZeRO's accounting: mixed-precision Adam holds 2 + 2 + K = 16 with K = 12).
-void print_optimizers(const PlanFlags& f, const mg::plan::ModelSpec& spec, const mg::plan::InputShape& shape,
+void print_optimizers(const StepFlags& flags, const mg::plan::ModelSpec& spec, const mg::plan::InputShape& shape,
                       const mg::plan::Policy& policy, const mg::plan::PlanOptions& options, int64_t params) {
   std::printf("\noptimizers side by side (batch %lld x %lld, %s, checkpoint %s; bytes at the steady-state peak):\n",
-              static_cast<long long>(f.step.batch), static_cast<long long>(f.step.seq), f.step.precision.c_str(),
+              static_cast<long long>(flags.batch), static_cast<long long>(flags.seq), flags.precision.c_str(),
               policy.name.c_str());
   std::printf("  %-14s %-9s %11s %11s %11s %11s %9s %9s\n", "optimizer", "step", "peak", "Gradient", "OptState",
               "Param", "state/N", "P+G+S/N");
@@ -46,9 +129,11 @@ void print_optimizers(const PlanFlags& f, const mg::plan::ModelSpec& spec, const
                                                   {"adafactor", 0.0}};
   for (auto [name, momentum] : kinds)
     for (bool in_backward : {false, true}) {
-      if (in_backward && (f.step.world_size > 1 || f.step.zero > 0)) continue;  // not with data parallelism
-      if (std::string(name) == "adafactor" && f.step.zero > 0) continue;        // nor under ZeRO 1-2
-      StepFlags s = f.step;
+      const bool units = flags.zero == 3 || flags.offload_params;  // the optimizer steps pieces of flat units
+      if (in_backward && (flags.world_size > 1 || flags.zero > 0 || flags.offload_params)) continue;  // not with dp
+      if (std::string(name) == "adafactor" && (flags.zero > 0 || units)) continue;  // nor on slices or pieces
+      if (units && std::string(name).find("8bit") != std::string::npos) continue;   // (see step_options)
+      StepFlags s = flags;
       s.optimizer = name, s.momentum = momentum, s.step_in_backward = in_backward;
       mg::plan::PlanOptions quick = options;
       quick.smallest_limit = false;
@@ -67,66 +152,21 @@ void print_optimizers(const PlanFlags& f, const mg::plan::ModelSpec& spec, const
       "   mixed-precision Adam; step: after backward, or each parameter inside it (--step-in-backward))\n");
 }
 
-}  // namespace
-
-int run_plan(const PlanFlags& f) {
+// What each precision mode stores (no checkpointing), and each policy in the chosen precision; all
+// on meta. For a GPT, a layer's activations in units of s*b*h (sequence x batch x width).
+void print_comparison(const StepFlags& flags, const mg::plan::ModelSpec& spec, const mg::plan::InputShape& shape,
+                      const mg::plan::Policy& chosen, const mg::plan::PlanOptions& options, int64_t params) {
   using namespace mg::plan;
-  const auto t0 = std::chrono::steady_clock::now();
-  const ModelSpec spec = model_spec(f.model, f.step.seq);
-  const InputShape shape = input_shape(f.step);
-  const int64_t params = parameter_count(spec);
-  PlanOptions options;
-  options.device = f.device == "cuda" ? mg::DeviceType::CUDA : mg::DeviceType::CPU;
-  std::printf("memgrad plan: %s, %s parameters (%s in float32)\n", model_str(spec).c_str(), thousands(params).c_str(),
-              mg::format_bytes(params * 4).c_str());
-  if (f.step.rank >= f.step.world_size)
-    throw UsageError("--rank " + std::to_string(f.step.rank) + ": expected a rank below --world-size " +
-                     std::to_string(f.step.world_size));
-  const bool data_parallel = f.step.world_size > 1 || f.step.zero > 0;
-  if (data_parallel)
-    std::printf("data parallel: rank %lld of %lld processes, ZeRO stage %d, buckets of %s\n",
-                static_cast<long long>(f.step.rank), static_cast<long long>(f.step.world_size), f.step.zero,
-                mg::format_bytes(int64_t(f.step.bucket_cap)).c_str());
-  print_loader_plan(spec, f.step, options.device);
-  const Policy chosen = policy(f.step, spec, true, options);
-  const StepOptions step = step_options(f.step);
-  const StepReport r = plan(train_program(spec, f.step), context(shape, chosen), options);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf(
-      "step: batch %lld x %lld, %s%s, %s, checkpoint %s (%s), for %s; planned on meta in %s (%lld steps), no "
-      "real memory\n\n",
-      static_cast<long long>(f.step.batch), static_cast<long long>(f.step.seq), f.step.optimizer.c_str(),
-      f.step.step_in_backward ? " stepped inside backward" : "", f.step.precision.c_str(), chosen.name.c_str(),
-      chosen.str().c_str(), f.device.c_str(), format_seconds(seconds).c_str(), static_cast<long long>(r.steps));
-  print_plan(r);
-  print_breakdown(r.peak, r.at_peak, r.at_peak_by_owner, f.top);
-  std::printf("  FLOPs in the step: %.3g, of them recomputed: %.3g (%.1f%%)\n", r.flops, r.recompute_flops,
-              r.flops ? 100.0 * r.recompute_flops / r.flops : 0.0);
-  for (const OutsideBytes& o : outside_allocator(options.device))
-    std::printf("  outside memgrad's allocator (not planned): %s: %s\n", o.what.c_str(),
-                o.bytes < 0 ? "depends on the driver and GPU (cuda::device_memory().outside_memgrad measures it)"
-                            : (mg::format_bytes(o.bytes) + " (" + std::to_string(o.bytes) + " B)").c_str());
-  if (f.step.budget) {
-    const int64_t b =
-        largest_batch(train_program(spec, f.step), context(shape, chosen), int64_t(f.step.budget), options);
-    std::printf("  largest batch whose steps run under %s: %lld\n", mg::format_bytes(int64_t(f.step.budget)).c_str(),
-                static_cast<long long>(b));
-  }
-  if (data_parallel) std::printf("\n%s", zero_table(spec, shape, step, chosen).c_str());
-  if (!f.compare) return 0;
-
-  // What each precision mode stores (no checkpointing), and each policy in the chosen precision; all
-  // on meta. For a GPT, a layer's activations in units of s*b*h (sequence x batch x width).
   const int64_t n = spec.num_blocks();
   const bool gpt = spec.kind == ModelSpec::Kind::GPT, fused = gpt && spec.gpt.fused_attention;
-  const double sbh = gpt ? double(f.step.seq * f.step.batch * spec.gpt.n_embd) : 0.0;
+  const double sbh = gpt ? double(flags.seq * flags.batch * spec.gpt.n_embd) : 0.0;
   std::printf("\nprecision modes side by side (no checkpointing; bytes at the steady-state peak):\n");
   std::printf("  %-13s %11s %11s %11s %11s %11s %11s", "precision", "peak", "Parameter", "Gradient", "OptState",
               "Activation", "Temp+Work");
   if (gpt) std::printf(" %11s", "layer/sbh");
   std::printf("\n");
   for (const char* precision : {"fp32", "fp16", "bf16", "fp16-storage", "bf16-storage"}) {
-    StepFlags s = f.step;
+    StepFlags s = flags;
     s.precision = precision;
     PlanOptions quick = options;
     quick.smallest_limit = false;
@@ -153,10 +193,10 @@ int run_plan(const PlanFlags& f) {
   for (const Policy& p : {Policy::none(), Policy::sqrt_n(n), Policy::selective_only(), Policy::every_block(n)})
     rows.push_back({p, fused});
   if (gpt) rows.push_back({Policy::none(), !fused});
-  std::printf("\npolicies side by side (batch %lld x %lld, %s, %s):\n", static_cast<long long>(f.step.batch),
-              static_cast<long long>(f.step.seq), f.step.optimizer.c_str(), f.step.precision.c_str());
+  std::printf("\npolicies side by side (batch %lld x %lld, %s, %s):\n", static_cast<long long>(flags.batch),
+              static_cast<long long>(flags.seq), flags.optimizer.c_str(), flags.precision.c_str());
   std::printf("  %-14s %11s %11s %11s %9s %8s", "policy", "peak", "Activation", "Temporary", "recompute", "vs none");
-  if (f.step.budget) std::printf(" %10s", "max batch");
+  if (flags.budget) std::printf(" %10s", "max batch");
   std::printf("\n");
   int64_t none_peak = 0;
   for (auto& row : rows) {
@@ -164,7 +204,7 @@ int run_plan(const PlanFlags& f) {
     row_spec.gpt.fused_attention = row.fused;
     PlanOptions quick = options;
     quick.smallest_limit = false;
-    const Program row_program = train_program(row_spec, f.step);
+    const Program row_program = train_program(row_spec, flags);
     const StepReport q = plan(row_program, context(shape, row.policy), quick);
     if (!none_peak) none_peak = q.peak;
     const std::string name = row.policy.name + (row.fused == fused ? "" : row.fused ? "+fused" : "+composed");
@@ -173,17 +213,103 @@ int run_plan(const PlanFlags& f) {
                 mg::format_bytes(q.category(mg::Category::Temporary)).c_str(),
                 q.flops ? 100.0 * q.recompute_flops / q.flops : 0.0,
                 100.0 * double(q.peak - none_peak) / double(none_peak));
-    if (f.step.budget)
+    if (flags.budget)
       std::printf(" %10lld", static_cast<long long>(largest_batch(row_program, context(shape, row.policy),
-                                                                  int64_t(f.step.budget), options)));
+                                                                  int64_t(flags.budget), options)));
     std::printf("\n");
   }
   std::printf(
       "  (allocated bytes at each plan's steady-state peak; recompute: share of the step's FLOPs spent "
       "recomputing%s%s)\n",
       gpt ? fused ? "; +composed: the textbook attention core" : "; +fused: --attention fused" : "",
-      f.step.budget ? "; max batch: the largest whose steps run under the budget" : "");
-  print_optimizers(f, spec, shape, chosen, options, params);
+      flags.budget ? "; max batch: the largest whose steps run under the budget" : "");
+  print_optimizers(flags, spec, shape, chosen, options, params);
+}
+
+}  // namespace
+
+int run_plan(const PlanFlags& f) {
+  using namespace mg::plan;
+  const auto t0 = std::chrono::steady_clock::now();
+  const ModelSpec spec = model_spec(f.model, f.step.seq);
+  const InputShape shape = input_shape(f.step);
+  const int64_t params = parameter_count(spec);
+  PlanOptions options;
+  options.device = f.device == "cuda" ? mg::DeviceType::CUDA : mg::DeviceType::CPU;
+  std::printf("memgrad plan: %s, %s parameters (%s in float32)\n", model_str(spec).c_str(), thousands(params).c_str(),
+              mg::format_bytes(params * 4).c_str());
+  if (f.step.rank >= f.step.world_size)
+    throw UsageError("--rank " + std::to_string(f.step.rank) + ": expected a rank below --world-size " +
+                     std::to_string(f.step.world_size));
+  StepFlags flags = f.step;
+  flags.offload_params = f.offload == "params";
+  if (flags.offload_params && (flags.zero == 1 || flags.zero == 2))
+    throw UsageError(
+        "--offload params runs ZeRO-3's schedule with host memory as the shards' home: use it with "
+        "--zero 0 or 3, not --zero " +
+        std::to_string(flags.zero));
+  const bool data_parallel = flags.world_size > 1 || flags.zero > 0 || flags.offload_params;
+  if (data_parallel)
+    std::printf("data parallel: rank %lld of %lld processes, ZeRO stage %d%s, %s\n", static_cast<long long>(flags.rank),
+                static_cast<long long>(flags.world_size), flags.offload_params ? 3 : flags.zero,
+                flags.offload_params ? " with the parameters in host memory (--offload params)" : "",
+                flags.offload_params || flags.zero == 3
+                    ? "each block a unit gathered for its forward and backward"
+                    : ("buckets of " + mg::format_bytes(int64_t(flags.bucket_cap))).c_str());
+  print_loader_plan(spec, flags, options.device);
+  if (!f.plan.empty() || !f.pareto.empty()) {
+    if (data_parallel)  // the budget's runtime does not run with the units' or ranks' own schedules
+      throw UsageError(
+          "--plan / --pareto time one process's plans under a budget: expected no --zero, --world-size "
+          "or --offload params, got ZeRO stage " +
+          std::to_string(flags.zero));
+    return run_timed_plans(f, spec, shape, options);
+  }
+  const Policy chosen = policy(flags, spec, true, options);
+  const StepOptions step = step_options(flags);
+  mg::reset_host_peak(mg::kMeta);
+  const StepReport r = plan(train_program(spec, flags), context(shape, chosen), options);
+  const int64_t host_peak = mg::host_memory_stats(mg::kMeta).peak;
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf(
+      "step: batch %lld x %lld, %s%s, %s, checkpoint %s (%s), for %s; planned on meta in %s (%lld steps), no "
+      "real memory\n\n",
+      static_cast<long long>(flags.batch), static_cast<long long>(flags.seq), flags.optimizer.c_str(),
+      flags.step_in_backward ? " stepped inside backward" : "", flags.precision.c_str(), chosen.name.c_str(),
+      chosen.str().c_str(), f.device.c_str(), format_seconds(seconds).c_str(), static_cast<long long>(r.steps));
+  print_plan(r);
+  print_breakdown(r.peak, r.at_peak, r.at_peak_by_owner, f.top);
+  if (flags.offload_params)
+    std::printf("  host memory (parameters, gradients and optimizer state off the device): peak %s (%lld B)\n",
+                mg::format_bytes(host_peak).c_str(), static_cast<long long>(host_peak));
+  std::printf("  FLOPs in the step: %.3g, of them recomputed: %.3g (%.1f%%)\n", r.flops, r.recompute_flops,
+              r.flops ? 100.0 * r.recompute_flops / r.flops : 0.0);
+  for (const OutsideBytes& o : outside_allocator(options.device))
+    std::printf("  outside memgrad's allocator (not planned): %s: %s\n", o.what.c_str(),
+                o.bytes < 0 ? "depends on the driver and GPU (cuda::device_memory().outside_memgrad measures it)"
+                            : (mg::format_bytes(o.bytes) + " (" + std::to_string(o.bytes) + " B)").c_str());
+  if (flags.budget) {
+    const int64_t b = largest_batch(train_program(spec, flags), context(shape, chosen), int64_t(flags.budget), options);
+    std::printf("  largest batch whose steps run under %s: %lld\n", mg::format_bytes(int64_t(flags.budget)).c_str(),
+                static_cast<long long>(b));
+  }
+  if (data_parallel && flags.world_size > 1) {  // every rank: the last ranks may hold smaller slices
+    std::printf("\nevery rank's planned peaks (allocated, reserved) at ZeRO stage %d:\n", step.sharding_stage());
+    const int64_t shown = std::min<int64_t>(flags.world_size, 8);
+    for (int64_t rank = 0; rank < shown; ++rank) {
+      const int64_t at = rank + 1 == shown ? flags.world_size - 1 : rank;  // past 8 ranks: the first 7 and the last
+      StepFlags one = flags;
+      one.rank = at;
+      PlanOptions quick = options;
+      quick.smallest_limit = false;
+      const StepReport q = plan(train_program(spec, one), context(shape, chosen), quick);
+      std::printf("  rank %lld: %s (%lld B), reserved %s (%lld B)\n", static_cast<long long>(at),
+                  mg::format_bytes(q.peak).c_str(), static_cast<long long>(q.peak),
+                  mg::format_bytes(q.reserved).c_str(), static_cast<long long>(q.reserved));
+    }
+  }
+  if (data_parallel) std::printf("\n%s", zero_table(spec, shape, step, chosen).c_str());
+  if (f.compare) print_comparison(flags, spec, shape, chosen, options, params);
   return 0;
 }
 

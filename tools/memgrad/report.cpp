@@ -19,10 +19,16 @@ void print_breakdown(int64_t peak, const mg::CategoryBytes& at_peak, const std::
   std::vector<std::pair<std::string, int64_t>> sorted(owners.begin(), owners.end());
   std::sort(sorted.begin(), sorted.end(), [](auto& a, auto& b) { return a.second > b.second; });
   std::printf("  largest owners at the peak:\n");
-  for (size_t i = 0; i < sorted.size() && i < size_t(top); ++i)
-    std::printf("    %-40s %12s %6.1f%%\n", sorted[i].first.empty() ? "(no owner)" : sorted[i].first.c_str(),
-                mg::format_bytes(sorted[i].second).c_str(), share(sorted[i].second));
-  if (sorted.size() > size_t(top)) std::printf("    ... and %zu more owners\n", sorted.size() - size_t(top));
+  auto row = [&share](const std::string& name, int64_t b) {
+    std::printf("    %-40s %12s %6.1f%%\n", name.c_str(), mg::format_bytes(b).c_str(), share(b));
+  };
+  int64_t rest = 0;  // the owners past the top, in one line: the shares add up to the total
+  for (size_t i = 0; i < sorted.size(); ++i)
+    if (i < size_t(top))
+      row(sorted[i].first.empty() ? "(no owner)" : sorted[i].first, sorted[i].second);
+    else
+      rest += sorted[i].second;
+  if (sorted.size() > size_t(top)) row("... and " + std::to_string(sorted.size() - size_t(top)) + " more owners", rest);
 }
 
 void print_plan(const mg::plan::StepReport& r) {
@@ -57,6 +63,14 @@ void print_kernel_times(const mg::KernelProfile& profile, double wall_seconds, i
   }
   line("(outside kernels)", "", wall_seconds - profile.seconds());
   line("step", "", wall_seconds);
+  // What the cpu kernels ran on here (DESIGN principle 8): the ISA level and each variant's library.
+  std::printf("  cpu: %s;", mg::to_string(mg::cpu_isa()));
+  for (const std::string& op : mg::kernel_ops(mg::DeviceType::CPU)) {
+    const std::string variant = mg::kernel_variant(mg::DeviceType::CPU, op);
+    const std::string detail = mg::kernel_variant_detail(mg::DeviceType::CPU, op, variant);
+    std::printf(" %s %s%s%s", op.c_str(), variant.c_str(), detail.empty() ? "" : ": ", detail.c_str());
+  }
+  std::printf("\n");
 }
 
 void print_outside_ledger(const mg::cuda::DeviceMemory& before, const mg::cuda::DeviceMemory& after) {

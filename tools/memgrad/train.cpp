@@ -8,9 +8,10 @@
 #include <fstream>
 #include <map>
 #include <optional>
-#include <random>
 
 #include "report.h"
+#include "sharding.h"
+#include "train_run.h"
 #include "train_state.h"
 #include "view.h"
 
@@ -58,32 +59,9 @@ class Progress {
   const char* unit_;
 };
 
-// Samples `n` bytes from the GPT after a newline, at temperature 0.8, without recording history.
-std::string sample_text(mg::nn::GPT& gpt, const mg::Device& device, int64_t n, uint64_t seed) {
-  mg::NoGradGuard no_grad;
-  gpt.eval();
-  std::mt19937_64 rng(seed);
-  std::vector<int64_t> ctx = {int64_t('\n')};
-  std::string out;
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t T = std::min<int64_t>(int64_t(ctx.size()), gpt.config.block_size);
-    std::vector<int64_t> window(ctx.end() - T, ctx.end());
-    mg::Tensor logits = gpt.forward(mg::tensor(window, {1, T}).to(device))
-                            .select(1, T - 1)
-                            .reshape({-1})
-                            .slice(0, 0, 256);  // bytes only
-    std::vector<float> p = mg::softmax(logits * (1.0 / 0.8), 0).to(mg::kCPU).to_vector<float>();
-    std::discrete_distribution<int64_t> pick(p.begin(), p.end());
-    const int64_t next = pick(rng);
-    ctx.push_back(next);
-    out.push_back(char(next));
-  }
-  gpt.train();
-  return out;
-}
-
 // What the planner says about a run that ran out of memory under --memory-limit: the limit its step
-// needs, and what fits under this one (the largest batch; --checkpoint auto's choice).
+// needs, and what fits under this one (the largest batch; --checkpoint auto's choice). Under a
+// budget: the floor of its mode, planned on meta for the whole step, and of the other modes.
 std::string oom_advice(const TrainFlags& f, const mg::plan::ModelSpec& spec, const mg::plan::Policy& policy,
                        const mg::Device& device) {
   mg::plan::PlanOptions o;
@@ -91,6 +69,20 @@ std::string oom_advice(const TrainFlags& f, const mg::plan::ModelSpec& spec, con
   const int64_t limit = mg::memory_stats(device).limit;
   const mg::plan::InputShape shape = input_shape(f.step);
   const mg::plan::Program program = train_program(spec, f.step);
+  if (mg::budget::enabled(device)) {
+    const mg::budget::Options b = mg::budget::options(device);
+    mg::plan::PlanOptions floors = o;
+    floors.steps = 2, floors.smallest_limit = false, floors.budget = b;
+    const mg::plan::StepReport r = mg::plan::plan(program, mg::plan::context(shape, policy), floors);
+    const mg::budget::Floor& mine = r.floors[b.remat == mg::budget::Remat::Dynamic][int(b.offload)];
+    std::string advice = "\nthe planner (meta, two steps): in this mode the step needs at least " + mine.str() + "\n";
+    const char* names[] = {"--remat dynamic", "--offload activations", "--remat dynamic --offload all"};
+    const int modes[][2] = {{1, 0}, {0, 1}, {1, 3}};
+    for (int i = 0; i < 3; ++i)
+      advice += "  with " + std::string(names[i]) + ": " + mg::format_bytes(r.floors[modes[i][0]][modes[i][1]].bytes) +
+                " (" + std::to_string(r.floors[modes[i][0]][modes[i][1]].bytes) + " B)\n";
+    return advice;
+  }
   const mg::plan::StepReport r = mg::plan::plan(program, mg::plan::context(shape, policy), o);
   std::string advice = "\nthe planner: this step needs a --memory-limit of at least " +
                        mg::format_bytes(r.smallest_limit) + " (" + std::to_string(r.smallest_limit) +
@@ -128,13 +120,16 @@ void add_train_flags(CLI::App& app, TrainFlags& f) {
       ->check(CLI::IsMember({"none", "dynamic"}))
       ->capture_default_str();
   app.add_option("--offload", f.offload,
-                 "under --memory-limit, move activations or optimizer state (stepped there) to host memory")
-      ->check(CLI::IsMember({"none", "activations", "optimizer", "all"}))
+                 "under --memory-limit, move activations or optimizer state (stepped there) to host memory; params: "
+                 "keep the parameters, their gradients and optimizer state in host memory, each block copied to the "
+                 "device for its forward and backward (ZeRO-3's schedule, any number of processes)")
+      ->check(CLI::IsMember({"none", "activations", "optimizer", "all", "params"}))
       ->capture_default_str();
   app.add_option("--budget-cost", f.budget_cost,
-                 "how --remat/--offload price a tensor: measured kernel times (DTR), or modeled ones, so that "
-                 "every run of the same command evicts and recomputes the same tensors")
-      ->check(CLI::IsMember({"measured", "modeled"}))
+                 "how --remat/--offload price a tensor: modeled kernel times, so that every run of the same command "
+                 "evicts, recomputes and offloads the same tensors (and memgrad plan predicts them on meta), or "
+                 "measured ones (DTR's: the machine's load decides)")
+      ->check(CLI::IsMember({"modeled", "measured"}))
       ->capture_default_str();
   app.add_option("--seed", f.seed, "seed of parameters, data and dropout")
       ->transform(any_uint64())
@@ -160,68 +155,24 @@ void add_train_flags(CLI::App& app, TrainFlags& f) {
                "kernel is synchronized, which slows the run)");
 }
 
-namespace {
-
-namespace dist = mg::distributed;
-
-// One `memgrad train` run, phase by phase (run_train calls them in order). Its members are what the
-// phases share, declared in the order they are made, so they are destroyed in reverse, as locals were.
-struct TrainRun {
-  explicit TrainRun(const TrainFlags& flags) : f(flags), data(flags) {}
-  void set_up();                  // processes, device, limits, the plan's policy, a saved state, the data loader
-  void build();                   // the model and its trainer, the saved state loaded, the run's header
-  void run_steps();               // the steps: progress, log, peaks, timeline, profile
-  void report_training();         // time, loss, held-out loss, sample, and the memory at the peak
-  void report_plan();             // the same steps planned on meta, against the measured peaks
-  void report_ranks_and_state();  // every rank's figures, the optimizer state, the files written
-
-  const TrainFlags& f;
-  TrainData data;  // the files opened and checked against the flags, nothing allocated yet
-  dist::ProcessGroup* world = nullptr;
-  int rank = 0, ranks = 1;
-  StepFlags step_flags;  // this rank's
-  mg::Device device = mg::kCPU;
-  bool budgeted = false;
-  mg::plan::ModelSpec spec;
-  mg::plan::InputShape shape;
-  mg::plan::Policy policy;
-  std::optional<int64_t> tokens;  // per step, this rank's (mlp: rows)
-  std::string signature;
-  std::optional<SavedState> saved;
-  mg::MemoryStats base;                                 // before the model was built
-  std::optional<mg::cuda::DeviceMemory> driver_before;  // cuda: the driver's view, for the bytes outside the ledger
-  std::unique_ptr<dist::ProcessGroup> nccl;
-  dist::ProcessGroup* group = nullptr;
-  std::optional<mg::plan::ChainModel> chain;
-  std::optional<mg::plan::Trainer> trainer;
-  mg::amp::GradScaler* scaler = nullptr;
-  dist::DataParallel* dp = nullptr;
-  std::optional<mg::optim::LinearWarmupLR> warmup;  // made before a resume overwrites the lr with its scheduled value
-  int64_t first = 1;                                // the first step this run takes
-  bool timeline = false;
-  int64_t tokens_per_step = 0;  // mlp: rows; all ranks
-  double communication_before = 0;
-  double loss = 0, train_seconds = 0;
-  int64_t peaks[2] = {0, 0};  // allocated: the first step, and the largest of the later ones
-  int64_t reserved = 0;       // the largest reserved of all steps
-  mg::CategoryBytes at_peak{};
-  std::map<std::string, int64_t> owners_at_peak;
-  int64_t steps_run = 0;
-  double communication = 0;
-  mg::MemoryStats after;                // after the steps
-  int64_t planned_peaks[2] = {-1, -1};  // for the ranks' table
-};
+// Owners counted from the same baseline as the categories are.
+std::map<std::string, int64_t> TrainRun::owners_since_base(std::map<std::string, int64_t> owners) const {
+  for (auto& [owner, bytes] : base_owners)
+    if ((owners[owner] -= bytes) == 0) owners.erase(owner);
+  return owners;
+}
 
 void TrainRun::set_up() {
   // Data parallelism: the processes mpirun started (or this one alone, with --zero); rank 0 prints.
-  const bool data_parallel = dist::launched_world_size() > 1 || f.step.zero > 0;
+  offload_params = f.offload == "params";
+  const bool data_parallel = dist::launched_world_size() > 1 || f.step.zero > 0 || offload_params;
   world = data_parallel ? &dist::world() : nullptr;
   rank = world ? world->rank() : 0;
   ranks = world ? world->size() : 1;
   if (rank != 0 && !std::freopen("/dev/null", "w", stdout))
     throw mg::IOError("rank " + std::to_string(rank) + ": cannot silence its output");
   step_flags = f.step;
-  step_flags.world_size = ranks, step_flags.rank = rank;
+  step_flags.world_size = ranks, step_flags.rank = rank, step_flags.offload_params = offload_params;
 
   try {
     const int local = ranks > 1 ? dist::local_rank() % std::max(1, mg::cuda_device_count()) : 0;
@@ -235,7 +186,15 @@ void TrainRun::set_up() {
   if (device.is_cuda() && device.index >= mg::cuda_device_count())
     throw UsageError("--device " + f.device + ": " + std::to_string(mg::cuda_device_count()) + " CUDA devices here" +
                      (kBuiltWithCuda ? "" : " (memgrad was built without CUDA)"));
-  budgeted = f.remat != "none" || f.offload != "none";
+  if (offload_params && (f.remat != "none" || f.step.zero == 1 || f.step.zero == 2))
+    throw UsageError(
+        "--offload params runs ZeRO-3's schedule with host memory as the parameters' home: use it with "
+        "--zero 0 or 3 and without --remat");
+  if (f.step.zero == 3 && (f.remat != "none" || f.offload != "none") && !offload_params)
+    throw UsageError(
+        "--zero 3 gathers and releases each block's parameters itself: it runs under a plain "
+        "--memory-limit, not under the budget of --remat or --offload activations|optimizer|all");
+  budgeted = f.remat != "none" || (f.offload != "none" && !offload_params);
   if (budgeted && !f.memory_limit)
     throw UsageError("--remat and --offload keep training under --memory-limit: give one");
   if (budgeted) {
@@ -267,10 +226,19 @@ void TrainRun::set_up() {
   if (saved && saved->step >= f.steps)
     throw UsageError("--steps " + std::to_string(f.steps) + ": the state is already at step " +
                      std::to_string(saved->step));
+  if (world)  // a rank with other flags or another state would issue other collectives: stop all of them now
+    check_ranks_agree(*world, signature + "; " + std::to_string(ranks) + " processes, --zero " +
+                                  std::to_string(f.step.zero) + ", --offload " + f.offload + ", --steps " +
+                                  std::to_string(f.steps) + ", --resume " +
+                                  (saved ? f.resume + " (step " + std::to_string(saved->step) + ")" : "none"));
+  if (saved) saved->tensors.clear();  // checked now, read again to load: held, they would count in every step
   // The plan starts from an empty allocator: so does the run (nothing the checks above made is cached),
   // and its program holds the data's teacher and the loader's buffers as train does (train_program).
   mg::empty_cache(device);
   base = mg::memory_stats(device);
+  host_base = mg::host_memory_stats(device);  // --offload params: what it adds
+  mg::reset_host_peak(device);
+  base_owners = mg::memory_by_owner(device);
   if (device.is_cuda()) driver_before = mg::cuda::device_memory(device.index);
   data.start(spec, step_flags, device, rank, ranks);
 
@@ -289,7 +257,8 @@ void TrainRun::build() {
   mg::manual_seed(f.seed);
   chain.emplace(spec, device);
   mg::nn::Module& model = chain->module();
-  const mg::plan::StepOptions options = step_options(step_flags);
+  options = step_options(step_flags);
+  options.units = chain->unit_names();  // --zero 3, --offload params: each block a unit
   trainer.emplace(
       model, options, [this](const mg::nn::NamedTensors& params) { return make_optimizer(f, params); }, group);
   mg::optim::Optimizer& opt = *trainer->optimizer();
@@ -297,13 +266,22 @@ void TrainRun::build() {
   dp = trainer->data_parallel();
 
   if (f.warmup) warmup.emplace(opt, f.warmup);
+  auto load_model = [&](const mg::nn::StateDict& m) {
+    dp ? dp->load_model_state_dict(model, m) : model.load_state_dict(m);
+  };
   auto load_optimizer = [&](const mg::optim::StateDict& o) {
     dp ? dp->load_state_dict(opt, o) : opt.load_state_dict(o);
   };
-  first =
-      saved ? apply_state(*saved, f.resume, model, load_optimizer, dp ? nullptr : trainer->masters(), scaler) + 1 : 1;
+  first = saved ? apply_state(read_state(f.resume, signature), f.resume, load_model, load_optimizer,
+                              dp ? nullptr : trainer->masters(), scaler) +
+                      1
+                : 1;
+  if (saved) mg::empty_cache(device);                            // the file's tensors are freed: their segments go too
   for (int64_t t = 1; warmup && t < first; ++t) warmup->step();  // the schedule's position at the saved step
   if (saved) data.resume(saved->meta, f.resume);
+  if (saved && saved->meta.count("memgrad.saved_by"))
+    std::printf("resuming the state saved by %s at step %lld\n", saved->meta.at("memgrad.saved_by").c_str(),
+                static_cast<long long>(saved->step));
   std::printf("memgrad train: %s, %s parameters, on %s\n", model_str(spec).c_str(),
               thousands(model.num_parameters()).c_str(), device.str().c_str());
   std::printf("  batch %lld%s, accum %lld, %s lr %g%s, %s, checkpoint %s (%s), seed %llu%s\n",
@@ -316,12 +294,16 @@ void TrainRun::build() {
   std::printf("  data: %s\n", data.str().c_str());
   if (dp)
     std::printf(
-        "  data parallel: %d process%s (%s), ZeRO stage %d, %zu gradient buckets of up to %s; each step's %lld "
+        "  data parallel: %d process%s (%s), ZeRO stage %d%s, %s; each step's %lld "
         "micro-batches split by rank, rank r running [%lld r, %lld r + %lld)\n",
-        ranks, ranks > 1 ? "es" : "", group->backend().c_str(), f.step.zero, dp->buckets().size(),
-        mg::format_bytes(int64_t(f.step.bucket_cap)).c_str(), static_cast<long long>(f.step.accum * ranks),
-        static_cast<long long>(f.step.accum), static_cast<long long>(f.step.accum),
-        static_cast<long long>(f.step.accum));
+        ranks, ranks > 1 ? "es" : "", group->backend().c_str(), dp->zero_stage(),
+        offload_params ? " with the parameters in host memory (--offload params)" : "",
+        dp->units() ? units_line(*dp, int64_t(model.parameters()[0].element_size())).c_str()
+                    : (std::to_string(dp->buckets().size()) + " gradient buckets of up to " +
+                       mg::format_bytes(int64_t(f.step.bucket_cap)))
+                          .c_str(),
+        static_cast<long long>(f.step.accum * ranks), static_cast<long long>(f.step.accum),
+        static_cast<long long>(f.step.accum), static_cast<long long>(f.step.accum));
 }
 
 void TrainRun::run_steps() {
@@ -366,11 +348,16 @@ void TrainRun::run_steps() {
       const int64_t peak = m.peak_allocated - base.allocated;
       reserved = std::max(reserved, m.peak_reserved - base.reserved);
       if (step == first) peaks[0] = peak;
+      for (int c = 0; c < mg::kNumCategories; ++c)
+        after_step[size_t(c)] = m.by_category[size_t(c)] - base.by_category[size_t(c)];
+      host_after_step = mg::host_memory_stats(device);
+      for (int c = 0; c < mg::kNumCategories; ++c)
+        host_after_step.by_category[size_t(c)] -= host_base.by_category[size_t(c)];
       if (step > first && peak >= peaks[1]) {
         peaks[1] = peak;
         at_peak = m.at_peak_by_category;
         for (int c = 0; c < mg::kNumCategories; ++c) at_peak[size_t(c)] -= base.by_category[size_t(c)];
-        owners_at_peak = m.at_peak_by_owner;
+        owners_at_peak = owners_since_base(m.at_peak_by_owner);
       }
       progress.update(step, loss, double(tokens_per_step) / dt, m);
       if (log) {
@@ -406,134 +393,6 @@ void TrainRun::run_steps() {
   }
   chain->module().zero_grad();  // the last step's gradients: not needed for evaluation
 }
-
-void TrainRun::report_training() {
-  steps_run = f.steps - first + 1;
-  std::printf("\ntrained %lld steps in %s: %.0f %s/s, final loss %.4f", static_cast<long long>(steps_run),
-              format_seconds(train_seconds).c_str(), double(tokens_per_step * steps_run) / train_seconds,
-              data.is_gpt() ? "tokens" : "rows", loss);
-  if (scaler && scaler->skipped_steps())
-    std::printf(" (%lld steps skipped by the grad scaler)", static_cast<long long>(scaler->skipped_steps()));
-  std::printf("\n");
-  communication = dp ? dp->communication_seconds() - communication_before : 0;
-  data.print_wait(steps_run, train_seconds);
-  if (dp)
-    std::printf("communication: rank 0 was blocked waiting for reductions and gathers %s of %s (%.1f%%)\n",
-                format_seconds(communication).c_str(), format_seconds(train_seconds).c_str(),
-                100.0 * communication / train_seconds);
-
-  if (data.is_gpt() && rank == 0) {  // held-out loss, without recording history: no activations are kept
-    data.print_held_out_loss(*chain);
-    if (f.sample > 0)
-      std::printf("sample:\n%s\n",
-                  sample_text(dynamic_cast<mg::nn::GPT&>(chain->module()), device, f.sample, f.seed).c_str());
-  }
-
-  if (steps_run == 1) {  // no later step: the breakdown of the first
-    const mg::MemoryStats m = mg::memory_stats(device);
-    at_peak = m.at_peak_by_category;
-    for (int c = 0; c < mg::kNumCategories; ++c) at_peak[size_t(c)] -= base.by_category[size_t(c)];
-    owners_at_peak = m.at_peak_by_owner;
-  }
-  std::printf("\nmemory on %s at the peak of step%s %lld%s%s, counted from before the model was built:\n",
-              device.str().c_str(), steps_run > 1 ? "s" : "", static_cast<long long>(std::min(first + 1, f.steps)),
-              steps_run > 2 ? "-" : "", steps_run > 2 ? std::to_string(f.steps).c_str() : "");
-  print_breakdown(steps_run > 1 ? peaks[1] : peaks[0], at_peak, owners_at_peak, 12);
-  after = mg::memory_stats(device);
-  std::printf("  reserved by the caching allocator: %s now\n", mg::format_bytes(after.reserved).c_str());
-  if (driver_before) print_outside_ledger(*driver_before, mg::cuda::device_memory(device.index));
-}
-
-void TrainRun::report_plan() {
-  // The planner runs the same steps on meta, for this device and under the same limit.
-  mg::plan::PlanOptions plan_options;
-  plan_options.device = device.type;
-  plan_options.memory_limit = budgeted ? 0 : int64_t(f.memory_limit);  // a budget is the runtime's, not the allocator's
-  plan_options.max_steps = std::min<int64_t>(steps_run, 16);
-  const mg::plan::StepReport planned =
-      mg::plan::plan(train_program(spec, step_flags), mg::plan::context(shape, policy), plan_options);
-  auto compare = [&](const char* what, int64_t measured, int64_t plan_bytes) {
-    std::string verdict = measured == plan_bytes ? "exact" : "off by " + std::to_string(measured - plan_bytes) + " B";
-    if (measured != plan_bytes && scaler && scaler->skipped_steps())
-      verdict += ": the grad scaler skipped steps (inf/NaN gradients), the plan assumes every step is taken";
-    std::printf("  %s: measured %s (%lld B), planned on meta %s (%lld B): %s\n", what,
-                mg::format_bytes(measured).c_str(), static_cast<long long>(measured),
-                mg::format_bytes(plan_bytes).c_str(), static_cast<long long>(plan_bytes), verdict.c_str());
-  };
-  if (!f.resume.empty()) {  // a resumed run's first step already holds optimizer state: only later steps compare
-    if (steps_run > 1) compare("later steps' allocated peak", peaks[1], planned_peaks[1] = planned.peak);
-    std::printf("  (a resumed run's allocator history differs from the plan's, which starts from the first step)\n");
-  } else {
-    compare("first step's allocated peak", peaks[0], planned_peaks[0] = planned.first_peak);
-    if (steps_run > 1) compare("later steps' allocated peak", peaks[1], planned_peaks[1] = planned.peak);
-    if (!budgeted)  // the budget runs with caching off: its reserved bytes are not the plan's
-      compare(f.memory_limit ? "reserved peak under this --memory-limit" : "reserved peak with no limit", reserved,
-              planned.reserved);
-  }
-  if (planned.smallest_limit)
-    std::printf("  the smallest --memory-limit these steps run under: %s (%lld B)\n",
-                mg::format_bytes(planned.smallest_limit).c_str(), static_cast<long long>(planned.smallest_limit));
-  if (budgeted) {
-    std::printf("  memory budget %s (--remat %s, --offload %s): the plan above is the unconstrained step\n",
-                mg::format_bytes(int64_t(f.memory_limit)).c_str(), f.remat.c_str(), f.offload.c_str());
-    std::printf("  %s\n", mg::budget::stats_report(device).c_str());
-  }
-  data.print_memory();
-}
-
-void TrainRun::report_ranks_and_state() {
-  mg::optim::Optimizer& opt = *trainer->optimizer();
-  if (dp) {  // every rank's figures, gathered (the calls below are collective: every rank makes them)
-    auto held = [this](mg::Category c) { return after.category(c) - base.category(c); };
-    const std::vector<int64_t> mine = {peaks[0],
-                                       peaks[1],
-                                       planned_peaks[0],
-                                       planned_peaks[1],
-                                       held(mg::Category::Parameter),
-                                       held(mg::Category::Gradient),
-                                       held(mg::Category::OptimizerState),
-                                       int64_t(communication * 1e6),
-                                       int64_t(train_seconds * 1e6)};
-    const std::vector<int64_t> all = world->all_gather(mine);
-    std::printf(
-        "\nevery rank (%d processes, ZeRO stage %d): each step's peak measured and planned on meta for that "
-        "rank; the bytes it holds after the last step; its time blocked on communication\n",
-        ranks, f.step.zero);
-    for (int r = 0; r < ranks; ++r) {
-      const int64_t* v = &all[size_t(r) * mine.size()];
-      std::string line = "  rank " + std::to_string(r) + ":";
-      for (int i = 0; i < 2; ++i)
-        if (v[2 + i] >= 0)
-          line += std::string(i ? " later steps " : " first step ") + std::to_string(v[i]) + " B, planned " +
-                  std::to_string(v[2 + i]) + " B: " + (v[i] == v[2 + i] ? "exact;" : "differs;");
-      char tail[256];
-      std::snprintf(tail, sizeof tail,
-                    " Parameter %lld B, Gradient %lld B, OptimizerState %lld B; communication %.1f%%",
-                    static_cast<long long>(v[4]), static_cast<long long>(v[5]), static_cast<long long>(v[6]),
-                    v[8] ? 100.0 * double(v[7]) / double(v[8]) : 0.0);
-      std::printf("%s%s\n", line.c_str(), tail);
-    }
-    const std::string table = dp->shard_table(opt);
-    std::printf(
-        "\noptimizer state per parameter (%s): which rank holds which elements, and the bytes of state its "
-        "ledger holds for them\n%s",
-        opt.type().c_str(), table.c_str());
-  } else {
-    std::printf("\noptimizer state per parameter (%s):\n%s", opt.type().c_str(), opt.state_report().str().c_str());
-  }
-  if (timeline && !f.timeline.empty()) std::printf("memory timeline: %s\n", f.timeline.c_str());
-  if (timeline && !f.snapshot.empty()) std::printf("memory snapshot: %s (memgrad view draws it)\n", f.snapshot.c_str());
-  if (!f.save.empty()) {
-    const mg::optim::StateDict optimizer = dp ? dp->state_dict(opt) : opt.state_dict();  // collective with dp
-    if (rank == 0)
-      save_state(f.save, f.steps, signature, chain->module(), optimizer, dp ? nullptr : trainer->masters(), scaler,
-                 data.state());
-    if (world) world->barrier();  // the file exists when any rank returns
-    std::printf("training state (step %lld): %s\n", static_cast<long long>(f.steps), f.save.c_str());
-  }
-}
-
-}  // namespace
 
 int run_train(const TrainFlags& f) {
   // Files written later (the state at the end, the timeline after a few steps) are checked first.

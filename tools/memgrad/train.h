@@ -14,11 +14,11 @@ struct TrainFlags {
   std::string device = "auto";
   int64_t steps = 400;
   double lr = 3e-3;
-  int64_t warmup = 20;                   // steps of linear learning-rate warmup
-  uint64_t memory_limit = 0;             // bytes (0: none)
-  std::string remat = "none";            // none | dynamic: evict and recompute to stay under --memory-limit
-  std::string offload = "none";          // none | activations | optimizer | all: the host pool (core/budget/budget.h)
-  std::string budget_cost = "measured";  // measured | modeled: how eviction prices and ages storages
+  int64_t warmup = 20;                  // steps of linear learning-rate warmup
+  uint64_t memory_limit = 0;            // bytes (0: none)
+  std::string remat = "none";           // none | dynamic: evict and recompute to stay under --memory-limit
+  std::string offload = "none";         // none | activations | optimizer | all: the host pool (core/budget/budget.h)
+  std::string budget_cost = "modeled";  // modeled | measured: how eviction prices and ages storages
   uint64_t seed = 1337;
   std::string save, resume;
   std::string timeline = "memgrad-timeline.html";

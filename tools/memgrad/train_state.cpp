@@ -16,11 +16,11 @@ std::string run_signature(const TrainFlags& f, const mg::plan::ModelSpec& spec, 
   return buf;
 }
 
-void save_state(const std::string& path, int64_t step, const std::string& signature, const mg::nn::Module& model,
+void save_state(const std::string& path, int64_t step, const std::string& signature, const mg::nn::StateDict& model,
                 const mg::optim::StateDict& optimizer, const mg::amp::MasterWeights* masters,
                 const mg::amp::GradScaler* scaler, mg::nn::Metadata metadata) {
   mg::nn::StateDict all;
-  for (auto& [k, t] : model.state_dict()) all["model." + k] = t;
+  for (auto& [k, t] : model) all["model." + k] = t;
   if (masters)
     for (auto& [k, t] : masters->named_parameters()) all["master." + k] = t.detach();
   for (auto& [k, t] : optimizer) all["optim." + k] = t;
@@ -64,7 +64,8 @@ SavedState read_state(const std::string& path, const std::string& signature) {
   return s;
 }
 
-int64_t apply_state(const SavedState& s, const std::string& path, mg::nn::Module& model,
+int64_t apply_state(const SavedState& s, const std::string& path,
+                    const std::function<void(const mg::nn::StateDict&)>& load_model,
                     const std::function<void(const mg::optim::StateDict&)>& load_optimizer,
                     mg::amp::MasterWeights* masters, mg::amp::GradScaler* scaler) {
   try {
@@ -76,7 +77,7 @@ int64_t apply_state(const SavedState& s, const std::string& path, mg::nn::Module
       if (k.rfind("optim.", 0) == 0) o[k.substr(6)] = t;
       if (k.rfind("scaler.", 0) == 0) sc[k.substr(7)] = t.item<double>();
     }
-    model.load_state_dict(m);
+    load_model(m);
     if (masters) {
       mg::NoGradGuard no_grad;
       for (auto& [name, t] : masters->named_parameters()) {

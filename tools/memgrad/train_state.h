@@ -18,7 +18,7 @@ std::string run_signature(const TrainFlags& f, const mg::plan::ModelSpec& spec, 
 // storage precision; with data parallelism they are in optim.*), optim.* (with data parallelism every
 // rank's slices gathered), scaler.*, and in the metadata the step, the default generator's position,
 // the run's signature and `metadata` (the data's position).
-void save_state(const std::string& path, int64_t step, const std::string& signature, const mg::nn::Module& model,
+void save_state(const std::string& path, int64_t step, const std::string& signature, const mg::nn::StateDict& model,
                 const mg::optim::StateDict& optimizer, const mg::amp::MasterWeights* masters,
                 const mg::amp::GradScaler* scaler, mg::nn::Metadata metadata);
 
@@ -34,7 +34,8 @@ SavedState read_state(const std::string& path, const std::string& signature);
 
 // Loads `s` into the model, the optimizer and the scaler (each validates its part) and positions the
 // default generator; returns the saved step.
-int64_t apply_state(const SavedState& s, const std::string& path, mg::nn::Module& model,
+int64_t apply_state(const SavedState& s, const std::string& path,
+                    const std::function<void(const mg::nn::StateDict&)>& load_model,
                     const std::function<void(const mg::optim::StateDict&)>& load_optimizer,
                     mg::amp::MasterWeights* masters, mg::amp::GradScaler* scaler);
 

@@ -1,0 +1,260 @@
+// One thread's GEMM (kernels/cpu/gemm.h): matmul's kernel variants and the libraries behind them,
+// which ISA level each runs here, what "auto" picks, the calls into oneDNN (dnnl_sgemm) and OpenBLAS
+// (cblas), and Eigen for the rest.
+//
+// "auto" decides from what the libraries report, never from timings: the same machine and build pick
+// the same library in every process, so a resumed run, or one rank of a data-parallel run, computes
+// the same sums as one uninterrupted process (a calibration that timed candidates, as cuDNN's
+// benchmark mode does, could pick differently from one process to the next).
+#include <algorithm>
+#include <climits>
+#include <type_traits>
+
+#include <Eigen/Core>
+#ifdef MG_WITH_OPENBLAS
+#include <cblas.h>
+extern "C" char* openblas_get_corename(void);
+extern "C" char* openblas_get_config(void);
+#endif
+#ifdef MG_WITH_ONEDNN
+#include <oneapi/dnnl/dnnl.h>
+#endif
+
+#include <memgrad/core/cpu_isa_impl.h>
+#include <memgrad/core/variants_impl.h>
+#include <memgrad/kernels/blas_layout.h>
+#include <memgrad/kernels/cpu/gemm.h>
+
+namespace mg::cpu {
+
+namespace {
+
+template <class A>
+using RowMat = Eigen::Matrix<A, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+template <class A, int Order>
+using MatMap = Eigen::Map<const Eigen::Matrix<A, Eigen::Dynamic, Eigen::Dynamic, Order>, 0, Eigen::OuterStride<>>;
+
+const KernelVariant<Gemm> kGemm(DeviceType::CPU, "matmul", {
+#if defined(MG_WITH_ONEDNN) || defined(MG_WITH_OPENBLAS)
+  {Gemm::Auto, "auto"},
+#endif
+#ifdef MG_WITH_ONEDNN
+      {Gemm::OneDNN, "onednn"},
+#endif
+#ifdef MG_WITH_OPENBLAS
+      {Gemm::OpenBLAS, "openblas"},
+#endif
+      {Gemm::Eigen, "eigen"},
+});
+
+// Below this inner size Eigen compiled for the CPU's level matches the libraries (bench_gemm, one core,
+// AVX-512: K = 10, the MLP's 1024 -> 10 layer's input gradient, 96 GFLOP/s against OpenBLAS's 103 and
+// oneDNN's 83); from K = 64 on the libraries win every step shape. Compiled for the baseline, as a
+// default build compiles this file, Eigen reached 29 there.
+constexpr int64_t kEigenMaxInner = 15;
+
+// The level of the code Eigen runs: what this file was compiled for (once, at the build's base level).
+constexpr CpuIsa kCompiledIsa = detail::compiled_cpu_isa();
+
+#ifdef MG_WITH_OPENBLAS
+// OpenBLAS's cores by the level of their GEMM kernels (0.3.21's DYNAMIC_ARCH names); any other
+// core (Prescott, Core2, Nehalem, Sandybridge, ...) runs SSE or AVX kernels: the baseline here.
+CpuIsa openblas_level(const std::string& core) {
+  for (const char* c : {"SkylakeX", "Cooperlake", "SapphireRapids"})
+    if (core == c) return CpuIsa::AVX512;
+  for (const char* c : {"Haswell", "Zen"})
+    if (core == c) return CpuIsa::AVX2;
+  return CpuIsa::Baseline;
+}
+#endif
+
+#ifdef MG_WITH_ONEDNN
+// dnnl_cpu_isa_t values are bit masks that contain the masks of the ISAs below them.
+CpuIsa onednn_level(dnnl_cpu_isa_t isa) {
+  if ((isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core) return CpuIsa::AVX512;
+  if ((isa & dnnl_cpu_isa_avx2) == dnnl_cpu_isa_avx2) return CpuIsa::AVX2;
+  return CpuIsa::Baseline;
+}
+const char* onednn_isa_name(dnnl_cpu_isa_t isa) {
+  switch (isa) {
+    case dnnl_cpu_isa_sse41:
+      return "sse41";
+    case dnnl_cpu_isa_avx:
+      return "avx";
+    case dnnl_cpu_isa_avx2:
+      return "avx2";
+    case dnnl_cpu_isa_avx2_vnni:
+      return "avx2_vnni";
+    case dnnl_cpu_isa_avx512_core:
+      return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni:
+      return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16:
+      return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx:
+      return "avx512_core_amx";
+    default:
+      return "other";
+  }
+}
+#endif
+
+std::string describe(const char* what, CpuIsa level) {
+  std::string s = std::string(what) + " (" + to_string(level);
+  if (level < cpu_isa()) s += std::string(", below this CPU's ") + to_string(cpu_isa());
+  return s + ")";
+}
+
+std::vector<GemmLibrary> find_libraries() {
+  std::vector<GemmLibrary> libs;
+#ifdef MG_WITH_ONEDNN
+  const dnnl_version_t* v = dnnl_version();
+  const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+  const std::string what = "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
+                           std::to_string(v->patch) + ", " + onednn_isa_name(isa);
+  libs.push_back({Gemm::OneDNN, "onednn", onednn_level(isa), describe(what.c_str(), onednn_level(isa))});
+#endif
+#ifdef MG_WITH_OPENBLAS
+  const std::string core = openblas_get_corename(), config = openblas_get_config();
+  const std::string version = config.substr(0, config.find(' ', config.find(' ') + 1));  // "OpenBLAS 0.3.21"
+  libs.push_back({Gemm::OpenBLAS, "openblas", openblas_level(core),
+                  describe((version + ", core " + core).c_str(), openblas_level(core))});
+#endif
+  const std::string eigen = "Eigen " + std::to_string(EIGEN_WORLD_VERSION) + "." + std::to_string(EIGEN_MAJOR_VERSION) +
+                            "." + std::to_string(EIGEN_MINOR_VERSION);
+  libs.push_back({Gemm::Eigen, "eigen", kCompiledIsa, describe(eigen.c_str(), kCompiledIsa)});
+  return libs;
+}
+
+// The library "auto" runs a GEMM of `dtype` with a large inner size on (see gemm.h).
+const GemmLibrary& best_library(DType dtype) {
+  const GemmLibrary* best = nullptr;
+  for (const GemmLibrary& l : gemm_libraries())
+    if ((l.library != Gemm::OneDNN || dtype == kFloat32) && (!best || l.level > best->level)) best = &l;
+  return *best;
+}
+
+// The library "auto" runs a GEMM of `dtype` with inner size up to kEigenMaxInner on: Eigen where it
+// runs at the level of the best library.
+Gemm small_library(DType dtype) {
+  const GemmLibrary& best = best_library(dtype);
+  return gemm_libraries().back().level >= best.level ? Gemm::Eigen : best.library;
+}
+
+const bool kDescribed = [] {
+  detail::describe_kernel_variants(DeviceType::CPU, "matmul", [](const std::string& variant) -> std::string {
+    if (variant == "auto") {
+      const GemmLibrary &f = best_library(kFloat32), &d = best_library(kFloat64);
+      std::string s = f.name;
+      if (d.library != f.library) s += std::string(" (float64: ") + d.name + ")";
+      if (small_library(kFloat32) == Gemm::Eigen)
+        s += ", eigen for inner sizes up to " + std::to_string(kEigenMaxInner);
+      return s;
+    }
+    for (const GemmLibrary& l : gemm_libraries())
+      if (variant == l.name) return l.detail;
+    return "";
+  });
+  return true;
+}();
+
+// Whether a library takes a stored rows x cols row-major matrix with leading dimension ld as it is
+// (kernels::blas_layout, which also sets ld for a single row); Eigen maps the others. OpenBLAS's
+// sizes are ints.
+bool library_leading_dim(int64_t rows, int64_t cols, int64_t& ld, int64_t limit) {
+  const kernels::BlasLayout l = kernels::blas_layout(rows, cols, ld, 1);
+  ld = l.ld;
+  return l.kind == kernels::BlasLayout::Rows && std::max({rows, cols, ld}) <= limit;
+}
+
+}  // namespace
+
+// (The operands are unused in a build with neither library.)
+template <class A>
+bool library_gemm(Gemm library, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, [[maybe_unused]] A alpha,
+                  [[maybe_unused]] const A* a, int64_t lda, [[maybe_unused]] const A* b, int64_t ldb,
+                  [[maybe_unused]] A beta, [[maybe_unused]] A* c, int64_t ldc) {
+  const int64_t limit = library == Gemm::OpenBLAS ? INT32_MAX : INT64_MAX;
+  if (!library_leading_dim(trans_a ? k : m, trans_a ? m : k, lda, limit) ||
+      !library_leading_dim(trans_b ? n : k, trans_b ? k : n, ldb, limit) || !library_leading_dim(m, n, ldc, limit))
+    return false;
+#ifdef MG_WITH_ONEDNN
+  if constexpr (std::is_same_v<A, float>)
+    if (library == Gemm::OneDNN)
+      return dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) ==
+             dnnl_success;
+#endif
+#ifdef MG_WITH_OPENBLAS
+  if (library == Gemm::OpenBLAS) {
+    const CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
+    if constexpr (std::is_same_v<A, float>)
+      cblas_sgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+    else
+      cblas_dgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+    return true;
+  }
+#endif
+  return false;
+}
+template bool library_gemm<float>(Gemm, bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t,
+                                  const float*, int64_t, float, float*, int64_t);
+template bool library_gemm<double>(Gemm, bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t,
+                                   const double*, int64_t, double, double*, int64_t);
+
+const std::vector<GemmLibrary>& gemm_libraries() {
+  static const std::vector<GemmLibrary> libs = find_libraries();
+  return libs;
+}
+
+Gemm gemm_library(DType dtype, int64_t k) {
+  Gemm v = kGemm.get();
+  if (v == Gemm::OneDNN && dtype != kFloat32) v = Gemm::Auto;
+  if (v != Gemm::Auto) return v;
+  // [dtype is float64][inner size up to kEigenMaxInner]
+  static const Gemm choice[2][2] = {{best_library(kFloat32).library, small_library(kFloat32)},
+                                    {best_library(kFloat64).library, small_library(kFloat64)}};
+  return choice[dtype == kFloat64][k <= kEigenMaxInner];
+}
+
+template <class A>
+void gemm_serial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, A alpha, const A* a, int64_t lda,
+                 const A* b, int64_t ldb, A beta, A* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  if constexpr (std::is_same_v<A, float> || std::is_same_v<A, double>) {
+    const Gemm library = gemm_library(dtype_of<A>::value, k);
+    if (library != Gemm::Eigen &&
+        library_gemm<A>(library, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
+      return;
+  }
+  using Stride = Eigen::OuterStride<>;
+  Eigen::Map<RowMat<A>, 0, Stride> cm(c, m, n, Stride(ldc));
+  auto product = [&](const auto& am, const auto& bm) {
+    if (beta == A(0)) return void(cm.noalias() = alpha * am * bm);
+    if (beta != A(1)) cm *= beta;
+    cm.noalias() += alpha * am * bm;
+  };
+  auto with_b = [&](const auto& am) {  // a transposed operand is a column-major view of its storage
+    if (trans_b)
+      product(am, MatMap<A, Eigen::ColMajor>(b, k, n, Stride(ldb)));
+    else
+      product(am, MatMap<A, Eigen::RowMajor>(b, k, n, Stride(ldb)));
+  };
+  if (trans_a)
+    with_b(MatMap<A, Eigen::ColMajor>(a, m, k, Stride(lda)));
+  else
+    with_b(MatMap<A, Eigen::RowMajor>(a, m, k, Stride(lda)));
+}
+// Every dtype matmul dispatches over (the integer ones through Eigen).
+#define MG_GEMM_SERIAL(A)                                                                                             \
+  template void gemm_serial<A>(bool, bool, int64_t, int64_t, int64_t, A, const A*, int64_t, const A*, int64_t, A, A*, \
+                               int64_t);
+MG_GEMM_SERIAL(float)
+MG_GEMM_SERIAL(double)
+MG_GEMM_SERIAL(int32_t)
+MG_GEMM_SERIAL(int64_t)
+MG_GEMM_SERIAL(uint8_t)
+MG_GEMM_SERIAL(int8_t)
+#undef MG_GEMM_SERIAL
+
+}  // namespace mg::cpu

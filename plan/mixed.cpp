@@ -1,0 +1,257 @@
+#include <memgrad/plan/mixed.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+#include <memgrad/core/error.h>
+
+namespace mg::plan {
+
+namespace {
+
+PlanOptions timed_options(const PlanOptions& options, const budget::Options& runtime, int64_t limit) {
+  PlanOptions o = options;
+  if (o.steps == 0) o.steps = 4;  // the second step onwards holds the optimizer state: three alike
+  o.smallest_limit = false;
+  o.memory_limit = limit;
+  o.budget = runtime;
+  return o;
+}
+
+budget::Options mode(budget::Remat remat, budget::Offload offload, const budget::CostModel& model) {
+  budget::Options b;
+  b.remat = remat, b.offload = offload, b.model = model, b.cost = budget::Cost::Modeled;
+  return b;
+}
+
+}  // namespace
+
+std::string TimedPlan::mode() const {
+  std::string m;
+  auto add = [&m](const char* s) { m += (m.empty() ? "" : "+") + std::string(s); };
+  if (!policy.segments.empty() || policy.selective) add("recompute");
+  if (runtime.offload != budget::Offload::None) add("offload");
+  if (runtime.remat == budget::Remat::Dynamic) add("dynamic remat");
+  return m.empty() ? "keep" : m;
+}
+
+budget::CostModel fit_cost_model(const Program& program, const StepContext& ctx, const PlanOptions& options) {
+  const Device& d = ctx.device;
+  MG_CHECK(!d.is_meta(), ValueError, "plan::fit_cost_model: expected a cpu or cuda device, got meta");
+  IsolatedAllocator allocator(d);
+  set_caching(d, false);  // as every plan under the runtime runs
+  budget::Options watch;  // no limit: the runtime records and times the kernels, nothing leaves
+  watch.remat = budget::Remat::None;
+  budget::enable(d, watch);
+  struct Off {
+    const Device& d;
+    ~Off() { budget::disable(d); }
+  } off{d};
+  const Step step = program(ctx);
+  for (int i = 0; i < 2; ++i) step();  // the optimizer state made, the memory touched: steady steps follow
+  budget::reset_stats(d);
+  const int64_t steps = std::max<int64_t>(options.steps, 3);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < steps; ++i) step();
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const budget::Stats s = budget::stats(d);
+  const double outside = s.kernels ? std::max(0.0, wall - s.kernel_seconds) / double(s.kernels) : 0;
+  return budget::fit_cost_model(d, outside);
+}
+
+TimedPlan time_plan(const Program& program, const StepContext& ctx, const std::string& method, const Policy& p,
+                    budget::Options runtime, int64_t budget, const PlanOptions& options) {
+  TimedPlan t{method, p, runtime, budget, {}, 0, -1};
+  StepContext x = ctx;
+  x.policy = p;
+  t.planned = plan(program, x, timed_options(options, runtime, budget));
+  t.predicted = t.planned.modeled_step_seconds;
+  return t;
+}
+
+std::vector<TimedPlan> mixed_candidates(const Program& program, const StepContext& ctx, int64_t budget,
+                                        const budget::CostModel& model, const PlanOptions& options) {
+  const BlockCosts c = measure_block_costs(program, ctx, options);
+  std::vector<std::pair<std::string, Policy>> policies = {{"none", Policy::none()},
+                                                          {"sqrt(n)", choose_sqrt_n(c)},
+                                                          {"selective", Policy::selective_only()},
+                                                          {"every block", Policy::every_block(c.n)}};
+  // The DP's choices from its least-memory one to none, at evenly spaced allocated targets.
+  const int64_t lowest = predicted_peak(c, Policy::every_block(c.n)), top = predicted_peak(c, Policy::none());
+  for (int k = 0; k <= 8; ++k) policies.push_back({"DP", choose_dp(c, lowest + (top - lowest) * k / 8)});
+  std::map<std::string, bool> seen;
+  std::vector<TimedPlan> out;
+  for (const auto& [name, p] : policies) {
+    if (!seen.emplace(p.str() + (p.selective ? " selective" : ""), true).second) continue;
+    for (budget::Offload offload : {budget::Offload::None, budget::Offload::Activations})
+      out.push_back(time_plan(program, ctx, name, p, mode(budget::Remat::None, offload, model), budget, options));
+  }
+  return out;
+}
+
+namespace {
+TimedPlan fastest(const std::vector<TimedPlan>& candidates, const std::string& method, bool offload) {
+  const TimedPlan* best = nullptr;
+  for (const TimedPlan& t : candidates)
+    if (t.fits() && (offload || t.runtime.offload == budget::Offload::None) &&
+        (!best || t.predicted < best->predicted || (t.predicted == best->predicted && t.peak() < best->peak())))
+      best = &t;
+  if (!best) {
+    TimedPlan none;
+    none.method = "none fits";
+    none.planned.out_of_memory = true;
+    if (!candidates.empty()) none.budget = candidates.front().budget;
+    return none;
+  }
+  TimedPlan t = *best;
+  t.method = method;
+  return t;
+}
+}  // namespace
+
+TimedPlan best_mixed(const std::vector<TimedPlan>& candidates) { return fastest(candidates, "mixed", true); }
+TimedPlan best_recompute(const std::vector<TimedPlan>& candidates) { return fastest(candidates, "DP", false); }
+
+TimedPlan choose_mixed(const Program& program, const StepContext& ctx, int64_t budget, const budget::CostModel& model,
+                       const PlanOptions& options) {
+  return best_mixed(mixed_candidates(program, ctx, budget, model, options));
+}
+
+StepReport measure_plan(const Program& program, const StepContext& ctx, TimedPlan& p, const PlanOptions& options) {
+  StepContext x = ctx;
+  x.policy = p.policy;
+  const StepReport r = measure(program, x, timed_options(options, p.runtime, p.budget));
+  if (!r.out_of_memory) p.measured = r.step_seconds;
+  return r;
+}
+
+std::vector<TimedPlan> pareto(const Program& program, const StepContext& ctx, const std::vector<int64_t>& budgets,
+                              const budget::CostModel& model, const PlanOptions& options) {
+  const BlockCosts c = measure_block_costs(program, ctx, options);
+  const budget::Options keep = mode(budget::Remat::None, budget::Offload::None, model);
+  std::vector<TimedPlan> points;
+  for (const auto& [name, p] : std::vector<std::pair<std::string, Policy>>{{"none", Policy::none()},
+                                                                           {"sqrt(n)", choose_sqrt_n(c)},
+                                                                           {"selective", Policy::selective_only()},
+                                                                           {"every block", Policy::every_block(c.n)}})
+    points.push_back(time_plan(program, ctx, name, p, keep, 0, options));
+  for (int64_t b : budgets) {
+    const std::vector<TimedPlan> candidates = mixed_candidates(program, ctx, b, model, options);
+    points.push_back(best_recompute(candidates));
+    points.push_back(best_mixed(candidates));
+    points.push_back(time_plan(program, ctx, "dynamic", Policy::none(),
+                               mode(budget::Remat::Dynamic, budget::Offload::None, model), b, options));
+  }
+  points.erase(std::remove_if(points.begin(), points.end(), [](const TimedPlan& t) { return !t.fits(); }),
+               points.end());
+  return points;
+}
+
+std::string pareto_table(const std::vector<TimedPlan>& points) {
+  std::ostringstream os;
+  char line[320];
+  std::snprintf(line, sizeof line, "%-12s %-22s %12s %12s %11s %11s %7s %7s %7s  %s\n", "method", "mode", "budget B",
+                "peak B", "predicted", "measured", "ratio", "remats", "offl.", "segments");
+  os << line;
+  for (const TimedPlan& t : points) {
+    if (!t.fits()) {
+      std::snprintf(line, sizeof line, "%-12s %-22s %12lld %12s %11s %11s %7s %7s %7s  %s\n", t.method.c_str(),
+                    t.mode().c_str(), static_cast<long long>(t.budget), "(oom)", "-", "-", "-", "-", "-",
+                    (t.policy.str() + (t.policy.selective ? " selective" : "")).c_str());
+      os << line;
+      continue;
+    }
+    std::snprintf(line, sizeof line, "%-12s %-22s %12lld %12lld %9.2fms %9sms %7s %7lld %7lld  %s\n", t.method.c_str(),
+                  t.mode().c_str(), static_cast<long long>(t.budget), static_cast<long long>(t.peak()),
+                  t.predicted * 1e3, t.measured < 0 ? "-" : std::to_string(t.measured * 1e3).substr(0, 7).c_str(),
+                  t.measured < 0 ? "-" : std::to_string(t.measured / t.predicted).substr(0, 4).c_str(),
+                  static_cast<long long>(t.planned.budget.rematerializations),
+                  static_cast<long long>(t.planned.budget.offloads),
+                  (t.policy.str() + (t.policy.selective ? " selective" : "")).c_str());
+    os << line;
+  }
+  return os.str();
+}
+
+std::string pareto_svg(const std::vector<TimedPlan>& points, const std::string& title) {
+  const double W = 760, H = 440, left = 70, right = 170, top = 40, bottom = 50;
+  double x0 = 1e300, x1 = 0, y1 = 0;
+  for (const TimedPlan& t : points) {
+    x0 = std::min(x0, double(t.peak())), x1 = std::max(x1, double(t.peak()));
+    y1 = std::max({y1, t.predicted, t.measured});
+  }
+  if (points.empty()) x0 = 0, x1 = 1, y1 = 1;
+  x0 *= 0.95, x1 = x1 * 1.02 + 1, y1 *= 1.1;
+  auto X = [&](double b) { return left + (b - x0) / (x1 - x0) * (W - left - right); };
+  auto Y = [&](double s) { return H - bottom - s / y1 * (H - top - bottom); };
+  const std::map<std::string, const char*> colors = {
+      {"none", "#444"},  {"sqrt(n)", "#8c564b"}, {"selective", "#9467bd"}, {"every block", "#7f7f7f"},
+      {"DP", "#1f77b4"}, {"mixed", "#2ca02c"},   {"dynamic", "#d62728"}};
+  std::ostringstream os;
+  char s[400];
+  std::snprintf(s, sizeof s,
+                "<svg xmlns='http://www.w3.org/2000/svg' width='%g' height='%g' font-family='sans-serif' "
+                "font-size='12'>\n<rect width='100%%' height='100%%' fill='white'/>\n"
+                "<text x='%g' y='22' font-size='14'>%s</text>\n",
+                W, H, left, title.c_str());
+  os << s;
+  for (int i = 0; i <= 5; ++i) {  // axes: peak in MiB across, ms a step up
+    const double b = x0 + (x1 - x0) * i / 5, sec = y1 * i / 5;
+    std::snprintf(s, sizeof s,
+                  "<line x1='%.1f' y1='%g' x2='%.1f' y2='%g' stroke='#eee'/><text x='%.1f' y='%g' "
+                  "text-anchor='middle'>%.1f</text>\n<line x1='%g' y1='%.1f' x2='%g' y2='%.1f' stroke='#eee'/><text "
+                  "x='%g' y='%.1f' text-anchor='end'>%.0f</text>\n",
+                  X(b), top, X(b), H - bottom, X(b), H - bottom + 16, b / 1048576, left, Y(sec), W - right, Y(sec),
+                  left - 6, Y(sec) + 4, sec * 1e3);
+    os << s;
+  }
+  std::snprintf(s, sizeof s,
+                "<text x='%g' y='%g' text-anchor='middle'>planned peak (MiB)</text>\n<text x='16' y='%g' "
+                "transform='rotate(-90 16 %g)' text-anchor='middle'>step time (ms)</text>\n",
+                (left + W - right) / 2, H - 12, (top + H - bottom) / 2, (top + H - bottom) / 2);
+  os << s;
+  double legend = top + 10;
+  for (const auto& [method, color] : colors) {
+    std::vector<const TimedPlan*> own;
+    for (const TimedPlan& t : points)
+      if (t.method == method) own.push_back(&t);
+    if (own.empty()) continue;
+    std::sort(own.begin(), own.end(), [](auto* a, auto* b) { return a->peak() < b->peak(); });
+    os << "<polyline fill='none' stroke='" << color << "' points='";
+    for (auto* t : own) os << X(double(t->peak())) << "," << Y(t->predicted) << " ";
+    os << "'/>\n";
+    for (auto* t : own) {
+      std::snprintf(s, sizeof s, "<circle cx='%.1f' cy='%.1f' r='4' fill='%s'><title>%s, %s: predicted %.2f ms",
+                    X(double(t->peak())), Y(t->predicted), color, method.c_str(), t->mode().c_str(),
+                    t->predicted * 1e3);
+      os << s;
+      if (t->measured >= 0) {
+        std::snprintf(s, sizeof s,
+                      ", measured %.2f ms</title></circle>\n<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' "
+                      "stroke='%s' stroke-dasharray='2,2'/><circle cx='%.1f' cy='%.1f' r='4' fill='none' "
+                      "stroke='%s'/>\n",
+                      t->measured * 1e3, X(double(t->peak())), Y(t->predicted), X(double(t->peak())), Y(t->measured),
+                      color, X(double(t->peak())), Y(t->measured), color);
+        os << s;
+      } else {
+        os << "</title></circle>\n";
+      }
+    }
+    std::snprintf(s, sizeof s, "<circle cx='%g' cy='%g' r='4' fill='%s'/><text x='%g' y='%g'>%s</text>\n",
+                  W - right + 16, legend, color, W - right + 26, legend + 4, method.c_str());
+    os << s;
+    legend += 18;
+  }
+  std::snprintf(s, sizeof s,
+                "<circle cx='%g' cy='%g' r='4' fill='none' stroke='#000'/><text x='%g' y='%g'>measured</text>\n"
+                "<circle cx='%g' cy='%g' r='4' fill='#000'/><text x='%g' y='%g'>predicted</text>\n</svg>\n",
+                W - right + 16, legend + 8, W - right + 26, legend + 12, W - right + 16, legend + 26, W - right + 26,
+                legend + 30);
+  os << s;
+  return os.str();
+}
+
+}  // namespace mg::plan

@@ -1,0 +1,67 @@
+// Plans under a memory budget timed by a cost model: which saved tensors a step keeps, recomputes
+// (checkpoint segments) or offloads to the host pool, the fastest such plan (choose_mixed), and the
+// memory-time curve of every method (pareto). Times are the budget runtime's modeled seconds
+// (budget::CostModel) of a meta run, with the model fitted to this machine's kernels on the program
+// itself (fit_cost_model); with modeled costs the runtime decides on the device exactly as on meta,
+// so a plan's prediction is a run's prediction, and measure_plan checks it against the clock.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <memgrad/plan/segments.h>
+
+namespace mg::plan {
+
+// A step's plan under the budget runtime: checkpoint segments (`policy`) and the runtime's mode
+// (`runtime`: remat None with offload None is a plain limit; offload Activations sends saved
+// tensors to the host pool and prefetches them ahead of their backward), run under `budget` bytes
+// (0: none).
+struct TimedPlan {
+  std::string method;  // none, sqrt, selective, every block, DP, mixed, dynamic
+  Policy policy;
+  budget::Options runtime;
+  int64_t budget = 0;
+  StepReport planned;    // the meta run (steps: PlanOptions::steps, else 4)
+  double predicted = 0;  // planned.modeled_step_seconds: the last step's modeled time
+  double measured = -1;  // measure_plan: its fastest steady step's wall time there (-1: not measured)
+  bool fits() const { return !planned.out_of_memory; }
+  int64_t peak() const { return planned.reserved; }  // the cache is off under the runtime: allocated bytes
+  std::string mode() const;                          // "keep", "recompute", "offload", "remat", ...
+};
+
+// The cost model of this machine for `program`: two steps on ctx.device (cpu or cuda) under the
+// budget runtime without a limit, then options.steps (at least 3) timed ones, to whose kernels
+// budget::fit_cost_model fits the rates (the steps' time outside kernels spread over the kernels).
+budget::CostModel fit_cost_model(const Program& program, const StepContext& ctx, const PlanOptions& options = {});
+
+// `p` run on meta under `budget` in the runtime's mode `runtime` with cost model `model`.
+TimedPlan time_plan(const Program& program, const StepContext& ctx, const std::string& method, const Policy& p,
+                    budget::Options runtime, int64_t budget, const PlanOptions& options = {});
+// Every candidate plan under `budget`: the segmentations none, sqrt(n), selective, every block and
+// the DP's choice (choose_dp) at targets spread from its least-memory choice to no checkpointing,
+// each once keeping the rest (recompute only) and once offloading what exceeds the budget.
+std::vector<TimedPlan> mixed_candidates(const Program& program, const StepContext& ctx, int64_t budget,
+                                        const budget::CostModel& model, const PlanOptions& options = {});
+// The fastest predicted of `candidates` that fits (method "mixed"), and the fastest that only
+// recomputes (method "DP"); method "none fits" (and fits() false) when nothing does.
+TimedPlan best_mixed(const std::vector<TimedPlan>& candidates);
+TimedPlan best_recompute(const std::vector<TimedPlan>& candidates);
+TimedPlan choose_mixed(const Program& program, const StepContext& ctx, int64_t budget, const budget::CostModel& model,
+                       const PlanOptions& options = {});
+
+// Runs `p` on ctx.device under its budget and mode, and sets p.measured to its fastest step's seconds
+// after the first
+// (left at -1 when the run there runs out of memory: the report says so).
+StepReport measure_plan(const Program& program, const StepContext& ctx, TimedPlan& p, const PlanOptions& options = {});
+
+// The memory-time curve: none, sqrt(n), selective and every block without a budget, and at each of
+// `budgets` the fastest recompute-only plan (DP), the mixed plan and dynamic remat (DTR). Points that
+// do not fit are left out.
+std::vector<TimedPlan> pareto(const Program& program, const StepContext& ctx, const std::vector<int64_t>& budgets,
+                              const budget::CostModel& model, const PlanOptions& options = {});
+// A table of the points (peak, predicted and measured time, mode, segments), and the curve drawn as
+// an SVG (peak across, step time up; predicted dots joined per method, measured ones hollow).
+std::string pareto_table(const std::vector<TimedPlan>& points);
+std::string pareto_svg(const std::vector<TimedPlan>& points, const std::string& title);
+
+}  // namespace mg::plan

@@ -102,6 +102,15 @@ MG_KERNEL(add_layer_norm, void, const Tensor& x, const Tensor& residual, const T
 MG_KERNEL(layer_norm_backward, void, const Tensor& grad, const Tensor& x, const Tensor& mean, const Tensor& rstd,
           const Tensor& weight, const Out& grad_x, const Out& grad_weight, const Out& grad_bias)
 MG_SCRATCH(layer_norm_backward)
+// RMS norm of the rows of the contiguous x [rows, n]: out = x * rstd * weight with rstd =
+// 1 / sqrt(mean(x^2) + eps), [rows] of float32 (float64 for float64 x); weight may be undefined.
+MG_KERNEL(rms_norm, void, const Tensor& x, const Tensor& weight, const Out& out, const Out& rstd, double eps)
+// With xhat = x * rstd and gw = grad * weight: grad_x = rstd * (gw - xhat * mean(gw * xhat)) per row and
+// grad_weight = sum(grad * xhat) over the rows (either may be undefined). Its scratch: layer_norm_backward's
+// slices of the weight sums on tall inputs, on cuda.
+MG_KERNEL(rms_norm_backward, void, const Tensor& grad, const Tensor& x, const Tensor& rstd, const Tensor& weight,
+          const Out& grad_x, const Out& grad_weight)
+MG_SCRATCH(rms_norm_backward)
 
 // ---- sorting (cpu/sort.cpp, cuda/sort.cu)
 // Sorts each line along r of the contiguous x [outer, r, inner] into values and int64 indices of

@@ -1,4 +1,4 @@
-// Normalization ops: layer norm (and the fused add_layer_norm), group norm and batch norm.
+// Normalization ops: layer norm (and the fused add_layer_norm), RMS norm, group norm and batch norm.
 #include <memgrad/core/autocast.h>
 #include <memgrad/ops/op_util.h>
 
@@ -8,14 +8,14 @@ using namespace detail;
 
 namespace {
 
-// layer_norm's checks; the weight and bias made contiguous (undefined when not given) and the
-// [rows, n] the kernels see.
+// layer_norm's and rms_norm's checks (`affine` names their parameters in messages); the weight and
+// bias made contiguous (undefined when not given) and the [rows, n] the kernels see.
 struct LayerNormArgs {
   Tensor w, b;
   int64_t rows, n;
 };
 LayerNormArgs layer_norm_args(const char* op, const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
-                              const Tensor& bias) {
+                              const Tensor& bias, const char* affine = "weight and bias") {
   check_floating(op, x);
   size_t k = normalized_shape.size();
   MG_CHECK(k >= 1 && size_t(x.dim()) >= k && Shape(x.shape().end() - int64_t(k), x.shape().end()) == normalized_shape,
@@ -23,9 +23,9 @@ LayerNormArgs layer_norm_args(const char* op, const Tensor& x, const Shape& norm
            shape_str(x.shape()));
   for (const Tensor* p : {&weight, &bias})
     if (p->defined()) {
-      MG_CHECK(p->shape() == normalized_shape, ShapeError, op, ": expected weight and bias of shape ",
+      MG_CHECK(p->shape() == normalized_shape, ShapeError, op, ": expected ", affine, " of shape ",
                shape_str(normalized_shape), ", got ", shape_str(p->shape()));
-      MG_CHECK(p->dtype() == x.dtype(), DTypeError, op, ": expected weight and bias of dtype ", x.dtype(), ", got ",
+      MG_CHECK(p->dtype() == x.dtype(), DTypeError, op, ": expected ", affine, " of dtype ", x.dtype(), ", got ",
                p->dtype());
       check_same_device(op, x, *p);
     }
@@ -38,10 +38,14 @@ LayerNormArgs layer_norm_args(const char* op, const Tensor& x, const Shape& norm
   return a;
 }
 
-// Mean and rstd [rows]: float32, float64 for float64 inputs.
+// A statistic per row, [rows]: float32, float64 for float64 inputs.
+Tensor row_stat(const Tensor& x, int64_t rows) {
+  return new_output({rows}, x.dtype() == kFloat64 ? kFloat64 : kFloat32, x.device());
+}
+
+// Mean and rstd.
 std::pair<Tensor, Tensor> layer_norm_stats(const Tensor& x, int64_t rows) {
-  const DType stat = x.dtype() == kFloat64 ? kFloat64 : kFloat32;
-  return {new_output({rows}, stat, x.device()), new_output({rows}, stat, x.device())};
+  return {row_stat(x, rows), row_stat(x, rows)};
 }
 
 // Records the backward of layer_norm (first = 0: inputs x, weight, bias; output y) or add_layer_norm
@@ -136,6 +140,43 @@ std::tuple<Tensor, Tensor> add_layer_norm(const Tensor& x_in, const Tensor& resi
     record_layer_norm(Op::add_layer_norm, {x, residual, weight, bias}, {sum, out}, SavedTensor(sum), mean, rstd,
                       SavedTensor(a.w, weight), normalized_shape, eps, 1);
   return {sum, out};
+}
+
+Tensor rms_norm(const Tensor& x_in, const Shape& normalized_shape, const Tensor& weight_in, double eps) {
+  Tensor x = amp::cast_for_float_op(x_in), weight = amp::cast_for_float_op(weight_in);
+  OpScope scope(Op::rms_norm);
+  LayerNormArgs a = layer_norm_args("rms_norm", x, normalized_shape, weight, Tensor(), "weight");
+  Tensor xc;
+  {
+    NoGradGuard ng;
+    xc = x.contiguous();
+  }
+  Tensor out = new_like(xc), rstd = row_stat(x, a.rows);
+  kernels::run(x.device(), &Backend::rms_norm, xc.view({a.rows, a.n}), a.w, out, rstd, eps);
+  if (!autograd::any_requires_grad({x, weight})) return out;
+  SavedTensor sx(xc, x), sr(rstd), sw(a.w, weight);
+  const Shape ns = normalized_shape;
+  const int64_t rows = a.rows, n = a.n;
+  autograd::record(Op::rms_norm, {x, weight}, {out}, [=](const TensorList& g, const Node& node) {
+    const Tensor xs = sx.get(), w = sw.defined() ? sw.get() : Tensor();
+    Tensor gx, gw;
+    if (autograd::creating_graph()) {  // recompute from differentiable ops, and differentiate those
+      auto composed = [&](const TensorList& in) {
+        Tensor x2 = in[0].reshape({rows, n});
+        Tensor y = (x2 * rsqrt((x2 * x2).mean({1}, true) + eps)).view(xs.shape());
+        return TensorList{in[1].defined() ? y * in[1] : y};
+      };
+      TensorList r = autograd::differentiate(composed, {xs, w}, {g[0]});
+      gx = r[0], gw = r[1];
+    } else {
+      gx = node.needs_input_grad(0) ? new_like(xs) : Tensor();
+      gw = node.needs_input_grad(1) ? new_output(ns, xs.dtype(), xs.device()) : Tensor();
+      kernels::run(xs.device(), &Backend::rms_norm_backward, g[0].contiguous().view({rows, n}), xs.view({rows, n}),
+                   sr.get(), w, gx, gw);
+    }
+    return TensorList{node.needs_input_grad(0) ? gx : Tensor(), node.needs_input_grad(1) ? gw : Tensor()};
+  });
+  return out;
 }
 
 Tensor group_norm(const Tensor& input_in, int64_t num_groups, const Tensor& weight_in, const Tensor& bias_in,

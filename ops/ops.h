@@ -183,6 +183,11 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
 // and positions, then scales and shifts per channel (weight and bias [C], optional).
 Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5);
+// Root-mean-square normalization (Zhang & Sennrich 2019, LLaMA's RMSNorm) over the trailing
+// normalized_shape dims of x: y = x / sqrt(mean(x^2) + eps) * weight, as torch.nn.functional.rms_norm
+// with an explicit eps. weight (of shape normalized_shape) may be undefined. Saves x and the per-row
+// 1/rms (float32; float64 for float64 x). Runs in float32 under autocast.
+Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(), double eps = 1e-6);
 // Batch normalization (Ioffe & Szegedy 2015) of x [N, C, ...] per channel of dim 1, as
 // torch.nn.functional.batch_norm. training: normalizes with the batch's mean and biased variance
 // over N and the trailing dims, and when running_mean / running_var ([C], both or neither) are given

@@ -7,6 +7,7 @@ function; lambdas and blocks inside a function count as part of it. Strings, cha
 are skipped. Exits 1 when something is over.
 
   scripts/check_sizes.py [folders...]    (default: the library, tools/, tests/, bench/, examples/)
+  scripts/check_sizes.py --self-test     (the check finds a function and a file one line over, only those)
 """
 import os
 import re
@@ -78,27 +79,49 @@ def functions(text):
     return found
 
 
+def over_limits(rel, text):
+    """What in the file `rel` (its text) is over a limit, one message each."""
+    found = []
+    lines = text.count("\n")
+    if lines > MAX_FILE:
+        found.append(f"{rel}: {lines} lines (file limit {MAX_FILE})")
+    for first, last, fn in functions(text):
+        if last - first + 1 > MAX_FUNCTION:
+            found.append(f"{rel}:{first}: {fn} is {last - first + 1} lines (function limit {MAX_FUNCTION})")
+    return found
+
+
+def self_test():
+    """The check must see what it guards against: a function one line over, a file one line over, and
+    neither a function at the limit nor its lambdas, strings and comments as functions of their own."""
+    def function(name, lines):  # a function of `lines` lines in all, a lambda and a brace in a string inside
+        body = ["  auto f = [](int x) { return x; };", '  const char* s = "{";  // {'] + ["  f(1);"] * (lines - 4)
+        return [f"int {name}(int a) {{"] + body + ["}"]
+    at_limit, over = function("fits", MAX_FUNCTION), function("too_long", MAX_FUNCTION + 1)
+    ok = over_limits("a.cpp", "\n".join(at_limit) + "\n") == []
+    ok &= over_limits("b.cpp", "\n".join(over) + "\n") == [
+        f"b.cpp:1: too_long is {MAX_FUNCTION + 1} lines (function limit {MAX_FUNCTION})"]
+    ok &= over_limits("c.h", "//\n" * MAX_FILE) == []
+    ok &= over_limits("d.h", "//\n" * (MAX_FILE + 1)) == [f"d.h: {MAX_FILE + 1} lines (file limit {MAX_FILE})"]
+    print("self-test:", "ok" if ok else "FAILED")
+    return ok
+
+
 def main():
+    if sys.argv[1:] == ["--self-test"]:
+        return 0 if self_test() else 1
     folders = sys.argv[1:] or FOLDERS
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    over = 0
+    over = []
     for folder in folders:
         for dirpath, _, names in sorted(os.walk(os.path.join(root, folder))):
             for name in sorted(names):
                 if not re.search(r"\.(h|cpp|cu|cuh)$", name):
                     continue
                 path = os.path.join(dirpath, name)
-                rel = os.path.relpath(path, root)
                 with open(path, errors="replace") as f:
-                    text = f.read()
-                lines = text.count("\n")
-                if lines > MAX_FILE:
-                    print(f"{rel}: {lines} lines (file limit {MAX_FILE})")
-                    over += 1
-                for first, last, fn in functions(text):
-                    if last - first + 1 > MAX_FUNCTION:
-                        print(f"{rel}:{first}: {fn} is {last - first + 1} lines (function limit {MAX_FUNCTION})")
-                        over += 1
+                    over += over_limits(os.path.relpath(path, root), f.read())
+    print("\n".join(over) if over else f"no file over {MAX_FILE} lines, no function over {MAX_FUNCTION}")
     return 1 if over else 0
 
 

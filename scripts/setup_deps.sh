@@ -7,6 +7,8 @@ MG_PACKAGES=(g++ cmake make ccache libeigen3-dev libdnnl-dev libopenblas-openmp-
   nlohmann-json3-dev libcli11-dev libfmt-dev libopenmpi-dev openmpi-bin python3)
 # The fuzz targets (tests/fuzz): clang, its libFuzzer (libclang_rt.fuzzer in libclang-rt-14-dev) and OpenMP.
 MG_FUZZ_PACKAGES=(clang libclang-rt-14-dev libomp-dev)
+# The size limits' test (scripts/check_sizes.py) and the folder graph (scripts/folder_graph.py).
+MG_PACKAGES+=(python3)
 # The browser test (tests/browser): the memory timeline page in Debian's chromium, headless. test.sh
 # installs it when it can (mg_try_install_packages); without it that test is skipped, and says so.
 MG_BROWSER_PACKAGES=(chromium)

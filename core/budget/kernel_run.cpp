@@ -17,6 +17,7 @@ struct KernelRun::State {
   double flops = 0;
   std::vector<std::shared_ptr<Cell>> cells;  // per tensor (null: undefined or not managed)
   std::vector<std::shared_ptr<Cell>> locked;
+  void bring_back_and_lock();
 };
 
 KernelRun::KernelRun(const Device& d, const char* kernel, std::vector<Tensor> tensors, std::vector<bool> written,
@@ -29,41 +30,45 @@ KernelRun::~KernelRun() {
   device_budget(s_->device).running.reset();
 }
 
+// Brings the arguments back and locks them for the run: the floor noted first, in-place writes rescued.
+void KernelRun::State::bring_back_and_lock() {
+  State& s = *this;
+  const size_t n = s.tensors.size();
+  Lock g(mu());
+  auto& db = device_budget(s.device);
+  s.cells.resize(n);
+  for (size_t i = 0; i < n; ++i)
+    if (s.tensors[i].defined() && s.tensors[i].device() == s.device) s.cells[i] = s.tensors[i].storage()->budget_cell();
+  // What it needs resident in every mode (the floor), known before anything is brought back.
+  db.running = kernel_need(db, s.kernel, s.cells);
+  // In-place writes: what would be recomputed from the old values is rescued first.
+  for (size_t i = 0; i < n; ++i)
+    if (s.cells[i] && s.written[i] && !s.cells[i]->fresh) before_overwrite(*s.cells[i]);
+  // The arguments that hold values and are resident now are held first: making the others again (a
+  // chain of recomputes, in backward) must not push out what this kernel reads next, such as the
+  // gradient flowing through. Outputs not yet written come last: they can wait for the inputs.
+  int64_t working = 0;
+  for (bool first : {true, false})
+    for (size_t i = 0; i < n; ++i) {
+      auto& c = s.cells[i];
+      if (!c || (c->resident() && !c->fresh) != first ||
+          std::find(s.locked.begin(), s.locked.end(), c) != s.locked.end())
+        continue;
+      if (!stays_on_host(*c)) ensure_resident(*c);
+      ++c->locks;
+      s.locked.push_back(c);
+      working += int64_t(memory::round_size(c->nbytes));
+    }
+  if (working > db.stats.largest_working_set) {
+    db.stats.largest_working_set = working;
+    db.stats.largest_working_set_kernel = s.kernel;
+  }
+}
+
 void KernelRun::run(const std::function<void()>& body) {
   State& s = *s_;
   const size_t n = s.tensors.size();
-  {
-    Lock g(mu());
-    auto& db = device_budget(s.device);
-    s.cells.resize(n);
-    for (size_t i = 0; i < n; ++i)
-      if (s.tensors[i].defined() && s.tensors[i].device() == s.device)
-        s.cells[i] = s.tensors[i].storage()->budget_cell();
-    // What it needs resident in every mode (the floor), known before anything is brought back.
-    db.running = kernel_need(db, s.kernel, s.cells);
-    // In-place writes: what would be recomputed from the old values is rescued first.
-    for (size_t i = 0; i < n; ++i)
-      if (s.cells[i] && s.written[i] && !s.cells[i]->fresh) before_overwrite(*s.cells[i]);
-    // The arguments that hold values and are resident now are held first: making the others again (a
-    // chain of recomputes, in backward) must not push out what this kernel reads next, such as the
-    // gradient flowing through. Outputs not yet written come last: they can wait for the inputs.
-    int64_t working = 0;
-    for (bool first : {true, false})
-      for (size_t i = 0; i < n; ++i) {
-        auto& c = s.cells[i];
-        if (!c || (c->resident() && !c->fresh) != first ||
-            std::find(s.locked.begin(), s.locked.end(), c) != s.locked.end())
-          continue;
-        if (!stays_on_host(*c)) ensure_resident(*c);
-        ++c->locks;
-        s.locked.push_back(c);
-        working += int64_t(memory::round_size(c->nbytes));
-      }
-    if (working > db.stats.largest_working_set) {
-      db.stats.largest_working_set = working;
-      db.stats.largest_working_set_kernel = s.kernel;
-    }
-  }
+  s.bring_back_and_lock();
   int64_t scratch_base;
   {
     Lock g(mu());

@@ -1,5 +1,6 @@
-// Layer norm over the rows of a contiguous [rows, n] view, and batch norm per channel of a contiguous
-// [N, C, S] view; forward and backward.
+// Layer norm and RMS norm over the rows of a contiguous [rows, n] view, and batch norm per channel of
+// a contiguous [N, C, S] view; forward and backward. RMS norm is layer norm without centering
+// (kCenter false: the mean taken as 0, no bias), so both run the same loops.
 #include <algorithm>
 #include <cmath>
 
@@ -22,12 +23,13 @@ void with_affine(bool w, bool b, F f) {
     b ? f(N{}, Y{}) : f(N{}, N{});
 }
 
-// Normalizes the row x[0, n) into y in SIMD lanes: the mean, then the variance as the mean squared
-// deviation from it (two passes, each a blocked sum: float lanes within blocks, blocks in double).
-// The sums' lambdas capture by value (blocked_sum, loops.h): by reference, GCC 12 gathered x.
-template <class T, class A, class W, class B>
+// Normalizes the row x[0, n) into y in SIMD lanes: the mean (kCenter; else 0), then the variance as
+// the mean squared deviation from it (two passes, each a blocked sum: float lanes within blocks,
+// blocks in double). The sums' lambdas capture by value (blocked_sum, loops.h): by reference, GCC 12
+// gathered x.
+template <bool kCenter, class T, class A, class W, class B>
 void layer_norm_row(const T* x, const T* w, const T* b, T* y, int64_t n, double eps, A& mean, A& rstd, W, B) {
-  const A mu = A(blocked_sum<A>(n, [=](int64_t j) { return A(load(x[j])); }) / double(n));
+  const A mu = kCenter ? A(blocked_sum<A>(n, [=](int64_t j) { return A(load(x[j])); }) / double(n)) : A(0);
   const double var = blocked_sum<A>(n,
                                     [=](int64_t j) {
                                       const A d = A(load(x[j])) - mu;
@@ -45,19 +47,21 @@ void layer_norm_row(const T* x, const T* w, const T* b, T* y, int64_t n, double 
   }
 }
 
-// Layer norm of the rows of [rows, n]; `prepare(i, row)` returns the row to normalize (x's, or
-// the sum it writes first).
-template <class T, class Prepare>
+// Layer norm (RMS norm: !kCenter, mean and bias undefined) of the rows of [rows, n]; `prepare(i,
+// row)` returns the row to normalize (x's, or the sum it writes first).
+template <class T, bool kCenter = true, class Prepare>
 void layer_norm_rows(int64_t rows, int64_t n, const Tensor& weight, const Tensor& bias, const Tensor& out,
                      const Tensor& mean, const Tensor& rstd, double eps, Prepare prepare) {
   using A = opmath_t<T>;
   const T* wp = weight.defined() ? ptr<T>(weight) : nullptr;
   const T* bp = bias.defined() ? ptr<T>(bias) : nullptr;
   T* yp = ptr<T>(out);
-  A *mp = ptr<A>(mean), *rp = ptr<A>(rstd);
+  A *mp = kCenter ? ptr<A>(mean) : nullptr, *rp = ptr<A>(rstd);
   with_affine(wp, bp, [&](auto has_w, auto has_b) {
     parallel_for(rows, rows * n >= kParallelGrain && rows > 1, [&](int64_t i) {
-      layer_norm_row(prepare(i), wp, bp, yp + i * n, n, eps, mp[i], rp[i], has_w, has_b);
+      A mu;
+      layer_norm_row<kCenter>(prepare(i), wp, bp, yp + i * n, n, eps, mu, rp[i], has_w, has_b);
+      if constexpr (kCenter) mp[i] = mu;
     });
   });
 }
@@ -93,35 +97,53 @@ void add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weigh
   });
 }
 
+void rms_norm(const Tensor& x, const Tensor& weight, const Out& out, const Out& rstd, double eps) {
+  const int64_t n = row_length(x), rows = x.numel() / std::max<int64_t>(n, 1);
+  dispatch_floating(x.dtype(), "rms_norm", [&](auto xt) {
+    using T = typename decltype(xt)::type;
+    const T* xp = ptr<T>(x);
+    layer_norm_rows<T, false>(rows, n, weight, Tensor(), out, Tensor(), rstd, eps,
+                              [&](int64_t i) { return xp + i * n; });
+  });
+}
+
 // The cpu sums grad_weight and grad_bias in each task's stack accumulators: no scratch.
 std::vector<Tensor> layer_norm_backward_scratch(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                                                 const Tensor&, const Out&, const Out&, const Out&) {
   return {};
 }
+std::vector<Tensor> rms_norm_backward_scratch(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Out&,
+                                              const Out&) {
+  return {};
+}
 
-void layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& mean, const Tensor& rstd,
-                         const Tensor& weight, const Out& grad_x, const Out& grad_weight, const Out& grad_bias) {
+namespace {
+
+// layer_norm_backward, and rms_norm_backward when !kCenter (mean and grad_bias undefined: the mean is 0).
+template <bool kCenter>
+void norm_backward(const char* name, const Tensor& grad, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                   const Tensor& weight, const Out& grad_x, const Out& grad_weight, const Out& grad_bias) {
   const int64_t n = row_length(x), rows = x.numel() / std::max<int64_t>(n, 1);
-  dispatch_floating(x.dtype(), "layer_norm_backward", [&](auto xt) {
+  dispatch_floating(x.dtype(), name, [&](auto xt) {
     using T = typename decltype(xt)::type;
     using A = opmath_t<T>;
     const T *xp = ptr<T>(x), *gp = ptr<T>(grad);
     const T* wp = weight.defined() ? ptr<T>(weight) : nullptr;
-    const A *mp = ptr<A>(mean), *rp = ptr<A>(rstd);
+    const A *mp = kCenter ? ptr<A>(mean) : nullptr, *rp = ptr<A>(rstd);
     const bool parallel = rows * n >= kParallelGrain;
     if (grad_x.defined()) {
       T* gxp = ptr<T>(grad_x);
       with_affine(wp, false, [&](auto has_w, auto) {
         parallel_for(rows, parallel && rows > 1, [&](int64_t i) {
           const T *row = xp + i * n, *grow = gp + i * n, *w = wp;
-          const A mu = mp[i], rs = rp[i];
+          const A mu = kCenter ? mp[i] : A(0), rs = rp[i];
           auto gw = [=](int64_t j) {  // grad * weight; by value, as layer_norm_row's sums
             if constexpr (decltype(has_w)::value)
               return A(load(grow[j])) * A(load(w[j]));
             else
               return A(load(grow[j]));
           };
-          const A mean_g = A(blocked_sum<A>(n, gw) / double(n));
+          const A mean_g = kCenter ? A(blocked_sum<A>(n, gw) / double(n)) : A(0);
           const A mean_gx =
               A(blocked_sum<A>(n, [=](int64_t j) { return gw(j) * ((A(load(row[j])) - mu) * rs); }) / double(n));
 #pragma omp simd
@@ -140,7 +162,7 @@ void layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& mean
       double sw[kCols] = {}, sb[kCols] = {};
       for (int64_t i = 0; i < rows; ++i) {
         const T *g = gp + i * n + j0, *row = xp + i * n + j0;
-        const A mu = mp[i], rs = rp[i];
+        const A mu = kCenter ? mp[i] : A(0), rs = rp[i];
 #pragma omp simd
         for (int64_t j = 0; j < m; ++j) {
           const A gv = A(load(g[j]));
@@ -154,6 +176,18 @@ void layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& mean
       }
     });
   });
+}
+
+}  // namespace
+
+void layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                         const Tensor& weight, const Out& grad_x, const Out& grad_weight, const Out& grad_bias) {
+  norm_backward<true>("layer_norm_backward", grad, x, mean, rstd, weight, grad_x, grad_weight, grad_bias);
+}
+
+void rms_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& rstd, const Tensor& weight, const Out& grad_x,
+                       const Out& grad_weight) {
+  norm_backward<false>("rms_norm_backward", grad, x, Tensor(), rstd, weight, grad_x, grad_weight, Tensor());
 }
 
 namespace {

@@ -1,5 +1,6 @@
 // Layer norm over the rows of a contiguous [rows, n] view: a block per row, or a warp per row
 // (variant "warp"), with shuffle reductions; the backward's weight and bias sums run by columns.
+// RMS norm runs the same kernels without centering (kCenter false: the mean taken as 0, no bias).
 // Batch norm per channel of a contiguous [N, C, S] view: a block per channel.
 #include <memgrad/core/variants_impl.h>
 #include <memgrad/kernels/cuda/cuda_kernels.h>
@@ -18,7 +19,7 @@ __device__ __forceinline__ A row_reduce(A v, Op op, A* shared) {
     return block_reduce(v, op, shared);
 }
 
-template <bool kWarpRow, class T>
+template <bool kWarpRow, class T, bool kCenter = true>
 __global__ void layer_norm_kernel(const T* x, const T* w, const T* b, T* y, opmath_t<T>* mean, opmath_t<T>* rstd,
                                   int64_t rows, int64_t n, double eps) {
   using A = opmath_t<T>;
@@ -29,16 +30,22 @@ __global__ void layer_norm_kernel(const T* x, const T* w, const T* b, T* y, opma
     int64_t i = base + (kWarpRow ? threadIdx.x / 32 : 0);
     if (i >= rows) continue;  // whole warps only (kWarpRow), so shuffles stay converged
     const T* row = x + i * n;
-    A s = 0;
-    for (int64_t j = lane; j < n; j += lanes) s += dload(row[j]);
-    A mu = row_reduce<kWarpRow>(s, SumOp{}, shared) / A(n);
+    A mu = 0;
+    if constexpr (kCenter) {
+      A s = 0;
+      for (int64_t j = lane; j < n; j += lanes) s += dload(row[j]);
+      mu = row_reduce<kWarpRow>(s, SumOp{}, shared) / A(n);
+    }
     A ss = 0;
     for (int64_t j = lane; j < n; j += lanes) {
       A d = dload(row[j]) - mu;
       ss += d * d;
     }
     A rs = A(1) / sqrt(row_reduce<kWarpRow>(ss, SumOp{}, shared) / A(n) + A(eps));
-    if (lane == 0) mean[i] = mu, rstd[i] = rs;
+    if (lane == 0) {
+      if constexpr (kCenter) mean[i] = mu;
+      rstd[i] = rs;
+    }
     for (int64_t j = lane; j < n; j += lanes) {
       A v = (A(dload(row[j])) - mu) * rs;
       if (w) v *= dload(w[j]);
@@ -63,14 +70,14 @@ struct SumPair {
   }
 };
 
-template <class T>
+template <class T, bool kCenter = true>
 __global__ void layer_norm_grad_x_kernel(const T* g, const T* x, const opmath_t<T>* mean, const opmath_t<T>* rstd,
                                          const T* w, T* gx, int64_t rows, int64_t n) {
   using A = opmath_t<T>;
   __shared__ Pair<A> shared[32];
   for (int64_t i = blockIdx.x; i < rows; i += gridDim.x) {
     const T *row = x + i * n, *grow = g + i * n;
-    A mu = mean[i], rs = rstd[i];
+    A mu = kCenter ? A(mean[i]) : A(0), rs = rstd[i];
     Pair<A> acc{0, 0};
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
       A gv = A(dload(grow[j])) * (w ? A(dload(w[j])) : A(1));
@@ -78,7 +85,7 @@ __global__ void layer_norm_grad_x_kernel(const T* g, const T* x, const opmath_t<
       acc.b += gv * (A(dload(row[j])) - mu) * rs;
     }
     acc = block_reduce(acc, SumPair{}, shared);
-    A mean_g = acc.a / A(n), mean_gx = acc.b / A(n);
+    A mean_g = kCenter ? acc.a / A(n) : A(0), mean_gx = acc.b / A(n);
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
       A gv = A(dload(grow[j])) * (w ? A(dload(w[j])) : A(1));
       A xh = (A(dload(row[j])) - mu) * rs;
@@ -89,10 +96,12 @@ __global__ void layer_norm_grad_x_kernel(const T* g, const T* x, const opmath_t<
 
 // Column sums over rows, blocks of 32 x 8 like reduce_cols_kernel. Tall inputs split their rows in
 // gridDim.y slices (so that the blocks outnumber a GPU's SMs): slice y writes its sums of column j to
-// part[y][0][j] (weight) and part[y][1][j] (bias), which layer_norm_wb_sum_kernel adds in order.
-template <class T>
+// part[y][0][j] (weight) and part[y][1][j] (bias), which layer_norm_wb_sum_kernel adds in order. RMS
+// norm (!kCenter) has no mean and no bias: its part is [slices, 1, n].
+template <class T, bool kCenter = true>
 __global__ void layer_norm_grad_wb_kernel(const T* g, const T* x, const opmath_t<T>* mean, const opmath_t<T>* rstd,
                                           T* gw, T* gb, opmath_t<T>* part, int64_t rows, int64_t n) {
+  constexpr int kSums = kCenter ? 2 : 1;
   using A = opmath_t<T>;
   __shared__ Pair<A> part_sh[8][33];
   const int64_t per_slice = (rows + gridDim.y - 1) / gridDim.y, r0 = blockIdx.y * per_slice,
@@ -103,7 +112,7 @@ __global__ void layer_norm_grad_wb_kernel(const T* g, const T* x, const opmath_t
     if (j < n)
       for (int64_t i = r0 + threadIdx.y; i < r1; i += blockDim.y) {
         A gv = dload(g[i * n + j]);
-        acc.a += gv * (A(dload(x[i * n + j])) - A(mean[i])) * A(rstd[i]);
+        acc.a += gv * (A(dload(x[i * n + j])) - (kCenter ? A(mean[i]) : A(0))) * A(rstd[i]);
         acc.b += gv;
       }
     __syncthreads();
@@ -112,8 +121,8 @@ __global__ void layer_norm_grad_wb_kernel(const T* g, const T* x, const opmath_t
     if (threadIdx.y == 0 && j < n) {
       for (int y = 1; y < int(blockDim.y); ++y) acc = SumPair{}(acc, part_sh[y][threadIdx.x]);
       if (part) {
-        part[(2 * blockIdx.y) * n + j] = acc.a;
-        part[(2 * blockIdx.y + 1) * n + j] = acc.b;
+        part[(kSums * blockIdx.y) * n + j] = acc.a;
+        if constexpr (kCenter) part[(kSums * blockIdx.y + 1) * n + j] = acc.b;
       } else {
         if (gw) gw[j] = dstore<T>(acc.a);
         if (gb) gb[j] = dstore<T>(acc.b);
@@ -122,14 +131,15 @@ __global__ void layer_norm_grad_wb_kernel(const T* g, const T* x, const opmath_t
   }
 }
 
-template <class T>
+template <class T, bool kCenter = true>
 __global__ void layer_norm_wb_sum_kernel(const opmath_t<T>* part, T* gw, T* gb, int64_t slices, int64_t n) {
   using A = opmath_t<T>;
+  constexpr int kSums = kCenter ? 2 : 1;
   for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < n; j += int64_t(gridDim.x) * blockDim.x) {
     A w = 0, b = 0;
     for (int64_t y = 0; y < slices; ++y) {
-      w += part[(2 * y) * n + j];
-      b += part[(2 * y + 1) * n + j];
+      w += part[(kSums * y) * n + j];
+      if constexpr (kCenter) b += part[(kSums * y + 1) * n + j];
     }
     if (gw) gw[j] = dstore<T>(w);
     if (gb) gb[j] = dstore<T>(b);
@@ -295,6 +305,45 @@ void add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weigh
                     const Out& out, const Out& mean, const Out& rstd, double eps) {
   binary(BinaryOp::Add, x, residual, sum, 1.0);
   layer_norm(sum, weight, bias, out, mean, rstd, eps);
+}
+
+// RMS norm: layer norm's kernels without centering, a block per row.
+void rms_norm(const Tensor& x, const Tensor& weight, const Out& out, const Out& rstd, double eps) {
+  const int64_t n = x.size(x.dim() - 1), rows = x.numel() / std::max<int64_t>(n, 1);
+  if (rows == 0) return;
+  cudaStream_t s = stream_for(out);
+  dispatch_floating(x.dtype(), "rms_norm", [&](auto xt) {
+    using T = typename decltype(xt)::type;
+    layer_norm_kernel<false, T, false><<<grid_for(rows, 1), kThreads, 0, s>>>(
+        dptr<T>(x), dptr_or_null<T>(weight), nullptr, dptr<T>(out), nullptr, dptr<opmath_t<T>>(rstd), rows, n, eps);
+  });
+  check_launch("rms_norm");
+}
+
+void rms_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& rstd, const Tensor& weight, const Out& grad_x,
+                       const Out& grad_weight) {
+  const int64_t n = x.size(x.dim() - 1), rows = x.numel() / std::max<int64_t>(n, 1);
+  cudaStream_t s = stream_for(x);
+  dispatch_floating(x.dtype(), "rms_norm_backward", [&](auto xt) {
+    using T = typename decltype(xt)::type;
+    using A = opmath_t<T>;
+    const T *g = dptr<T>(grad), *xp = dptr<T>(x);
+    const A* rp = dptr<A>(rstd);
+    if (grad_x.defined() && rows > 0)
+      layer_norm_grad_x_kernel<T, false><<<grid_for(rows, 1), kThreads, 0, s>>>(
+          g, xp, nullptr, rp, dptr_or_null<T>(weight), dptr<T>(grad_x), rows, n);
+    if (grad_weight.defined() && n > 0) {
+      T* gw = dptr<T>(grad_weight);
+      const int64_t slices = layer_norm_wb_slices(rows, n);
+      const Tensor part = rms_norm_backward_scratch(grad, x, rstd, weight, grad_x, grad_weight)[0];
+      const dim3 grid(unsigned(grid_for((n + 31) / 32, 1)), unsigned(slices));
+      layer_norm_grad_wb_kernel<T, false>
+          <<<grid, dim3(32, 8), 0, s>>>(g, xp, nullptr, rp, gw, nullptr, dptr_or_null<A>(part), rows, n);
+      if (part.defined())
+        layer_norm_wb_sum_kernel<T, false><<<grid_for(n), kThreads, 0, s>>>(dptr<A>(part), gw, nullptr, slices, n);
+    }
+  });
+  check_launch("rms_norm_backward");
 }
 
 }  // namespace mg::cuda

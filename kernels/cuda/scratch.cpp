@@ -31,16 +31,30 @@ std::vector<Tensor> adafactor_update_scratch(const TensorLists& lists, const std
   return {empty_with({most}, kFloat64, lists[0][0].device(), Category::Workspace)};
 }
 
-// layer_norm_backward's slices of the weight and bias sums on tall inputs ([slices, 2, n] of the
-// statistics' dtype, added in order by the kernel), undefined for one slice.
+namespace {
+// The slices of a norm's `sums` column sums over the rows of x on tall inputs ([slices, sums, n] of
+// the statistics' dtype, added in order by the kernel), undefined for one slice.
+Tensor norm_partial_sums(const Tensor& x, int64_t sums) {
+  const int64_t n = x.size(x.dim() - 1), rows = x.numel() / std::max<int64_t>(n, 1);
+  const int64_t slices = n == 0 ? 1 : layer_norm_wb_slices(rows, n);
+  if (slices == 1) return Tensor();
+  return empty_with({slices, sums, n}, x.dtype() == kFloat64 ? kFloat64 : kFloat32, x.device(), Category::Workspace);
+}
+}  // namespace
+
+// layer_norm_backward's: the weight and bias sums (both, when either is wanted).
 std::vector<Tensor> layer_norm_backward_scratch(const Tensor&, const Tensor& x, const Tensor&, const Tensor&,
                                                 const Tensor&, const Out&, const Out& grad_weight,
                                                 const Out& grad_bias) {
-  const int64_t n = x.size(x.dim() - 1), rows = x.numel() / std::max<int64_t>(n, 1);
-  if ((!grad_weight.defined() && !grad_bias.defined()) || n == 0) return {Tensor()};
-  const int64_t slices = layer_norm_wb_slices(rows, n);
-  if (slices == 1) return {Tensor()};
-  return {empty_with({slices, 2, n}, x.dtype() == kFloat64 ? kFloat64 : kFloat32, x.device(), Category::Workspace)};
+  if (!grad_weight.defined() && !grad_bias.defined()) return {Tensor()};
+  return {norm_partial_sums(x, 2)};
+}
+
+// rms_norm_backward's: the weight sums alone (RMS norm has no bias).
+std::vector<Tensor> rms_norm_backward_scratch(const Tensor&, const Tensor& x, const Tensor&, const Tensor&, const Out&,
+                                              const Out& grad_weight) {
+  if (!grad_weight.defined()) return {Tensor()};
+  return {norm_partial_sums(x, 1)};
 }
 
 }  // namespace mg::cuda

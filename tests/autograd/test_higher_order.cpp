@@ -210,6 +210,7 @@ TEST_CASE("create_graph: second derivatives of softmax, losses and normalisation
   check2("mse_loss", [](const TL& v) { return mg::mse_loss(mg::tanh(v[0]), v[1]); }, {x, y});
   auto h = param({2, 3, 6}), g = param({6}), b = param({6});
   check2("layer_norm", [](const TL& v) { return mg::layer_norm(v[0], {6}, v[1], v[2]) * v[0]; }, {h, g, b});
+  check2("rms_norm", [](const TL& v) { return mg::rms_norm(v[0], {6}, v[1]) * v[0]; }, {h, g});
   auto img = param({2, 4, 3, 2}), gw = param({4}), gb = param({4});
   check2("group_norm", [](const TL& v) { return mg::group_norm(v[0], 2, v[1], v[2]) * v[0]; }, {img, gw, gb});
 }

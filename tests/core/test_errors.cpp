@@ -72,6 +72,12 @@ TEST_CASE("errors: shape mismatches") {
                                {"layer_norm:", "expected an input ending in [5]", "got [2, 3]"});
   expect_error<mg::ShapeError>([&] { mg::layer_norm(a, {3}, mg::ones({2})); },
                                {"layer_norm:", "expected weight and bias of shape [3]", "got [2]"});
+  expect_error<mg::ShapeError>([&] { mg::rms_norm(a, {2}); },
+                               {"rms_norm:", "expected an input ending in [2]", "got [2, 3]"});
+  expect_error<mg::ShapeError>([&] { mg::rms_norm(a, {3}, mg::ones({2})); },
+                               {"rms_norm:", "expected weight of shape [3]", "got [2]"});
+  expect_error<mg::DTypeError>([&] { mg::rms_norm(a, {3}, mg::ones({3}, mg::kFloat64)); },
+                               {"rms_norm:", "expected weight of dtype float32", "got float64"});
   expect_error<mg::ShapeError>(
       [&] {
         mg::cross_entropy(mg::ones({3, 5}), I({0, 1, 2, 3}));

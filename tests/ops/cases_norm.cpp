@@ -1,4 +1,4 @@
-// Normalisation (kernels/*/norm.*): layer_norm, group_norm on its kernels, batch_norm.
+// Normalisation (kernels/*/norm.*): layer_norm, rms_norm, group_norm on layer_norm's kernels, batch_norm.
 #include <cmath>
 
 #include "ops/op_case.h"
@@ -37,6 +37,39 @@ MG_OP_CASES(layer_norm) {
     add_case("layer_norm_n" + s, {U({3, 41, n}, -2.4, 4.4), U({n}, -1.7, 1.7), U({n}, -1.7, 1.7)}, ln({n})).big();
     add_case("layer_norm_plain_n" + s, {U({3, 41, n}, -2.4, 4.4)}, ln({n})).big();
   }
+}
+
+// ---- rms_norm: x / sqrt(mean(x^2) + eps) * weight over the trailing dims (LLaMA's RMSNorm)
+MG_OP_CASES(rms_norm) {
+  call([](const Tensors& x, const Args& a) {
+    return rms_norm(x[0], ints_arg(a, "normalized_shape"), optional_input(x, 1), float_arg(a, "eps"));
+  });
+  defaults().cuda_tolerance(4);  // a reduction per row (two in backward), summed in another order on the gpu
+  auto rn = [](Shape s, double eps = 1e-6) { return Args{{"normalized_shape", s}, {"eps", eps}}; };
+  add_case("rms_norm_weight", {U({3, 4, 6}), U({6})}, rn({6}));
+  add_case("rms_norm_plain", {U({5, 7})}, rn({7}, 1e-3));
+  add_case("rms_norm_2d_shape", {U({2, 3, 4}), U({3, 4})}, rn({3, 4}));
+  add_case("rms_norm_transposed", {U({6, 4}).t(), U({6})}, rn({6}));
+  add_case("rms_norm_broadcast_weight", {U({3, 5}), U({1}).expand({5})}, rn({5}));
+  add_case("rms_norm_empty", {U({0, 5}), U({5})}, rn({5}));
+  // Rows [3, 4] (mean square 12.5) and [0, -2] (mean square 2), weight [1, 2], eps 0.
+  const double r1 = 1 / std::sqrt(12.5), r2 = 1 / std::sqrt(2.0);
+  add_case("rms_norm_values", {Vals({3, 4, 0, -2}, {2, 2}), Vals({1, 2})}, rn({2}, 0))
+      .expect({{3 * r1, 8 * r1, 0, -4 * r2}}, {1e-6, 1e-6});
+  add_case("rms_norm_formula", {U({4, 9}, -3, 3), U({9})}, rn({9}, 0.25)).expect([](const std::vector<V>& in) {
+    V y(in[0].size());
+    for (size_t i = 0; i < 4; ++i) {
+      double ms = 0;
+      for (size_t j = 0; j < 9; ++j) ms += in[0][i * 9 + j] * in[0][i * 9 + j] / 9;
+      for (size_t j = 0; j < 9; ++j) y[i * 9 + j] = in[0][i * 9 + j] / std::sqrt(ms + 0.25) * in[1][j];
+    }
+    return std::vector<V>{y};
+  });
+  // Rows below a warp, not a multiple of the vector width, larger than a block; tall enough that the
+  // cuda backward's weight sums run in slices through scratch.
+  for (int64_t n : {1, 33, 768, 1025})
+    add_case("rms_norm_n" + std::to_string(n), {U({3, 41, n}, -2.4, 4.4), U({n}, -1.7, 1.7)}, rn({n})).big();
+  add_case("rms_norm_tall", {U({1024, 64}, -2.4, 4.4), U({64})}, rn({64})).big();
 }
 
 MG_OP_CASES(group_norm) {  // inputs: x [N, C, ...], weight [C], bias [C] (optional)

@@ -80,6 +80,13 @@ def add_layer_norm(x, a):
     return s, F.layer_norm(s, a["normalized_shape"], *x[2:], eps=a["eps"])
 
 
+def rms_norm(x, a):
+    """x / sqrt(mean(x^2) + eps) * weight over the trailing dims, by formula (torch 1.13 has no rms_norm)."""
+    dims = tuple(range(-len(a["normalized_shape"]), 0))
+    y = x[0] * torch.rsqrt(x[0].pow(2).mean(dims, keepdim=True) + a["eps"])
+    return y * x[1] if len(x) > 1 else y
+
+
 def scan(f):
     return lambda x, a: f(x[0], a["dim"], dtype=DTYPES[a["dtype"]] if a.get("dtype") else None)
 
@@ -165,6 +172,7 @@ TORCH_OPS = {
     "add_layer_norm": add_layer_norm,
     "bias_dropout_add": lambda x, a: x[2] + (x[0] + x[1]) * (0.0 if a["p"] == 1 and a["training"] else 1.0),
     "layer_norm": lambda x, a: F.layer_norm(x[0], a["normalized_shape"], *x[1:], eps=a["eps"]),
+    "rms_norm": rms_norm,
     "group_norm": lambda x, a: F.group_norm(x[0], a["num_groups"], *x[1:], eps=a["eps"]),
     "cross_entropy": lambda x, a: F.cross_entropy(x[0], x[1], weight=x[2] if len(x) > 2 else None,
                                                   ignore_index=a["ignore_index"], label_smoothing=a["label_smoothing"],

@@ -152,6 +152,80 @@ void print_optimizers(const StepFlags& flags, const mg::plan::ModelSpec& spec, c
       "   mixed-precision Adam; step: after backward, or each parameter inside it (--step-in-backward))\n");
 }
 
+// What each precision mode stores (no checkpointing), and each policy in the chosen precision; all
+// on meta. For a GPT, a layer's activations in units of s*b*h (sequence x batch x width).
+void print_comparison(const StepFlags& flags, const mg::plan::ModelSpec& spec, const mg::plan::InputShape& shape,
+                      const mg::plan::Policy& chosen, const mg::plan::PlanOptions& options, int64_t params) {
+  using namespace mg::plan;
+  const int64_t n = spec.num_blocks();
+  const bool gpt = spec.kind == ModelSpec::Kind::GPT, fused = gpt && spec.gpt.fused_attention;
+  const double sbh = gpt ? double(flags.seq * flags.batch * spec.gpt.n_embd) : 0.0;
+  std::printf("\nprecision modes side by side (no checkpointing; bytes at the steady-state peak):\n");
+  std::printf("  %-13s %11s %11s %11s %11s %11s %11s", "precision", "peak", "Parameter", "Gradient", "OptState",
+              "Activation", "Temp+Work");
+  if (gpt) std::printf(" %11s", "layer/sbh");
+  std::printf("\n");
+  for (const char* precision : {"fp32", "fp16", "bf16", "fp16-storage", "bf16-storage"}) {
+    StepFlags s = flags;
+    s.precision = precision;
+    PlanOptions quick = options;
+    quick.smallest_limit = false;
+    const StepReport q = plan(train_program(spec, s), context(shape), quick);
+    std::printf("  %-13s %11s %11s %11s %11s %11s %11s", precision, mg::format_bytes(q.peak).c_str(),
+                mg::format_bytes(q.category(mg::Category::Parameter)).c_str(),
+                mg::format_bytes(q.category(mg::Category::Gradient)).c_str(),
+                mg::format_bytes(q.category(mg::Category::OptimizerState)).c_str(),
+                mg::format_bytes(q.category(mg::Category::Activation)).c_str(),
+                mg::format_bytes(q.category(mg::Category::Temporary) + q.category(mg::Category::Workspace)).c_str());
+    if (gpt) std::printf(" %11.2f", double(measure_block_costs(spec, shape, step_options(s)).held_bytes) / sbh);
+    std::printf("\n");
+  }
+  std::printf(
+      "  (autocast keeps float32 parameters and gradients and saves half copies of what its matmuls use;\n"
+      "   storage modes keep the model in half and float32 masters (OptState); see docs/precision.md%s)\n",
+      gpt ? "; layer/sbh: one block's saved tensors and output" : "");
+
+  struct Row {
+    Policy policy;
+    bool fused;
+  };
+  std::vector<Row> rows;
+  for (const Policy& p : {Policy::none(), Policy::sqrt_n(n), Policy::selective_only(), Policy::every_block(n)})
+    rows.push_back({p, fused});
+  if (gpt) rows.push_back({Policy::none(), !fused});
+  std::printf("\npolicies side by side (batch %lld x %lld, %s, %s):\n", static_cast<long long>(flags.batch),
+              static_cast<long long>(flags.seq), flags.optimizer.c_str(), flags.precision.c_str());
+  std::printf("  %-14s %11s %11s %11s %9s %8s", "policy", "peak", "Activation", "Temporary", "recompute", "vs none");
+  if (flags.budget) std::printf(" %10s", "max batch");
+  std::printf("\n");
+  int64_t none_peak = 0;
+  for (auto& row : rows) {
+    ModelSpec row_spec = spec;
+    row_spec.gpt.fused_attention = row.fused;
+    PlanOptions quick = options;
+    quick.smallest_limit = false;
+    const Program row_program = train_program(row_spec, flags);
+    const StepReport q = plan(row_program, context(shape, row.policy), quick);
+    if (!none_peak) none_peak = q.peak;
+    const std::string name = row.policy.name + (row.fused == fused ? "" : row.fused ? "+fused" : "+composed");
+    std::printf("  %-14s %11s %11s %11s %8.1f%% %+7.1f%%", name.c_str(), mg::format_bytes(q.peak).c_str(),
+                mg::format_bytes(q.category(mg::Category::Activation)).c_str(),
+                mg::format_bytes(q.category(mg::Category::Temporary)).c_str(),
+                q.flops ? 100.0 * q.recompute_flops / q.flops : 0.0,
+                100.0 * double(q.peak - none_peak) / double(none_peak));
+    if (flags.budget)
+      std::printf(" %10lld", static_cast<long long>(largest_batch(row_program, context(shape, row.policy),
+                                                                  int64_t(flags.budget), options)));
+    std::printf("\n");
+  }
+  std::printf(
+      "  (allocated bytes at each plan's steady-state peak; recompute: share of the step's FLOPs spent "
+      "recomputing%s%s)\n",
+      gpt ? fused ? "; +composed: the textbook attention core" : "; +fused: --attention fused" : "",
+      flags.budget ? "; max batch: the largest whose steps run under the budget" : "");
+  print_optimizers(flags, spec, shape, chosen, options, params);
+}
+
 }  // namespace
 
 int run_plan(const PlanFlags& f) {
@@ -235,77 +309,7 @@ int run_plan(const PlanFlags& f) {
     }
   }
   if (data_parallel) std::printf("\n%s", zero_table(spec, shape, step, chosen).c_str());
-  if (!f.compare) return 0;
-
-  // What each precision mode stores (no checkpointing), and each policy in the chosen precision; all
-  // on meta. For a GPT, a layer's activations in units of s*b*h (sequence x batch x width).
-  const int64_t n = spec.num_blocks();
-  const bool gpt = spec.kind == ModelSpec::Kind::GPT, fused = gpt && spec.gpt.fused_attention;
-  const double sbh = gpt ? double(flags.seq * flags.batch * spec.gpt.n_embd) : 0.0;
-  std::printf("\nprecision modes side by side (no checkpointing; bytes at the steady-state peak):\n");
-  std::printf("  %-13s %11s %11s %11s %11s %11s %11s", "precision", "peak", "Parameter", "Gradient", "OptState",
-              "Activation", "Temp+Work");
-  if (gpt) std::printf(" %11s", "layer/sbh");
-  std::printf("\n");
-  for (const char* precision : {"fp32", "fp16", "bf16", "fp16-storage", "bf16-storage"}) {
-    StepFlags s = flags;
-    s.precision = precision;
-    PlanOptions quick = options;
-    quick.smallest_limit = false;
-    const StepReport q = plan(train_program(spec, s), context(shape), quick);
-    std::printf("  %-13s %11s %11s %11s %11s %11s %11s", precision, mg::format_bytes(q.peak).c_str(),
-                mg::format_bytes(q.category(mg::Category::Parameter)).c_str(),
-                mg::format_bytes(q.category(mg::Category::Gradient)).c_str(),
-                mg::format_bytes(q.category(mg::Category::OptimizerState)).c_str(),
-                mg::format_bytes(q.category(mg::Category::Activation)).c_str(),
-                mg::format_bytes(q.category(mg::Category::Temporary) + q.category(mg::Category::Workspace)).c_str());
-    if (gpt) std::printf(" %11.2f", double(measure_block_costs(spec, shape, step_options(s)).held_bytes) / sbh);
-    std::printf("\n");
-  }
-  std::printf(
-      "  (autocast keeps float32 parameters and gradients and saves half copies of what its matmuls use;\n"
-      "   storage modes keep the model in half and float32 masters (OptState); see docs/precision.md%s)\n",
-      gpt ? "; layer/sbh: one block's saved tensors and output" : "");
-
-  struct Row {
-    Policy policy;
-    bool fused;
-  };
-  std::vector<Row> rows;
-  for (const Policy& p : {Policy::none(), Policy::sqrt_n(n), Policy::selective_only(), Policy::every_block(n)})
-    rows.push_back({p, fused});
-  if (gpt) rows.push_back({Policy::none(), !fused});
-  std::printf("\npolicies side by side (batch %lld x %lld, %s, %s):\n", static_cast<long long>(flags.batch),
-              static_cast<long long>(flags.seq), flags.optimizer.c_str(), flags.precision.c_str());
-  std::printf("  %-14s %11s %11s %11s %9s %8s", "policy", "peak", "Activation", "Temporary", "recompute", "vs none");
-  if (flags.budget) std::printf(" %10s", "max batch");
-  std::printf("\n");
-  int64_t none_peak = 0;
-  for (auto& row : rows) {
-    ModelSpec row_spec = spec;
-    row_spec.gpt.fused_attention = row.fused;
-    PlanOptions quick = options;
-    quick.smallest_limit = false;
-    const Program row_program = train_program(row_spec, flags);
-    const StepReport q = plan(row_program, context(shape, row.policy), quick);
-    if (!none_peak) none_peak = q.peak;
-    const std::string name = row.policy.name + (row.fused == fused ? "" : row.fused ? "+fused" : "+composed");
-    std::printf("  %-14s %11s %11s %11s %8.1f%% %+7.1f%%", name.c_str(), mg::format_bytes(q.peak).c_str(),
-                mg::format_bytes(q.category(mg::Category::Activation)).c_str(),
-                mg::format_bytes(q.category(mg::Category::Temporary)).c_str(),
-                q.flops ? 100.0 * q.recompute_flops / q.flops : 0.0,
-                100.0 * double(q.peak - none_peak) / double(none_peak));
-    if (flags.budget)
-      std::printf(" %10lld", static_cast<long long>(largest_batch(row_program, context(shape, row.policy),
-                                                                  int64_t(flags.budget), options)));
-    std::printf("\n");
-  }
-  std::printf(
-      "  (allocated bytes at each plan's steady-state peak; recompute: share of the step's FLOPs spent "
-      "recomputing%s%s)\n",
-      gpt ? fused ? "; +composed: the textbook attention core" : "; +fused: --attention fused" : "",
-      flags.budget ? "; max batch: the largest whose steps run under the budget" : "");
-  print_optimizers(flags, spec, shape, chosen, options, params);
+  if (f.compare) print_comparison(flags, spec, shape, chosen, options, params);
   return 0;
 }
 

@@ -6,12 +6,13 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
-#include <functional>
+#include <map>
 #include <optional>
-#include <random>
 
 #include "report.h"
 #include "sharding.h"
+#include "train_run.h"
+#include "train_state.h"
 #include "view.h"
 
 namespace memgrad_cli {
@@ -36,118 +37,6 @@ std::unique_ptr<mg::optim::Optimizer> make_optimizer(const TrainFlags& f, const 
   return std::make_unique<AdamW>(params, AdamWOptions(f.lr));
 }
 
-// The flags a saved state must agree with to be resumed (steps, logging and limits may change).
-// `accum` is the step's micro-batches over all data-parallel ranks: N ranks with accum A resume
-// what one process with accum N * A saved, and the other way round.
-std::string run_signature(const TrainFlags& f, const mg::plan::ModelSpec& spec, int64_t accum) {
-  char buf[512];
-  std::snprintf(
-      buf, sizeof buf,
-      "%s, dropout %g; batch %lld x %lld, accum %lld; %s lr %g warmup %lld momentum %g clip %g; %s; seed %llu",
-      model_str(spec).c_str(), f.model.dropout, static_cast<long long>(f.step.batch),
-      static_cast<long long>(f.step.seq), static_cast<long long>(accum), f.step.optimizer.c_str(), f.lr,
-      static_cast<long long>(f.warmup), f.step.momentum, f.step.clip, f.step.precision.c_str(),
-      static_cast<unsigned long long>(f.seed));
-  return buf;
-}
-
-// One training run's state, as a safetensors file: model.*, master.* (the float32 masters of a
-// storage precision; with data parallelism they are in optim.*), optim.* (with data parallelism every
-// rank's slices gathered), scaler.*, and in the metadata the step, the default generator's position,
-// the run's signature and `metadata` (the data's position).
-void save_state(const std::string& path, int64_t step, const std::string& signature, const mg::nn::StateDict& model,
-                const mg::optim::StateDict& optimizer, const mg::amp::MasterWeights* masters,
-                const mg::amp::GradScaler* scaler, mg::nn::Metadata metadata) {
-  mg::nn::StateDict all;
-  for (auto& [k, t] : model) all["model." + k] = t;
-  if (masters)
-    for (auto& [k, t] : masters->named_parameters()) all["master." + k] = t.detach();
-  for (auto& [k, t] : optimizer) all["optim." + k] = t;
-  if (scaler)
-    for (auto& [k, v] : scaler->state_dict()) all["scaler." + k] = mg::scalar_tensor(v, mg::kFloat64);
-  mg::Generator& g = mg::default_generator();
-  metadata.insert({{"memgrad.step", std::to_string(step)},
-                   {"memgrad.rng_seed", std::to_string(g.seed())},
-                   {"memgrad.rng_offset", std::to_string(g.offset())},
-                   {"memgrad.run", signature}});
-  mg::nn::save_safetensors(all, path, metadata);
-}
-
-// A state written by save_state, read and checked before the model is built: a bad file, a
-// different run or metadata that does not parse is a usage error (exit 2) naming --resume.
-struct SavedState {
-  mg::nn::StateDict tensors;
-  mg::nn::Metadata meta;
-  int64_t step = 0;
-  uint64_t rng_seed = 0, rng_offset = 0;
-};
-
-SavedState read_state(const std::string& path, const std::string& signature) {
-  const std::string flag = "--resume " + path + ": ";
-  SavedState s;
-  mg::nn::Metadata meta;
-  try {
-    s.tensors = mg::nn::load_safetensors(path, &meta);
-  } catch (const mg::OutOfMemoryError&) {
-    throw;
-  } catch (const mg::Error& e) {
-    throw UsageError(flag + e.what());
-  }
-  for (const char* key : {"memgrad.step", "memgrad.rng_seed", "memgrad.rng_offset", "memgrad.run"})
-    if (!meta.count(key)) throw UsageError(flag + "not a memgrad training state (no '" + key + "' in its metadata)");
-  if (meta["memgrad.run"] != signature)
-    throw UsageError("--resume " + path + " was saved by a different run:\n  saved: " + meta["memgrad.run"] +
-                     "\n  now:   " + signature);
-  auto bad = [&](const char* key, const char* expected) {
-    return UsageError(flag + "its metadata " + key + " is '" + meta[key] + "', expected " + expected);
-  };
-  const auto step = parse_integer<int64_t>(meta["memgrad.step"]);
-  if (!step || *step < 0 || *step > kMaxCount) throw bad("memgrad.step", "an integer in [0, 2^62]");
-  const auto seed = parse_integer<uint64_t>(meta["memgrad.rng_seed"]);
-  if (!seed) throw bad("memgrad.rng_seed", "an integer in [0, 2^64 - 1]");
-  const auto offset = parse_integer<uint64_t>(meta["memgrad.rng_offset"]);
-  if (!offset) throw bad("memgrad.rng_offset", "an integer in [0, 2^64 - 1]");
-  s.step = *step, s.rng_seed = *seed, s.rng_offset = *offset;
-  s.meta = meta;
-  return s;
-}
-
-// Loads `s` into the model, the optimizer and the scaler (each validates its part) and positions the
-// default generator; returns the saved step.
-int64_t apply_state(const SavedState& s, const std::string& path,
-                    const std::function<void(const mg::nn::StateDict&)>& load_model,
-                    const std::function<void(const mg::optim::StateDict&)>& load_optimizer,
-                    mg::amp::MasterWeights* masters, mg::amp::GradScaler* scaler) {
-  try {
-    mg::nn::StateDict m, o, saved_masters;
-    std::map<std::string, double> sc;
-    for (auto& [k, t] : s.tensors) {
-      if (k.rfind("model.", 0) == 0) m[k.substr(6)] = t;
-      if (k.rfind("master.", 0) == 0) saved_masters[k.substr(7)] = t;
-      if (k.rfind("optim.", 0) == 0) o[k.substr(6)] = t;
-      if (k.rfind("scaler.", 0) == 0) sc[k.substr(7)] = t.item<double>();
-    }
-    load_model(m);
-    if (masters) {
-      mg::NoGradGuard no_grad;
-      for (auto& [name, t] : masters->named_parameters()) {
-        auto it = saved_masters.find(name);
-        if (it == saved_masters.end()) throw mg::IOError(path + ": no float32 master of '" + name + "'");
-        t.copy_(it->second);
-      }
-    }
-    load_optimizer(o);
-    if (scaler) scaler->load_state_dict(sc);
-  } catch (const mg::OutOfMemoryError&) {
-    throw;
-  } catch (const mg::Error& e) {
-    throw UsageError("--resume " + path + ": " + e.what());
-  }
-  mg::default_generator().manual_seed(s.rng_seed);
-  mg::default_generator().set_offset(s.rng_offset);
-  return s.step;
-}
-
 // A line that redraws itself on a terminal, or a plain line every `every` steps otherwise.
 class Progress {
  public:
@@ -169,30 +58,6 @@ class Progress {
   bool quiet_, tty_;
   const char* unit_;
 };
-
-// Samples `n` bytes from the GPT after a newline, at temperature 0.8, without recording history.
-std::string sample_text(mg::nn::GPT& gpt, const mg::Device& device, int64_t n, uint64_t seed) {
-  mg::NoGradGuard no_grad;
-  gpt.eval();
-  std::mt19937_64 rng(seed);
-  std::vector<int64_t> ctx = {int64_t('\n')};
-  std::string out;
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t T = std::min<int64_t>(int64_t(ctx.size()), gpt.config.block_size);
-    std::vector<int64_t> window(ctx.end() - T, ctx.end());
-    mg::Tensor logits = gpt.forward(mg::tensor(window, {1, T}).to(device))
-                            .select(1, T - 1)
-                            .reshape({-1})
-                            .slice(0, 0, 256);  // bytes only
-    std::vector<float> p = mg::softmax(logits * (1.0 / 0.8), 0).to(mg::kCPU).to_vector<float>();
-    std::discrete_distribution<int64_t> pick(p.begin(), p.end());
-    const int64_t next = pick(rng);
-    ctx.push_back(next);
-    out.push_back(char(next));
-  }
-  gpt.train();
-  return out;
-}
 
 // What the planner says about a run that ran out of memory under --memory-limit: the limit its step
 // needs, and what fits under this one (the largest batch; --checkpoint auto's choice). Under a
@@ -290,28 +155,25 @@ void add_train_flags(CLI::App& app, TrainFlags& f) {
                "kernel is synchronized, which slows the run)");
 }
 
-int run_train(const TrainFlags& f) {
-  // Files written later (the state at the end, the timeline after a few steps) are checked first.
-  if (!f.save.empty()) check_writable("--save", f.save);
-  if (!f.save.empty() && f.step.zero > 0 && f.step.optimizer.find("8bit") != std::string::npos)
-    throw UsageError("--save with --zero " + std::to_string(f.step.zero) + " and --optimizer " + f.step.optimizer +
-                     ": ZeRO gathers only optimizer state shaped like its parameter, not 8-bit blocks; use --zero 0");
-  if (!f.log.empty()) check_writable("--log", f.log);
-  if (!f.timeline.empty()) check_writable("--timeline", f.timeline);
-  if (!f.snapshot.empty()) check_writable("--snapshot", f.snapshot);
-  TrainData data(f);  // the files opened and checked against the flags, nothing allocated yet
+// Owners counted from the same baseline as the categories are.
+std::map<std::string, int64_t> TrainRun::owners_since_base(std::map<std::string, int64_t> owners) const {
+  for (auto& [owner, bytes] : base_owners)
+    if ((owners[owner] -= bytes) == 0) owners.erase(owner);
+  return owners;
+}
+
+void TrainRun::set_up() {
   // Data parallelism: the processes mpirun started (or this one alone, with --zero); rank 0 prints.
-  namespace dist = mg::distributed;
-  const bool offload_params = f.offload == "params";
+  offload_params = f.offload == "params";
   const bool data_parallel = dist::launched_world_size() > 1 || f.step.zero > 0 || offload_params;
-  dist::ProcessGroup* world = data_parallel ? &dist::world() : nullptr;
-  const int rank = world ? world->rank() : 0, ranks = world ? world->size() : 1;
+  world = data_parallel ? &dist::world() : nullptr;
+  rank = world ? world->rank() : 0;
+  ranks = world ? world->size() : 1;
   if (rank != 0 && !std::freopen("/dev/null", "w", stdout))
     throw mg::IOError("rank " + std::to_string(rank) + ": cannot silence its output");
-  StepFlags step_flags = f.step;  // this rank's
+  step_flags = f.step;
   step_flags.world_size = ranks, step_flags.rank = rank, step_flags.offload_params = offload_params;
 
-  mg::Device device = mg::kCPU;
   try {
     const int local = ranks > 1 ? dist::local_rank() % std::max(1, mg::cuda_device_count()) : 0;
     device = f.device == "auto"   ? (mg::cuda_available() ? mg::cuda_device(local) : mg::kCPU)
@@ -332,7 +194,7 @@ int run_train(const TrainFlags& f) {
     throw UsageError(
         "--zero 3 gathers and releases each block's parameters itself: it runs under a plain "
         "--memory-limit, not under the budget of --remat or --offload activations|optimizer|all");
-  const bool budgeted = f.remat != "none" || (f.offload != "none" && !offload_params);
+  budgeted = f.remat != "none" || (f.offload != "none" && !offload_params);
   if (budgeted && !f.memory_limit)
     throw UsageError("--remat and --offload keep training under --memory-limit: give one");
   if (budgeted) {
@@ -349,18 +211,17 @@ int run_train(const TrainFlags& f) {
   } else if (f.memory_limit) {
     mg::set_memory_limit(device, int64_t(f.memory_limit));
   }
-  const mg::plan::ModelSpec spec = model_spec(data.model_flags(f.model), f.step.seq);
-  const mg::plan::InputShape shape = input_shape(f.step);
+  spec = model_spec(data.model_flags(f.model), f.step.seq);
+  shape = input_shape(f.step);
   mg::plan::PlanOptions target;
   target.device = device.type;
-  const mg::plan::Policy policy = memgrad_cli::policy(step_flags, spec, rank == 0, target);
-  auto tokens = mg::checked_mul(f.step.batch, spec.kind == mg::plan::ModelSpec::Kind::GPT ? f.step.seq : 1);
+  policy = memgrad_cli::policy(step_flags, spec, rank == 0, target);
+  tokens = mg::checked_mul(f.step.batch, spec.kind == mg::plan::ModelSpec::Kind::GPT ? f.step.seq : 1);
   if (tokens) tokens = mg::checked_mul(*tokens, f.step.accum);
   if (!tokens)
     throw UsageError("--batch " + std::to_string(f.step.batch) + " x --seq " + std::to_string(f.step.seq) +
                      " x --accum " + std::to_string(f.step.accum) + ": more than 2^63 - 1 tokens per step");
-  const std::string signature = run_signature(f, spec, f.step.accum * ranks);
-  std::optional<SavedState> saved;
+  signature = run_signature(f, spec, f.step.accum * ranks);
   if (!f.resume.empty()) saved = read_state(f.resume, signature);
   if (saved && saved->step >= f.steps)
     throw UsageError("--steps " + std::to_string(f.steps) + ": the state is already at step " +
@@ -374,22 +235,15 @@ int run_train(const TrainFlags& f) {
   // The plan starts from an empty allocator: so does the run (nothing the checks above made is cached),
   // and its program holds the data's teacher and the loader's buffers as train does (train_program).
   mg::empty_cache(device);
-  const mg::MemoryStats base = mg::memory_stats(device);
-  const mg::HostMemoryStats host_base = mg::host_memory_stats(device);  // --offload params: what it adds
+  base = mg::memory_stats(device);
+  host_base = mg::host_memory_stats(device);  // --offload params: what it adds
   mg::reset_host_peak(device);
-  const std::map<std::string, int64_t> base_owners = mg::memory_by_owner(device);
-  auto owners_since_base = [&base_owners](std::map<std::string, int64_t> owners) {  // as the categories are
-    for (auto& [owner, bytes] : base_owners)
-      if ((owners[owner] -= bytes) == 0) owners.erase(owner);
-    return owners;
-  };
-  std::optional<mg::cuda::DeviceMemory> driver_before;  // cuda: the driver's view, for the bytes outside the ledger
+  base_owners = mg::memory_by_owner(device);
   if (device.is_cuda()) driver_before = mg::cuda::device_memory(device.index);
   data.start(spec, step_flags, device, rank, ranks);
 
   // cuda tensors travel over NCCL (this process alone: a group of one, or NCCL's when built with it)
-  std::unique_ptr<dist::ProcessGroup> nccl;
-  dist::ProcessGroup* group = world;
+  group = world;
   if (world && device.is_cuda() && (dist::nccl_built() || ranks > 1)) {
     if (!dist::nccl_built())
       throw UsageError("--device " + device.str() + " with " + std::to_string(ranks) +
@@ -397,19 +251,20 @@ int run_train(const TrainFlags& f) {
     nccl = dist::new_nccl_group(*world, device.index);
     group = nccl.get();
   }
+}
 
+void TrainRun::build() {
   mg::manual_seed(f.seed);
-  mg::plan::ChainModel chain(spec, device);
-  mg::nn::Module& model = chain.module();
-  mg::plan::StepOptions options = step_options(step_flags);
-  options.units = chain.unit_names();  // --zero 3, --offload params: each block a unit
-  mg::plan::Trainer trainer(
-      model, options, [&f](const mg::nn::NamedTensors& params) { return make_optimizer(f, params); }, group);
-  mg::optim::Optimizer& opt = *trainer.optimizer();
-  mg::amp::GradScaler* scaler = trainer.scaler();
-  dist::DataParallel* dp = trainer.data_parallel();
+  chain.emplace(spec, device);
+  mg::nn::Module& model = chain->module();
+  options = step_options(step_flags);
+  options.units = chain->unit_names();  // --zero 3, --offload params: each block a unit
+  trainer.emplace(
+      model, options, [this](const mg::nn::NamedTensors& params) { return make_optimizer(f, params); }, group);
+  mg::optim::Optimizer& opt = *trainer->optimizer();
+  scaler = trainer->scaler();
+  dp = trainer->data_parallel();
 
-  std::optional<mg::optim::LinearWarmupLR> warmup;  // made before a resume overwrites the lr with its scheduled value
   if (f.warmup) warmup.emplace(opt, f.warmup);
   auto load_model = [&](const mg::nn::StateDict& m) {
     dp ? dp->load_model_state_dict(model, m) : model.load_state_dict(m);
@@ -417,11 +272,11 @@ int run_train(const TrainFlags& f) {
   auto load_optimizer = [&](const mg::optim::StateDict& o) {
     dp ? dp->load_state_dict(opt, o) : opt.load_state_dict(o);
   };
-  const int64_t first = saved ? apply_state(read_state(f.resume, signature), f.resume, load_model, load_optimizer,
-                                            dp ? nullptr : trainer.masters(), scaler) +
-                                    1
-                              : 1;
-  if (saved) mg::empty_cache(device);  // the file's tensors are freed: their segments go too
+  first = saved ? apply_state(read_state(f.resume, signature), f.resume, load_model, load_optimizer,
+                              dp ? nullptr : trainer->masters(), scaler) +
+                      1
+                : 1;
+  if (saved) mg::empty_cache(device);                            // the file's tensors are freed: their segments go too
   for (int64_t t = 1; warmup && t < first; ++t) warmup->step();  // the schedule's position at the saved step
   if (saved) data.resume(saved->meta, f.resume);
   if (saved && saved->meta.count("memgrad.saved_by"))
@@ -449,28 +304,23 @@ int run_train(const TrainFlags& f) {
                           .c_str(),
         static_cast<long long>(f.step.accum * ranks), static_cast<long long>(f.step.accum),
         static_cast<long long>(f.step.accum), static_cast<long long>(f.step.accum));
+}
 
+void TrainRun::run_steps() {
   std::ofstream log;
-  const bool timeline = (!f.timeline.empty() || !f.snapshot.empty()) && rank == 0;  // files: rank 0 writes them
+  timeline = (!f.timeline.empty() || !f.snapshot.empty()) && rank == 0;  // files: rank 0 writes them
   if (!f.log.empty() && rank == 0) {
     log.open(f.log);
     if (!log) throw mg::IOError("--log: cannot write " + f.log);
     log << "step,loss,tokens_per_s,allocated\n";
   }
   if (timeline) mg::record_history(true, 1000000);
-  const int64_t tokens_per_step = *tokens * ranks;  // mlp: rows; all ranks
-  const double communication_before = dp ? dp->communication_seconds() : 0;
+  tokens_per_step = *tokens * ranks;
+  communication_before = dp ? dp->communication_seconds() : 0;
   Progress progress(first, f.steps, f.log_every ? f.log_every : std::max<int64_t>(1, (f.steps - first + 1) / 20),
                     f.quiet, data.is_gpt() ? "tok" : "rows");
-  double loss = 0, train_seconds = 0;
-  int64_t peaks[2] = {0, 0};                 // allocated: the first step, and the largest of the later ones
-  int64_t reserved = 0;                      // the largest reserved of all steps
   std::optional<mg::KernelProfile> profile;  // --profile: the steps after the first (all of a 1-step run)
   double profiled_seconds = 0;
-  mg::CategoryBytes at_peak{};
-  mg::CategoryBytes after_step{};  // what the last step left held (parameters, gradients, optimizer state)
-  mg::HostMemoryStats host_after_step;
-  std::map<std::string, int64_t> owners_at_peak;
   std::pair<mg::Tensor, mg::Tensor> batch;  // the micro-batch drawn last, and its index in the step
   int64_t drawn_micro_batch = -1;
   try {
@@ -482,7 +332,7 @@ int run_train(const TrainFlags& f) {
       // step_in_backward with clipping or loss scaling runs the last micro-batch's forward twice:
       // it must see the same batch, so the last one drawn is kept until the next is
       loss = mg::plan::train_step(
-          chain, trainer,
+          *chain, *trainer,
           [&](int64_t g) {
             if (g != drawn_micro_batch) batch = data.next(), drawn_micro_batch = g;
             return batch;
@@ -541,169 +391,25 @@ int run_train(const TrainFlags& f) {
     print_kernel_times(*profile, profiled_seconds, f.steps - from + 1);
     profile.reset();
   }
-  model.zero_grad();  // the last step's gradients: not needed for evaluation
-  const int64_t steps_run = f.steps - first + 1;
-  std::printf("\ntrained %lld steps in %s: %.0f %s/s, final loss %.4f", static_cast<long long>(steps_run),
-              format_seconds(train_seconds).c_str(), double(tokens_per_step * steps_run) / train_seconds,
-              data.is_gpt() ? "tokens" : "rows", loss);
-  if (scaler && scaler->skipped_steps())
-    std::printf(" (%lld steps skipped by the grad scaler)", static_cast<long long>(scaler->skipped_steps()));
-  std::printf("\n");
-  const double communication = dp ? dp->communication_seconds() - communication_before : 0;
-  data.print_wait(steps_run, train_seconds);
-  if (dp)
-    std::printf("communication: rank 0 was blocked waiting for reductions and gathers %s of %s (%.1f%%)\n",
-                format_seconds(communication).c_str(), format_seconds(train_seconds).c_str(),
-                100.0 * communication / train_seconds);
-  if (dp && dp->units()) print_unit_traffic(dp->units()->stats(), steps_run, train_seconds, f.step.unit_prefetch);
+  chain->module().zero_grad();  // the last step's gradients: not needed for evaluation
+}
 
-  // Held-out loss, without recording history: no activations are kept. Sharded parameters are gathered
-  // unit by unit, a collective: every rank evaluates (ranks > 0 print nowhere).
-  const bool sharded = dp && dp->units();
-  if (data.is_gpt() && (rank == 0 || sharded)) {
-    data.print_held_out_loss(chain, dp);
-    if (f.sample > 0 && sharded && f.memory_limit) {
-      std::printf(
-          "sample: none (generating runs the whole model at once, and --zero 3 / --offload params keep it "
-          "whole on no device under --memory-limit)\n");
-    } else if (f.sample > 0) {
-      const auto whole = dp ? dp->full_parameters() : nullptr;  // collective
-      std::printf("sample:\n%s\n", sample_text(dynamic_cast<mg::nn::GPT&>(model), device, f.sample, f.seed).c_str());
-    }
-  }
-
-  if (steps_run == 1) {  // no later step: the breakdown of the first
-    const mg::MemoryStats m = mg::memory_stats(device);
-    at_peak = m.at_peak_by_category;
-    for (int c = 0; c < mg::kNumCategories; ++c) at_peak[size_t(c)] -= base.by_category[size_t(c)];
-    owners_at_peak = owners_since_base(m.at_peak_by_owner);
-  }
-  std::printf("\nmemory on %s at the peak of step%s %lld%s%s, counted from before the model was built:\n",
-              device.str().c_str(), steps_run > 1 ? "s" : "", static_cast<long long>(std::min(first + 1, f.steps)),
-              steps_run > 2 ? "-" : "", steps_run > 2 ? std::to_string(f.steps).c_str() : "");
-  print_breakdown(steps_run > 1 ? peaks[1] : peaks[0], at_peak, owners_at_peak, 12);
-  const mg::MemoryStats s = mg::memory_stats(device);
-  std::printf("  reserved by the caching allocator: %s now\n", mg::format_bytes(s.reserved).c_str());
-  if (driver_before) print_outside_ledger(*driver_before, mg::cuda::device_memory(device.index));
-
-  // The planner runs the same steps on meta, for this device and under the same limit.
-  mg::plan::PlanOptions plan_options;
-  plan_options.device = device.type;
-  plan_options.memory_limit = budgeted ? 0 : int64_t(f.memory_limit);  // a budget is the runtime's, not the allocator's
-  plan_options.max_steps = std::min<int64_t>(steps_run, 16);
-  mg::reset_host_peak(mg::kMeta);
-  const mg::plan::StepReport planned =
-      mg::plan::plan(train_program(spec, step_flags), mg::plan::context(shape, policy), plan_options);
-  const int64_t planned_host_peak = mg::host_memory_stats(mg::kMeta).peak;
-  auto compare = [&](const char* what, int64_t measured, int64_t plan_bytes) {
-    std::string verdict = measured == plan_bytes ? "exact" : "off by " + std::to_string(measured - plan_bytes) + " B";
-    if (measured != plan_bytes && scaler && scaler->skipped_steps())
-      verdict += ": the grad scaler skipped steps (inf/NaN gradients), the plan assumes every step is taken";
-    std::printf("  %s: measured %s (%lld B), planned on meta %s (%lld B): %s\n", what,
-                mg::format_bytes(measured).c_str(), static_cast<long long>(measured),
-                mg::format_bytes(plan_bytes).c_str(), static_cast<long long>(plan_bytes), verdict.c_str());
-  };
-  int64_t planned_peaks[2] = {-1, -1};  // for the ranks' table
-  if (!f.resume.empty()) {  // a resumed run's first step already holds optimizer state: only later steps compare
-    if (steps_run > 1) compare("later steps' allocated peak", peaks[1], planned_peaks[1] = planned.peak);
-    std::printf("  (a resumed run's allocator history differs from the plan's, which starts from the first step)\n");
-  } else {
-    compare("first step's allocated peak", peaks[0], planned_peaks[0] = planned.first_peak);
-    if (steps_run > 1) compare("later steps' allocated peak", peaks[1], planned_peaks[1] = planned.peak);
-    if (!budgeted)  // the budget runs with caching off: its reserved bytes are not the plan's
-      compare(f.memory_limit ? "reserved peak under this --memory-limit" : "reserved peak with no limit", reserved,
-              planned.reserved);
-  }
-  if (planned.smallest_limit)
-    std::printf("  the smallest --memory-limit these steps run under: %s (%lld B)\n",
-                mg::format_bytes(planned.smallest_limit).c_str(), static_cast<long long>(planned.smallest_limit));
-  if (budgeted) {
-    std::printf("  memory budget %s (--remat %s, --offload %s): the plan above is the unconstrained step\n",
-                mg::format_bytes(int64_t(f.memory_limit)).c_str(), f.remat.c_str(), f.offload.c_str());
-    std::printf("  %s\n", mg::budget::stats_report(device).c_str());
-    std::printf("  the floor of this mode over these steps: %s\n", mg::budget::floor(device).str().c_str());
-  }
-  if (offload_params) print_host_memory(device, host_after_step, host_base.allocated, planned_host_peak);
-  data.print_memory();
-  if (dp) {  // every rank's figures, gathered (the calls below are collective: every rank makes them)
-    auto held = [&after_step](mg::Category c) { return after_step[size_t(c)]; };
-    const std::vector<int64_t> mine = {peaks[0],
-                                       peaks[1],
-                                       planned_peaks[0],
-                                       planned_peaks[1],
-                                       held(mg::Category::Parameter),
-                                       held(mg::Category::Gradient),
-                                       held(mg::Category::OptimizerState),
-                                       int64_t(communication * 1e6),
-                                       int64_t(train_seconds * 1e6),
-                                       reserved,
-                                       f.resume.empty() && !budgeted ? planned.reserved : -1};
-    const std::vector<int64_t> all = world->all_gather(mine);
-    const int stage = dp->zero_stage();
-    const int64_t formula = zero_formula_bytes(model.num_parameters(), options, stage, ranks);
-    std::printf(
-        "\nevery rank (%d process%s, ZeRO stage %d): each step's peak and the reserved peak, measured and planned on "
-        "meta for that rank; the bytes it holds after a step, beside ZeRO's formula for stage %d (%s%lld "
-        "parameters: %s B); its time blocked on communication\n",
-        ranks, ranks > 1 ? "es" : "", stage, stage, offload_params ? "in host memory, not on the device: " : "",
-        static_cast<long long>(model.num_parameters()), thousands(formula).c_str());
-    for (int r = 0; r < ranks; ++r) {
-      const int64_t* v = &all[size_t(r) * mine.size()];
-      std::string line = "  rank " + std::to_string(r) + ":";
-      for (int i = 0; i < 2; ++i)
-        if (v[2 + i] >= 0)
-          line += std::string(i ? " later steps " : " first step ") + std::to_string(v[i]) + " B, planned " +
-                  std::to_string(v[2 + i]) + " B: " + (v[i] == v[2 + i] ? "exact;" : "differs;");
-      if (v[10] >= 0)
-        line += " reserved " + std::to_string(v[9]) + " B, planned " + std::to_string(v[10]) +
-                " B: " + (v[9] == v[10] ? "exact;" : "differs;");
-      char tail[320];
-      std::snprintf(tail, sizeof tail,
-                    " Parameter %lld B + Gradient %lld B + OptimizerState %lld B = %lld B (formula %lld B); "
-                    "communication %.1f%%",
-                    static_cast<long long>(v[4]), static_cast<long long>(v[5]), static_cast<long long>(v[6]),
-                    static_cast<long long>(v[4] + v[5] + v[6]), static_cast<long long>(formula),
-                    v[8] ? 100.0 * double(v[7]) / double(v[8]) : 0.0);
-      std::printf("%s%s\n", line.c_str(), tail);
-    }
-    const std::string table = dp->shard_table(opt);
-    std::printf(
-        "\noptimizer state per parameter (%s): which rank holds which elements, and the bytes of state its "
-        "ledger holds for them\n%s",
-        opt.type().c_str(), table.c_str());
-  } else {
-    // Between steps zero_grad(set_to_none) has freed every gradient: show what each held at the peak
-    // (the ledger names a gradient "<its parameter's owner>.grad"; an owner may be the name's tail).
-    mg::optim::StateReport state = opt.state_report();
-    state.grad_bytes = 0;
-    for (auto& row : state.rows) {
-      row.grad_bytes = 0;
-      for (auto& [owner, bytes] : owners_at_peak) {
-        const size_t n = owner.size() - 5;
-        if (owner.size() > 5 && owner.compare(n, 5, ".grad") == 0 && row.name.size() >= n &&
-            row.name.compare(row.name.size() - n, n, owner, 0, n) == 0 &&
-            (row.name.size() == n || row.name[row.name.size() - n - 1] == '.'))
-          row.grad_bytes = bytes;
-      }
-      state.grad_bytes += row.grad_bytes;
-    }
-    std::printf("\noptimizer state per parameter (%s; grad B: each gradient at the peak above):\n%s",
-                opt.type().c_str(), state.str().c_str());
-  }
-  if (timeline && !f.timeline.empty()) std::printf("memory timeline: %s\n", f.timeline.c_str());
-  if (timeline && !f.snapshot.empty()) std::printf("memory snapshot: %s (memgrad view draws it)\n", f.snapshot.c_str());
-  if (!f.save.empty()) {
-    const mg::optim::StateDict optimizer = dp ? dp->state_dict(opt) : opt.state_dict();     // collective with dp
-    const mg::nn::StateDict whole = dp ? dp->model_state_dict(model) : model.state_dict();  // collective with dp
-    mg::nn::Metadata metadata = data.state();
-    metadata["memgrad.saved_by"] = std::to_string(ranks) + " process" + (ranks > 1 ? "es" : "") +
-                                   (dp ? ", ZeRO stage " + std::to_string(dp->zero_stage()) : "") +
-                                   (offload_params ? ", --offload params" : "");
-    if (rank == 0)
-      save_state(f.save, f.steps, signature, whole, optimizer, dp ? nullptr : trainer.masters(), scaler, metadata);
-    if (world) world->barrier();  // the file exists when any rank returns
-    std::printf("training state (step %lld): %s\n", static_cast<long long>(f.steps), f.save.c_str());
-  }
+int run_train(const TrainFlags& f) {
+  // Files written later (the state at the end, the timeline after a few steps) are checked first.
+  if (!f.save.empty()) check_writable("--save", f.save);
+  if (!f.save.empty() && f.step.zero > 0 && f.step.optimizer.find("8bit") != std::string::npos)
+    throw UsageError("--save with --zero " + std::to_string(f.step.zero) + " and --optimizer " + f.step.optimizer +
+                     ": ZeRO gathers only optimizer state shaped like its parameter, not 8-bit blocks; use --zero 0");
+  if (!f.log.empty()) check_writable("--log", f.log);
+  if (!f.timeline.empty()) check_writable("--timeline", f.timeline);
+  if (!f.snapshot.empty()) check_writable("--snapshot", f.snapshot);
+  TrainRun run(f);
+  run.set_up();
+  run.build();
+  run.run_steps();
+  run.report_training();
+  run.report_plan();
+  run.report_ranks_and_state();
   return 0;
 }
 

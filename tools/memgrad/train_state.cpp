@@ -1,0 +1,101 @@
+#include "train_state.h"
+
+#include <cstdio>
+
+namespace memgrad_cli {
+
+std::string run_signature(const TrainFlags& f, const mg::plan::ModelSpec& spec, int64_t accum) {
+  char buf[512];
+  std::snprintf(
+      buf, sizeof buf,
+      "%s, dropout %g; batch %lld x %lld, accum %lld; %s lr %g warmup %lld momentum %g clip %g; %s; seed %llu",
+      model_str(spec).c_str(), f.model.dropout, static_cast<long long>(f.step.batch),
+      static_cast<long long>(f.step.seq), static_cast<long long>(accum), f.step.optimizer.c_str(), f.lr,
+      static_cast<long long>(f.warmup), f.step.momentum, f.step.clip, f.step.precision.c_str(),
+      static_cast<unsigned long long>(f.seed));
+  return buf;
+}
+
+void save_state(const std::string& path, int64_t step, const std::string& signature, const mg::nn::StateDict& model,
+                const mg::optim::StateDict& optimizer, const mg::amp::MasterWeights* masters,
+                const mg::amp::GradScaler* scaler, mg::nn::Metadata metadata) {
+  mg::nn::StateDict all;
+  for (auto& [k, t] : model) all["model." + k] = t;
+  if (masters)
+    for (auto& [k, t] : masters->named_parameters()) all["master." + k] = t.detach();
+  for (auto& [k, t] : optimizer) all["optim." + k] = t;
+  if (scaler)
+    for (auto& [k, v] : scaler->state_dict()) all["scaler." + k] = mg::scalar_tensor(v, mg::kFloat64);
+  mg::Generator& g = mg::default_generator();
+  metadata.insert({{"memgrad.step", std::to_string(step)},
+                   {"memgrad.rng_seed", std::to_string(g.seed())},
+                   {"memgrad.rng_offset", std::to_string(g.offset())},
+                   {"memgrad.run", signature}});
+  mg::nn::save_safetensors(all, path, metadata);
+}
+
+SavedState read_state(const std::string& path, const std::string& signature) {
+  const std::string flag = "--resume " + path + ": ";
+  SavedState s;
+  mg::nn::Metadata meta;
+  try {
+    s.tensors = mg::nn::load_safetensors(path, &meta);
+  } catch (const mg::OutOfMemoryError&) {
+    throw;
+  } catch (const mg::Error& e) {
+    throw UsageError(flag + e.what());
+  }
+  for (const char* key : {"memgrad.step", "memgrad.rng_seed", "memgrad.rng_offset", "memgrad.run"})
+    if (!meta.count(key)) throw UsageError(flag + "not a memgrad training state (no '" + key + "' in its metadata)");
+  if (meta["memgrad.run"] != signature)
+    throw UsageError("--resume " + path + " was saved by a different run:\n  saved: " + meta["memgrad.run"] +
+                     "\n  now:   " + signature);
+  auto bad = [&](const char* key, const char* expected) {
+    return UsageError(flag + "its metadata " + key + " is '" + meta[key] + "', expected " + expected);
+  };
+  const auto step = parse_integer<int64_t>(meta["memgrad.step"]);
+  if (!step || *step < 0 || *step > kMaxCount) throw bad("memgrad.step", "an integer in [0, 2^62]");
+  const auto seed = parse_integer<uint64_t>(meta["memgrad.rng_seed"]);
+  if (!seed) throw bad("memgrad.rng_seed", "an integer in [0, 2^64 - 1]");
+  const auto offset = parse_integer<uint64_t>(meta["memgrad.rng_offset"]);
+  if (!offset) throw bad("memgrad.rng_offset", "an integer in [0, 2^64 - 1]");
+  s.step = *step, s.rng_seed = *seed, s.rng_offset = *offset;
+  s.meta = meta;
+  return s;
+}
+
+int64_t apply_state(const SavedState& s, const std::string& path,
+                    const std::function<void(const mg::nn::StateDict&)>& load_model,
+                    const std::function<void(const mg::optim::StateDict&)>& load_optimizer,
+                    mg::amp::MasterWeights* masters, mg::amp::GradScaler* scaler) {
+  try {
+    mg::nn::StateDict m, o, saved_masters;
+    std::map<std::string, double> sc;
+    for (auto& [k, t] : s.tensors) {
+      if (k.rfind("model.", 0) == 0) m[k.substr(6)] = t;
+      if (k.rfind("master.", 0) == 0) saved_masters[k.substr(7)] = t;
+      if (k.rfind("optim.", 0) == 0) o[k.substr(6)] = t;
+      if (k.rfind("scaler.", 0) == 0) sc[k.substr(7)] = t.item<double>();
+    }
+    load_model(m);
+    if (masters) {
+      mg::NoGradGuard no_grad;
+      for (auto& [name, t] : masters->named_parameters()) {
+        auto it = saved_masters.find(name);
+        if (it == saved_masters.end()) throw mg::IOError(path + ": no float32 master of '" + name + "'");
+        t.copy_(it->second);
+      }
+    }
+    load_optimizer(o);
+    if (scaler) scaler->load_state_dict(sc);
+  } catch (const mg::OutOfMemoryError&) {
+    throw;
+  } catch (const mg::Error& e) {
+    throw UsageError("--resume " + path + ": " + e.what());
+  }
+  mg::default_generator().manual_seed(s.rng_seed);
+  mg::default_generator().set_offset(s.rng_offset);
+  return s.step;
+}
+
+}  // namespace memgrad_cli

@@ -10,8 +10,8 @@
 #include <memgrad/core/grad_mode.h>
 #include <memgrad/core/host_memory.h>
 #include <memgrad/core/memory.h>
-#include <memgrad/ops/ops.h>
 #include <memgrad/distributed/work_impl.h>
+#include <memgrad/ops/ops.h>
 
 namespace mg::distributed {
 

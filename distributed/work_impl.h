@@ -9,8 +9,8 @@
 #include <vector>
 
 #include <memgrad/core/memory.h>
-#include <memgrad/ops/ops.h>
 #include <memgrad/distributed/process_group.h>
+#include <memgrad/ops/ops.h>
 
 namespace mg::distributed {
 

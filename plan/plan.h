@@ -59,8 +59,8 @@ struct StepReport {
   int64_t below_limit_fails_at = -1;
   int64_t steps = 0;    // steps run (with out_of_memory: the one that failed, 0 while building); breakdown of the last
   bool steady = false;  // the allocator's layout repeated: every later step allocates as the last
-  bool out_of_memory = false;     // the steps did not run under PlanOptions::memory_limit
-  std::string oom_message;        // the OutOfMemoryError's message
+  bool out_of_memory = false;  // the steps did not run under PlanOptions::memory_limit
+  std::string oom_message;     // the OutOfMemoryError's message
   // With out_of_memory: the error's fragmentation forensics (why the cache could not serve it).
   std::shared_ptr<const Fragmentation> oom_fragmentation;
   CategoryBytes at_peak{};        // by category at the last step's peak

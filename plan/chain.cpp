@@ -555,8 +555,10 @@ double train_step(const ChainModel& model, optim::Optimizer* opt, amp::GradScale
 double train_step(const ChainModel& model, Trainer& trainer,
                   const std::function<std::pair<Tensor, Tensor>(int64_t)>& batch, const Policy& policy) {
   Tensor x, y;  // live until the next micro-batch replaces them
+  int64_t drawn = -1;
   return trainer.step([&](int64_t i) {
-    std::tie(x, y) = batch(i);
+    // step_in_backward runs the last micro-batch's forward twice (clipping, the scaler): draw it once
+    if (i != drawn) std::tie(x, y) = batch(i), drawn = i;
     return model.loss(x, y, policy, trainer.data_parallel());
   });
 }

@@ -58,7 +58,8 @@ class ChainModel {
 
 // One training step of a ChainModel, as plan() runs it on meta and the memgrad command for real:
 // trainer.step over `batch(i)`, run under `policy`. Micro-batch i's input and target stay alive
-// until the next replaces them (as in a Python loop).
+// until the next replaces them (as in a Python loop); `batch` is called once per micro-batch, also when
+// step_in_backward runs its forward twice.
 double train_step(const ChainModel& model, Trainer& trainer,
                   const std::function<std::pair<Tensor, Tensor>(int64_t)>& batch, const Policy& policy);
 // The same with the pieces held by the caller: `opt` (over dp->optimizer_parameters() with `dp`),

@@ -65,10 +65,10 @@ struct StepOptions {
   // squared norm and inf/NaN check, the second stepping with the factors that gives, so the results
   // equal the ordinary step's bit for bit, for one more forward and backward's time and no more
   // memory than one pass. forward(g) must then give the same micro-batch when called again for the
-  // same g (the memgrad command keeps the batch it drew last). With accumulation the earlier micro-batches accumulate;
-  // the last steps inside its backward, or with clipping or the scaler after it as usual (every gradient is held
-  // through accumulation anyway). Not with data parallelism. A step that fails inside backward (out
-  // of memory) leaves the parameters stepped before the failure updated.
+  // same g (the ChainModel train_step draws each micro-batch from its `batch` function once). With accumulation the
+  // earlier micro-batches accumulate; the last steps inside its backward, or with clipping or the scaler after it as
+  // usual (every gradient is held through accumulation anyway). Not with data parallelism. A step that fails inside
+  // backward (out of memory) leaves the parameters stepped before the failure updated.
   bool step_in_backward = false;
 };
 

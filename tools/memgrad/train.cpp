@@ -321,24 +321,14 @@ void TrainRun::run_steps() {
                     f.quiet, data.is_gpt() ? "tok" : "rows");
   std::optional<mg::KernelProfile> profile;  // --profile: the steps after the first (all of a 1-step run)
   double profiled_seconds = 0;
-  std::pair<mg::Tensor, mg::Tensor> batch;  // the micro-batch drawn last, and its index in the step
-  int64_t drawn_micro_batch = -1;
   try {
     for (int64_t step = first; step <= f.steps; ++step) {
       if (f.profile && !profile && (step > first || first == f.steps)) profile.emplace();
       const auto t0 = Clock::now();
       if (timeline) mg::annotate_memory("step " + std::to_string(step), device);
       mg::reset_peak(device);  // as the planner does: the step (gradients cleared first) is measured whole
-      // step_in_backward with clipping or loss scaling runs the last micro-batch's forward twice:
-      // it must see the same batch, so the last one drawn is kept until the next is
       loss = mg::plan::train_step(
-          *chain, *trainer,
-          [&](int64_t g) {
-            if (g != drawn_micro_batch) batch = data.next(), drawn_micro_batch = g;
-            return batch;
-          },
-          policy);
-      batch = {}, drawn_micro_batch = -1;
+          *chain, *trainer, [&](int64_t) { return data.next(); }, policy);
       if (warmup) warmup->step();
       if (device.is_cuda()) mg::cuda::synchronize(device.index);
       const double dt = seconds_since(t0);

@@ -30,9 +30,7 @@ fi
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMG_CUDA="$cuda" -DMG_BUILD_TESTS=ON \
   -DMG_BUILD_EXAMPLES=ON
 cmake --build "$build" -j"$(nproc)"
-# A failing test runs once more (and says so in the log): the MPI and planner tests time real runs,
-# and a loaded machine made them fail once in a while; a real failure fails twice.
-(cd "$build" && ctest --output-on-failure --repeat until-pass:2 -j"$(nproc)" "$@")
+(cd "$build" && ctest --output-on-failure -j"$(nproc)" "$@")
 if [ "$cuda" = OFF ]; then
   echo "NOTE: the CUDA checks of tests/cuda were skipped: no nvcc" >&2
 fi

@@ -1,4 +1,5 @@
 #include <memgrad/plan/mixed.h>
+#include <memgrad/plan/per_tensor.h>
 
 #include <algorithm>
 #include <chrono>
@@ -32,8 +33,11 @@ budget::Options mode(budget::Remat remat, budget::Offload offload, const budget:
 std::string TimedPlan::mode() const {
   std::string m;
   auto add = [&m](const char* s) { m += (m.empty() ? "" : "+") + std::string(s); };
-  if (!policy.segments.empty() || policy.selective) add("recompute");
-  if (runtime.offload != budget::Offload::None) add("offload");
+  bool recompute = !policy.segments.empty() || policy.selective, offload = runtime.offload != budget::Offload::None;
+  for (const budget::Directive& d : runtime.directives)  // a per-tensor plan's
+    (d.action == budget::Directive::Action::Recompute ? recompute : offload) = true;
+  if (recompute) add("recompute");
+  if (offload) add("offload");
   if (runtime.remat == budget::Remat::Dynamic) add("dynamic remat");
   return m.empty() ? "keep" : m;
 }
@@ -64,7 +68,7 @@ budget::CostModel fit_cost_model(const Program& program, const StepContext& ctx,
 
 TimedPlan time_plan(const Program& program, const StepContext& ctx, const std::string& method, const Policy& p,
                     budget::Options runtime, int64_t budget, const PlanOptions& options) {
-  TimedPlan t{method, p, runtime, budget, {}, 0, -1};
+  TimedPlan t{method, p, runtime, budget, {}, 0, -1, {}};
   StepContext x = ctx;
   x.policy = p;
   t.planned = plan(program, x, timed_options(options, runtime, budget));
@@ -89,14 +93,15 @@ std::vector<TimedPlan> mixed_candidates(const Program& program, const StepContex
     for (budget::Offload offload : {budget::Offload::None, budget::Offload::Activations})
       out.push_back(time_plan(program, ctx, name, p, mode(budget::Remat::None, offload, model), budget, options));
   }
+  if (ilp_available()) out.push_back(choose_per_tensor(program, ctx, budget, model, options));
   return out;
 }
 
 namespace {
 TimedPlan fastest(const std::vector<TimedPlan>& candidates, const std::string& method, bool offload) {
   const TimedPlan* best = nullptr;
-  for (const TimedPlan& t : candidates)
-    if (t.fits() && (offload || t.runtime.offload == budget::Offload::None) &&
+  for (const TimedPlan& t : candidates)  // "DP": checkpoint segments only, kept or recomputed as a whole
+    if (t.fits() && (offload || (t.runtime.offload == budget::Offload::None && t.runtime.directives.empty())) &&
         (!best || t.predicted < best->predicted || (t.predicted == best->predicted && t.peak() < best->peak())))
       best = &t;
   if (!best) {
@@ -107,6 +112,7 @@ TimedPlan fastest(const std::vector<TimedPlan>& candidates, const std::string& m
     return none;
   }
   TimedPlan t = *best;
+  t.chosen_from = t.method;
   t.method = method;
   return t;
 }
@@ -141,6 +147,8 @@ std::vector<TimedPlan> pareto(const Program& program, const StepContext& ctx, co
   for (int64_t b : budgets) {
     const std::vector<TimedPlan> candidates = mixed_candidates(program, ctx, b, model, options);
     points.push_back(best_recompute(candidates));
+    for (const TimedPlan& c : candidates)
+      if (c.method == "ILP") points.push_back(c);
     points.push_back(best_mixed(candidates));
     points.push_back(time_plan(program, ctx, "dynamic", Policy::none(),
                                mode(budget::Remat::Dynamic, budget::Offload::None, model), b, options));
@@ -153,24 +161,34 @@ std::vector<TimedPlan> pareto(const Program& program, const StepContext& ctx, co
 std::string pareto_table(const std::vector<TimedPlan>& points) {
   std::ostringstream os;
   char line[320];
-  std::snprintf(line, sizeof line, "%-12s %-22s %12s %12s %11s %11s %7s %7s %7s  %s\n", "method", "mode", "budget B",
+  auto plan_of = [](const TimedPlan& t) {  // the segments, or a per-tensor plan's counts
+    if (t.runtime.directives.empty()) return t.policy.str() + (t.policy.selective ? " selective" : "");
+    int64_t recomputed = 0;
+    for (const budget::Directive& d : t.runtime.directives)
+      recomputed += d.action == budget::Directive::Action::Recompute;
+    return "per tensor: " + std::to_string(int64_t(t.runtime.directives.size()) - recomputed) + " offloaded, " +
+           std::to_string(recomputed) + " recomputed";
+  };
+  auto method = [](const TimedPlan& t) {
+    return t.chosen_from.empty() ? t.method : t.method + " (" + t.chosen_from + ")";
+  };
+  std::snprintf(line, sizeof line, "%-20s %-22s %12s %12s %11s %11s %7s %7s %7s  %s\n", "method", "mode", "budget B",
                 "peak B", "predicted", "measured", "ratio", "remats", "offl.", "segments");
   os << line;
   for (const TimedPlan& t : points) {
     if (!t.fits()) {
-      std::snprintf(line, sizeof line, "%-12s %-22s %12lld %12s %11s %11s %7s %7s %7s  %s\n", t.method.c_str(),
+      std::snprintf(line, sizeof line, "%-20s %-22s %12lld %12s %11s %11s %7s %7s %7s  %s\n", method(t).c_str(),
                     t.mode().c_str(), static_cast<long long>(t.budget), "(oom)", "-", "-", "-", "-", "-",
-                    (t.policy.str() + (t.policy.selective ? " selective" : "")).c_str());
+                    plan_of(t).c_str());
       os << line;
       continue;
     }
-    std::snprintf(line, sizeof line, "%-12s %-22s %12lld %12lld %9.2fms %9sms %7s %7lld %7lld  %s\n", t.method.c_str(),
+    std::snprintf(line, sizeof line, "%-20s %-22s %12lld %12lld %9.2fms %9sms %7s %7lld %7lld  %s\n", method(t).c_str(),
                   t.mode().c_str(), static_cast<long long>(t.budget), static_cast<long long>(t.peak()),
                   t.predicted * 1e3, t.measured < 0 ? "-" : std::to_string(t.measured * 1e3).substr(0, 7).c_str(),
                   t.measured < 0 ? "-" : std::to_string(t.measured / t.predicted).substr(0, 4).c_str(),
                   static_cast<long long>(t.planned.budget.rematerializations),
-                  static_cast<long long>(t.planned.budget.offloads),
-                  (t.policy.str() + (t.policy.selective ? " selective" : "")).c_str());
+                  static_cast<long long>(t.planned.budget.offloads), plan_of(t).c_str());
     os << line;
   }
   return os.str();
@@ -189,7 +207,7 @@ std::string pareto_svg(const std::vector<TimedPlan>& points, const std::string& 
   auto Y = [&](double s) { return H - bottom - s / y1 * (H - top - bottom); };
   const std::map<std::string, const char*> colors = {
       {"none", "#444"},  {"sqrt(n)", "#8c564b"}, {"selective", "#9467bd"}, {"every block", "#7f7f7f"},
-      {"DP", "#1f77b4"}, {"mixed", "#2ca02c"},   {"dynamic", "#d62728"}};
+      {"DP", "#1f77b4"}, {"mixed", "#2ca02c"},   {"dynamic", "#d62728"},   {"ILP", "#ff7f0e"}};
   std::ostringstream os;
   char s[400];
   std::snprintf(s, sizeof s,

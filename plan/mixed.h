@@ -14,16 +14,17 @@ namespace mg::plan {
 
 // A step's plan under the budget runtime: checkpoint segments (`policy`) and the runtime's mode
 // (`runtime`: remat None with offload None is a plain limit; offload Activations sends saved
-// tensors to the host pool and prefetches them ahead of their backward), run under `budget` bytes
-// (0: none).
+// tensors to the host pool and prefetches them ahead of their backward; directives, a per-tensor
+// plan's keep, offload or recompute of each saved storage), run under `budget` bytes (0: none).
 struct TimedPlan {
-  std::string method;  // none, sqrt, selective, every block, DP, mixed, dynamic
+  std::string method;  // none, sqrt, selective, every block, DP, ILP (plan/per_tensor.h), mixed, dynamic
   Policy policy;
   budget::Options runtime;
   int64_t budget = 0;
-  StepReport planned;    // the meta run (steps: PlanOptions::steps, else 4)
-  double predicted = 0;  // planned.modeled_step_seconds: the last step's modeled time
-  double measured = -1;  // measure_plan: its fastest steady step's wall time there (-1: not measured)
+  StepReport planned;       // the meta run (steps: PlanOptions::steps, else 4)
+  double predicted = 0;     // planned.modeled_step_seconds: the last step's modeled time
+  double measured = -1;     // measure_plan: its fastest steady step's wall time there (-1: not measured)
+  std::string chosen_from;  // mixed and DP: the candidate's own method
   bool fits() const { return !planned.out_of_memory; }
   int64_t peak() const { return planned.reserved; }  // the cache is off under the runtime: allocated bytes
   std::string mode() const;                          // "keep", "recompute", "offload", "remat", ...
@@ -39,11 +40,13 @@ TimedPlan time_plan(const Program& program, const StepContext& ctx, const std::s
                     budget::Options runtime, int64_t budget, const PlanOptions& options = {});
 // Every candidate plan under `budget`: the segmentations none, sqrt(n), selective, every block and
 // the DP's choice (choose_dp) at targets spread from its least-memory choice to no checkpointing,
-// each once keeping the rest (recompute only) and once offloading what exceeds the budget.
+// each once keeping the rest (recompute only) and once offloading what exceeds the budget; and, in
+// a build with GLPK, the per-tensor plan (choose_per_tensor, method "ILP").
 std::vector<TimedPlan> mixed_candidates(const Program& program, const StepContext& ctx, int64_t budget,
                                         const budget::CostModel& model, const PlanOptions& options = {});
 // The fastest predicted of `candidates` that fits (method "mixed"), and the fastest that only
-// recomputes (method "DP"); method "none fits" (and fits() false) when nothing does.
+// recomputes checkpoint segments (method "DP"), each with the candidate's method in chosen_from;
+// method "none fits" (and fits() false) when nothing does.
 TimedPlan best_mixed(const std::vector<TimedPlan>& candidates);
 TimedPlan best_recompute(const std::vector<TimedPlan>& candidates);
 TimedPlan choose_mixed(const Program& program, const StepContext& ctx, int64_t budget, const budget::CostModel& model,

@@ -141,6 +141,7 @@ StepReport run_steps(const Program& program, const StepContext& given, const Pla
       reset_peak(device);
       FlopCounter flops;
       const double modeled = o.budget ? budget::stats(device).modeled_seconds : 0;
+      if (o.budget) budget::begin_step(device);  // a per-tensor plan's storages are counted per step
       const auto t0 = std::chrono::steady_clock::now();
       step();
       if (!device.is_meta()) {

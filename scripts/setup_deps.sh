@@ -5,6 +5,8 @@
 # starting a second pool of spinning pthreads (CMakeLists.txt, MG_ONEDNN and MG_OPENBLAS).
 MG_PACKAGES=(g++ cmake make ccache libeigen3-dev libdnnl-dev libopenblas-openmp-dev doctest-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev libopenmpi-dev openmpi-bin python3)
+# The per-tensor planner's ILP (plan/per_tensor.cpp, CMake's MG_GLPK).
+MG_PACKAGES+=(libglpk-dev)
 # The fuzz targets (tests/fuzz): clang, its libFuzzer (libclang_rt.fuzzer in libclang-rt-14-dev) and OpenMP.
 MG_FUZZ_PACKAGES=(clang libclang-rt-14-dev libomp-dev)
 # The size limits' test (scripts/check_sizes.py) and the folder graph (scripts/folder_graph.py).

@@ -20,6 +20,8 @@ void enable(const Device& d, const Options& options) {
   memory::set_pressure_hook({&detail::active, &relieve});  // the budget's one entrance from the allocator
   set_memory_limit(d, options.limit);
   db.options = options;
+  db.stepping = false, db.directive_of.clear(), db.leaving.clear();
+  for (const Directive& x : db.options.directives) db.directive_of[x.birth] = &x;
   if (d.is_meta()) db.options.cost = Cost::Modeled;  // no kernel runs on meta: only the model has times
   if (!db.on.exchange(true)) ++detail::g_active_devices;
   // Measured once: the copy bandwidth to the host pool and back (what an offload costs). The

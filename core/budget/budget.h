@@ -32,6 +32,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <memgrad/core/error.h>
 #include <memgrad/core/memory.h>
@@ -72,6 +73,23 @@ struct CostModel {
 // measured at enable(): a model of this machine for this program. On meta (no times) `base` comes back.
 CostModel fit_cost_model(const Device& d, double outside, const CostModel& base = CostModel::fixed());
 
+// A planner's decision about one storage of a step (a per-tensor plan, plan/per_tensor.h): the storage
+// that is the `birth`-th one first written by a kernel since begin_step() leaves when the step's
+// kernel `leave_after` has run (kernels counted from begin_step() too; recomputes are not kernels
+// here), offloaded to the host pool or evicted to be recomputed, and comes back when a kernel touches
+// it again (fetched or recomputed then: not prefetched, so that a plan's memory is what it models).
+// A directive whose storage is not the one planned (another size, or another kernel made it), or
+// cannot leave then (pinned, read by a running kernel, no recipe), is skipped and counted
+// (Stats::directives_missed).
+struct Directive {
+  enum class Action : uint8_t { Offload, Recompute };
+  int64_t birth = 0;
+  Action action = Action::Offload;
+  int64_t leave_after = 0;
+  int64_t bytes = 0;   // the storage's bytes (rounded, as the ledger counts them)
+  std::string kernel;  // the kernel that first wrote it
+};
+
 struct Options {
   // Bytes the device may allocate (set_memory_limit); 0: no limit, the runtime only watches (records
   // recipes, the floor and the modeled time; nothing leaves).
@@ -84,6 +102,10 @@ struct Options {
   bool prefetch = true;
   Cost cost = Cost::Modeled;
   CostModel model;  // the rates of Cost::Modeled (and of Stats::modeled_seconds in either mode)
+  // A per-tensor plan, carried out in every step begun with begin_step(). With remat and offload
+  // None nothing else leaves: the runtime does exactly what the plan says.
+  std::vector<Directive> directives;
+  bool trace = false;  // record each step begun with begin_step() for a planner (trace())
 };
 
 // Puts `d` under a budget: sets its memory limit and turns the runtime on. Storages allocated from
@@ -116,6 +138,7 @@ struct Stats {
   int64_t host_bytes = 0, peak_host_bytes = 0;  // the host pool: bytes held now and at most
   double transfer_seconds = 0;                  // copying to and from the host pool
   int64_t banished = 0;                         // recipes dropped because an input changed in place
+  int64_t directives_missed = 0;                // Options::directives skipped (see Directive)
   int64_t largest_working_set = 0;              // bytes of the largest kernel's arguments
   std::string largest_working_set_kernel;       // that kernel's name
   // The modeled time (Options::model) of every kernel run, recompute and host copy: what the steps
@@ -153,6 +176,45 @@ Floor floor(const Device& d, Remat remat, Offload offload);
 // The floor of the mode `d` runs in now.
 Floor floor(const Device& d = kCPU);
 void reset_stats(const Device& d = kCPU);
+
+// A step starts on `d`: kernels and first-written storages are counted from here (Directive), and with
+// Options::trace the trace starts again. The planner calls it before each step it runs.
+void begin_step(const Device& d);
+
+// The step since begin_step() as the runtime saw it (Options::trace): each kernel window's peak and
+// each storage first written in it, with its uses and what recomputing it before each use would take.
+// On meta it is the step's plan to the byte; a planner chooses what leaves from it (plan/per_tensor.h).
+struct StepTrace {
+  struct Kernel {
+    std::string name;
+    // The peaks from the end of the previous kernel (or begin_step) to the end of this one.
+    int64_t reserved = 0, allocated = 0;
+    double seconds = 0;  // modeled
+  };
+  struct Use {
+    int64_t kernel = 0;  // the kernel that had the storage as an argument
+    // Recomputing the storage just before that kernel, were it evicted: the modeled seconds (its
+    // recipe and those of the freed storages it reads, transitively; -1: it cannot be recomputed),
+    // the bytes that recompute holds beside it for a moment (those freed storages, the recipe's other
+    // outputs), and the storages of this step it reads that are resident (their births).
+    double recompute_seconds = -1;
+    int64_t recompute_bytes = 0;
+    std::vector<int64_t> needs;
+  };
+  struct Storage {
+    int64_t birth = 0;  // Directive::birth: its index in `storages`
+    std::string kernel;
+    int64_t bytes = 0;   // rounded
+    int64_t nbytes = 0;  // requested (what a host copy moves)
+    bool saved = false;  // it was saved for backward (an Activation) at one of its uses
+    bool gradient = false;
+    std::vector<Use> uses;  // in order; the first is the kernel that wrote it
+    int64_t died = -1;      // the kernel count when its last handle went (-1: alive at the end)
+  };
+  std::vector<Kernel> kernels;
+  std::vector<Storage> storages;
+};
+StepTrace trace(const Device& d = kCPU);
 // "evicted 12.0 MiB in 40 storages (Activation 10.0 MiB, Temporary 2.0 MiB), ..." for reports.
 std::string stats_report(const Device& d = kCPU);
 

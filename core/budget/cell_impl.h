@@ -6,6 +6,7 @@
 //   cost.cpp        the cost model: DTR's score, equivalence classes, the clock (measured or modeled)
 //   offload.cpp     the host pool: offload, fetch and prefetch, on a side stream on cuda
 //   floor.cpp       the floor: what each kernel needs resident, per mode, and the message below it
+//   planned.cpp     a planned step: storages numbered from begin_step, its trace, per-storage directives
 //   budget.cpp      enable, disable, pin, stats
 // Everything here runs under mu(), the runtime's one (recursive) lock.
 #pragma once
@@ -15,6 +16,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -82,6 +84,8 @@ struct Cell {
   int locks = 0;            // arguments of a running kernel or recipe
   double cost = 0;          // seconds to recompute (its recipe calls' costs)
   int64_t last_use = 0;
+  int64_t birth = -1;  // its index among the storages first written in step `step` (begin_step)
+  uint64_t step = 0;
   uint64_t visited = 0;  // the last walk of the recipe graph that counted it (cost.cpp)
   std::weak_ptr<Cell> self;
 
@@ -129,6 +133,15 @@ struct DeviceBudget {
   std::optional<KernelNeed> running;          // the kernel run in progress (its scratch not yet known)
   int64_t scratch_now = 0, scratch_peak = 0;  // bytes of scratch cells alive, and their peak in a run
   KernelFit fit;                              // the kernels run since enable or reset_stats (fit_cost_model)
+  // The step since begin_step (planned.cpp): kernels run, storages first written, the directives
+  // of those storages by the kernel after which they leave, and the trace.
+  bool stepping = false;  // begin_step was called since enable
+  uint64_t step = 0;
+  int64_t kernel = 0, births = 0;
+  int64_t rematerializations_seen = 0;  // Stats::rematerializations when leftovers were last freed
+  std::unordered_map<int64_t, const Directive*> directive_of;  // by birth, into options.directives
+  std::unordered_multimap<int64_t, std::pair<std::weak_ptr<Cell>, const Directive*>> leaving;
+  StepTrace trace;
 };
 DeviceBudget& device_budget(const Device& d);
 // Adds a budget event (Evict, Remat, Offload, Fetch) about `c` to the allocator's history.
@@ -189,6 +202,16 @@ KernelNeed kernel_need(DeviceBudget& db, const char* kernel, const std::vector<s
 void note_floor(DeviceBudget& db, const KernelNeed& need, int64_t scratch);
 // The MemoryBudgetError's message: the floor of the mode, what sets it, and what holds the bytes now.
 std::string floor_message(DeviceBudget& db, const Device& d, size_t request);
+
+// ---- planned.cpp
+
+// The kernel about to run has `arguments` (distinct cells): with Options::trace, their uses.
+void note_uses(DeviceBudget& db, const std::vector<std::shared_ptr<Cell>>& arguments);
+// The kernel `name` has run (its arguments unlocked), writing `fresh` first: they are numbered
+// (Directive::birth) and traced, and the storages planned to leave after it leave.
+void kernel_done(DeviceBudget& db, const Device& d, const char* name, const std::vector<Cell*>& fresh, double modeled);
+// `c`'s last handle went: the trace notes when.
+void note_death(DeviceBudget& db, const Cell& c);
 
 // ---- replay.cpp
 

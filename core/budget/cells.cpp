@@ -137,6 +137,7 @@ void mark_gradient(const Tensor& t) {
 void storage_died(std::shared_ptr<Cell> c) {
   Lock g(mu());
   c->has_storage = false;
+  note_death(device_budget(c->device), *c);
   if (c.use_count() == 1) return;  // nobody's recipe reads it: freed with the cell below
   if (c->recomputable && c->block && c->locks == 0) evict(*c, false);
   if (c->offloaded() && c->recomputable) {  // a recipe can make it again: the host copy can go

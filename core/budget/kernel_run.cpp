@@ -41,6 +41,7 @@ void KernelRun::State::bring_back_and_lock() {
     if (s.tensors[i].defined() && s.tensors[i].device() == s.device) s.cells[i] = s.tensors[i].storage()->budget_cell();
   // What it needs resident in every mode (the floor), known before anything is brought back.
   db.running = kernel_need(db, s.kernel, s.cells);
+  if (db.options.trace) note_uses(db, s.cells);
   // In-place writes: what would be recomputed from the old values is rescued first.
   for (size_t i = 0; i < n; ++i)
     if (s.cells[i] && s.written[i] && !s.cells[i]->fresh) before_overwrite(*s.cells[i]);
@@ -99,13 +100,14 @@ void KernelRun::run(const std::function<void()>& body) {
     db.modeled_ns += std::max<int64_t>(1, int64_t(seconds * 1e9));
   }
   // The cells the kernel wrote, and whether any of them held a value before (an in-place write).
-  std::vector<Cell*> outputs;
+  std::vector<Cell*> outputs, fresh;
   bool in_place = false;
   for (size_t i = 0; i < n; ++i) {
     Cell* c = s.cells[i].get();
     if (!c || !s.written[i] || std::find(outputs.begin(), outputs.end(), c) != outputs.end()) continue;
     outputs.push_back(c);
     in_place |= !c->fresh;
+    if (c->fresh) fresh.push_back(c);
   }
   std::shared_ptr<Call> call;
   // A recipe must not read its own changing inputs: an in-place write is recorded only when it is the
@@ -167,6 +169,9 @@ void KernelRun::run(const std::function<void()>& body) {
     for (Cell* c : outputs)
       if (c->block && c->block->category == Category::OptimizerState && c->locks == 1 && !c->user_pinned && !c->exposed)
         offload(*c);
+  for (auto& c : s.locked) --c->locks;  // the arguments are free to leave as a plan says
+  s.locked.clear();
+  kernel_done(db, s.device, s.kernel, fresh, modeled);
 }
 
 }  // namespace mg::budget::detail

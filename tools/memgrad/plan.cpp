@@ -30,11 +30,12 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
       ->capture_default_str();
   app.add_flag("!--no-compare", f.compare, "skip the side-by-side tables of precisions and policies");
   app.add_option("--plan", f.plan,
-                 "mixed: the fastest plan under --budget that keeps, recomputes (checkpoint segments) or offloads "
-                 "saved tensors, timed by the cost model, each candidate run on meta under the budget")
+                 "mixed: the fastest plan under --budget that keeps, recomputes (checkpoint segments, or each saved "
+                 "tensor by an ILP) or offloads saved tensors, timed by the cost model, each candidate run on meta "
+                 "under the budget")
       ->check(CLI::IsMember({"mixed"}));
   app.add_option("--pareto", f.pareto,
-                 "write the memory-time curve (none, sqrt, selective, DP, mixed and dynamic remat; predicted, and "
+                 "write the memory-time curve (none, sqrt, selective, DP, ILP, mixed and dynamic remat; predicted, and "
                  "measured once on the cpu) to this HTML file (.svg: the picture alone)");
   app.add_option("--cost-model", f.cost_model,
                  "fit: the kernels' rates fitted to a few steps run on the cpu (--device cpu); fixed: 100 GFLOP/s, "
@@ -76,8 +77,11 @@ int run_timed_plans(const PlanFlags& f, const mg::plan::ModelSpec& spec, const m
                                  mg::format_bytes(budget) + " (" + std::to_string(budget) +
                                  " B); memgrad train --remat dynamic --offload all goes lowest.");
     if (cpu) measure_plan(program, ctx, mixed, options);
-    std::printf("mixed plan: %s, segments %s, peak %lld B, predicted %.2f ms a step", mixed.mode().c_str(),
-                mixed.policy.str().c_str(), static_cast<long long>(mixed.peak()), mixed.predicted * 1e3);
+    std::printf(
+        "mixed plan (the %s candidate won): %s, segments %s, %zu tensors planned apart, peak %lld B, "
+        "predicted %.2f ms a step",
+        mixed.chosen_from.c_str(), mixed.mode().c_str(), mixed.policy.str().c_str(), mixed.runtime.directives.size(),
+        static_cast<long long>(mixed.peak()), mixed.predicted * 1e3);
     if (mixed.measured >= 0) std::printf(" (measured once on the cpu: %.2f ms)", mixed.measured * 1e3);
     if (dp.fits()) std::printf("; the best recompute-only plan: %.2f ms", dp.predicted * 1e3);
     std::printf("\n");

@@ -9,8 +9,11 @@
 // kernels that do not use it (after `leave_after`, before `back_at`) and costs, in modeled seconds,
 // its copy out and back (offload) or the replay of its recipe before `back_at` (recompute), which
 // then holds `recompute_bytes` beside it in that window and needs the storages it reads resident.
-// Everything else runs as traced. The meta run of the plan checks the model: choose_per_tensor
-// proposes only plans that run under the budget to the byte there.
+// Everything else runs as traced. Each recompute is priced alone: where one replay makes what two
+// planned recomputes need (a kernel's several outputs, a freed input), the run shares it, so the
+// model's time bounds the run's from above (equal without recomputes). The meta run of the plan
+// checks the model: choose_per_tensor proposes only plans that run under the budget to the byte
+// there, and its prediction is that run's modeled time.
 #pragma once
 #include <string>
 #include <vector>

@@ -22,7 +22,10 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 
 // Copies between host memory and the device that do not hold up the caller: on cuda on a side stream
 // (wait() makes the current stream wait for a copy to the device, and the host for a copy to the
-// host), on cpu on a thread of its own (a memcpy), on meta nothing. Copies run in issue order.
+// host), on cpu on a thread of its own (a memcpy), on meta nothing. Copies run in issue order. A copy's
+// Work keeps both sides alive; a Work dropped unwaited (a prefetch when the units go) is covered by
+// the copier's end, which waits for its stream before the units' host buffers go (not relying on
+// cudaFreeHost synchronising: Impl declares the copier after the units, so it goes first).
 class Copier {
  public:
   explicit Copier(const Device& d) : device_(d) {
@@ -35,6 +38,10 @@ class Copier {
     }
     cv_.notify_all();
     if (worker_.joinable()) worker_.join();
+    if (device_.is_cuda()) try {
+        stream_.synchronize();
+      } catch (const Error&) {  // a destructor: the device's fault is raised by its next call
+      }
   }
 
   // dst <- src: contiguous, one dtype and size, one of them in host memory.

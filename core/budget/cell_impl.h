@@ -166,6 +166,9 @@ bool may_drop(const Cell& c);  // fresh: allocated, not written yet (leaves in a
 // DTR's cost of evicting `c`: what bringing it back would take (its recipe and the evicted storages
 // it reads, transitively), once for itself and once more for each wanted evicted storage that reads it.
 double recompute_cost(Cell& c);
+// The least-squares rates of the kernels summed in `k` (rates positive; the per-kernel term takes what
+// they leave, so the fitted times add up to the measured sum), over `m`'s other fields.
+CostModel fit_rates(const KernelFit& k, CostModel m);
 // ---- eviction.cpp
 
 // Frees the bytes of a resident cell that can be recomputed and joins it to the classes of its

@@ -86,25 +86,8 @@ double recompute_cost(Cell& c) {
   return cost * (1 + wanted_readers);
 }
 
-}  // namespace mg::budget::impl
-
-namespace mg::budget {
-
-std::string CostModel::str() const {
-  char b[160];
-  std::snprintf(b, sizeof b, "%.3g GFLOP/s, %.3g GB/s, %.3g us a kernel, host copies %.3g GB/s",
-                flops_per_second * 1e-9, bytes_per_second * 1e-9, seconds_per_kernel * 1e6,
-                host_bytes_per_second * 1e-9);
-  return b;
-}
-
-CostModel fit_cost_model(const Device& d, double outside, const CostModel& base) {
-  impl::Lock g(impl::mu());
-  const impl::DeviceBudget& db = impl::device_budget(d);
-  const impl::KernelFit k = db.fit;
-  CostModel m = base;
-  if (db.stats.bandwidth > 0) m.host_bytes_per_second = db.stats.bandwidth;
-  if (d.is_meta() || k.n < 3) return m;
+CostModel fit_rates(const KernelFit& k, CostModel m) {
+  if (k.n < 1) return m;
   // t = x f + y b + z over the kernels; a rate that comes out non-positive is dropped and the rest
   // fitted again (x: seconds a FLOP, y: seconds a byte, z: seconds a kernel).
   double x = 0, y = 0, z = 0;
@@ -135,13 +118,43 @@ CostModel fit_cost_model(const Device& d, double outside, const CostModel& base)
       x = u, z = v;
     else if (k.ff > 0)
       x = std::max(0.0, k.ft / k.ff);
-    // what the FLOPs leave, in bytes
-    const double rest_t = k.t - x * k.f - z * k.n;
+    const double rest_t = k.t - x * k.f - z * k.n;  // what the FLOPs and launches leave, in bytes
     y = k.b > 0 ? std::max(0.0, rest_t / k.b) : 0;
   }
-  if (x > 0) m.flops_per_second = 1 / x;
-  if (y > 0) m.bytes_per_second = 1 / y;
-  m.seconds_per_kernel = std::max(0.0, z) + std::max(0.0, outside);
+  // A rate the fit dropped keeps `m`'s. The fitted times add up to the measured sum, whichever branch
+  // fitted them (a plan of the same kernels must predict what they took): the rates' remainder is the
+  // per-kernel term, and rates that overshoot the sum shrink to it.
+  if (x <= 0) x = 1 / m.flops_per_second;
+  if (y <= 0) y = 1 / m.bytes_per_second;
+  const double by_rates = x * k.f + y * k.b;
+  if (by_rates > k.t && k.t > 0)
+    x *= k.t / by_rates, y *= k.t / by_rates, z = 0;
+  else
+    z = std::max(0.0, k.t - by_rates) / k.n;
+  m.flops_per_second = 1 / x, m.bytes_per_second = 1 / y, m.seconds_per_kernel = z;
+  return m;
+}
+
+}  // namespace mg::budget::impl
+
+namespace mg::budget {
+
+std::string CostModel::str() const {
+  char b[160];
+  std::snprintf(b, sizeof b, "%.3g GFLOP/s, %.3g GB/s, %.3g us a kernel, host copies %.3g GB/s",
+                flops_per_second * 1e-9, bytes_per_second * 1e-9, seconds_per_kernel * 1e6,
+                host_bytes_per_second * 1e-9);
+  return b;
+}
+
+CostModel fit_cost_model(const Device& d, double outside, const CostModel& base) {
+  impl::Lock g(impl::mu());
+  const impl::DeviceBudget& db = impl::device_budget(d);
+  CostModel m = base;
+  if (db.stats.bandwidth > 0) m.host_bytes_per_second = db.stats.bandwidth;
+  if (d.is_meta() || db.fit.n < 3) return m;
+  m = impl::fit_rates(db.fit, m);
+  m.seconds_per_kernel += std::max(0.0, outside);
   return m;
 }
 

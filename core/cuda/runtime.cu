@@ -234,13 +234,12 @@ bool vm_map(int device, uintptr_t addr, size_t bytes) {
   const Driver& d = driver();
   const CUmemAllocationProp prop = page_properties(device);
   const size_t page = memory::kExpandablePage;
+  // Any failure unmaps what this call mapped so far: the allocator counts none of it as mapped.
   for (size_t at = 0; at < bytes; at += page) {
     CUmemGenericAllocationHandle h = 0;
     const CUresult r = d.create(&h, page, &prop, 0);
-    if (r == CUDA_ERROR_OUT_OF_MEMORY) {
-      drop_pages(addr, at);  // what this call mapped so far
-      return false;
-    }
+    if (r != CUDA_SUCCESS) drop_pages(addr, at);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) return false;
     check_driver(r, "cuMemCreate");
     if (const CUresult m = d.map(CUdeviceptr(addr + at), page, 0, h, 0); m != CUDA_SUCCESS) {
       d.release(h);
@@ -253,7 +252,10 @@ bool vm_map(int device, uintptr_t addr, size_t bytes) {
   CUmemAccessDesc access{};
   access.location = prop.location;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  check_driver(d.set_access(CUdeviceptr(addr), bytes, &access, 1), "cuMemSetAccess");
+  if (const CUresult r = d.set_access(CUdeviceptr(addr), bytes, &access, 1); r != CUDA_SUCCESS) {
+    drop_pages(addr, bytes);
+    check_driver(r, "cuMemSetAccess");
+  }
   return true;
 }
 

@@ -287,7 +287,9 @@ bool use_mma(const Tensor& q, std::initializer_list<const Tensor*> operands) {
   if (kAttention != Attention::Mma || D % 16 != 0 || D > kMaxHead) return false;
   static const bool built_for_mma = [] {  // asked once per dtype, not on every call
     cudaFuncAttributes a{};
-    return cudaFuncGetAttributes(&a, mma::forward_kernel<T, 64>) == cudaSuccess && a.ptxVersion >= 80;
+    if (cudaFuncGetAttributes(&a, mma::forward_kernel<T, 64>) == cudaSuccess) return a.ptxVersion >= 80;
+    (void)cudaGetLastError();  // no image for this device: else the simt launch's check would report it
+    return false;
   }();
   if (!built_for_mma) return false;
   for (const Tensor* t : operands)

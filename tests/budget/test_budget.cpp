@@ -13,6 +13,7 @@
 #include <thread>
 
 #include <memgrad/core/budget/budget.h>
+#include <memgrad/core/budget/cell_impl.h>
 #include <memgrad/kernels/backend.h>
 #include <memgrad/memgrad.h>
 
@@ -157,6 +158,31 @@ TEST_CASE("budget: a kernel's writes and FLOPs are the kernel list's facts") {
   Tensor a = zeros({2, 3, 4}), b = zeros({2, 4, 5}), out = zeros({2, 3, 5});
   CHECK(kernels::kernel_flops(&kernels::Backend::matmul, a, b, out) == 2.0 * 2 * 3 * 5 * 4);
   CHECK(kernels::kernel_flops(&kernels::Backend::copy, a, a) == 0);
+}
+
+TEST_CASE("budget: the fitted kernel times add up to the measured sum, whichever way the fit goes") {
+  struct Kernel {
+    double flops, bytes, seconds;
+  };
+  // Least squares in three rates; bytes that do not vary (the 3x3 system is singular) with a negative
+  // intercept (the two-rate fit is refused too, and FLOPs alone over-predict the sum: a loaded
+  // machine's measurements did this); and time falling with bytes (a negative byte rate).
+  const std::vector<std::vector<Kernel>> cases = {
+      {{1e6, 4e5, 2e-4}, {3e6, 1e5, 4e-4}, {2e6, 9e5, 5e-4}, {5e5, 2e6, 4e-4}},
+      {{1e6, 100, 0.5e-3}, {2e6, 100, 1.5e-3}, {3e6, 100, 2.5e-3}},
+      {{1e6, 1e6, 3e-3}, {2e6, 5e5, 2e-3}, {3e6, 1e5, 1e-3}, {4e6, 1e3, 2e-3}}};
+  for (const auto& kernels : cases) {
+    budget::impl::KernelFit k;
+    for (const Kernel& x : kernels) k.add(x.flops, x.bytes, x.seconds);
+    const budget::CostModel m = budget::impl::fit_rates(k, budget::CostModel::fixed());
+    CAPTURE(m.str());
+    CHECK(m.flops_per_second > 0);
+    CHECK(m.bytes_per_second > 0);
+    CHECK(m.seconds_per_kernel >= 0);
+    double predicted = 0;
+    for (const Kernel& x : kernels) predicted += m.kernel_seconds(x.flops, x.bytes);
+    CHECK(predicted == doctest::Approx(k.t).epsilon(1e-9));
+  }
 }
 
 TEST_CASE("budget: an MLP with dropout under 35% of its peak trains bitwise as without a budget") {

@@ -34,7 +34,7 @@ struct Device {
   std::vector<Thread> threads;
   Thread* current = nullptr;
   uint3 block{};
-  dim3 block_dim{1, 1, 1};
+  dim3 block_dim{1, 1, 1}, grid_dim{1, 1, 1};
   const std::function<void()>* kernel = nullptr;
   Mutation mutation = Mutation::None;
 };
@@ -134,6 +134,7 @@ bool resolve(std::vector<Thread>& threads) {
 const uint3& thread_idx() { return g.current->index; }
 const uint3& block_idx() { return g.block; }
 const dim3& block_dim() { return g.block_dim; }
+const dim3& grid_dim() { return g.grid_dim; }
 void syncthreads() { yield(Wait::Barrier); }
 
 uint64_t shfl_xor(uint64_t bits, int lane_mask) {
@@ -157,17 +158,24 @@ void set_mutation(Mutation m) { g.mutation = m; }
 
 void launch(unsigned grid, unsigned threads, unsigned char* shared, size_t shared_bytes,
             const std::function<void()>& kernel) {
+  launch(dim3(grid, 1, 1), dim3(threads, 1, 1), shared, shared_bytes, kernel);
+}
+
+void launch(dim3 grid, dim3 block, unsigned char* shared, size_t shared_bytes, const std::function<void()>& kernel) {
+  const unsigned threads = block.x * block.y * block.z;
   if (threads == 0 || threads % kWarp != 0) throw std::runtime_error("emu::launch: threads must be whole warps");
   g.threads.resize(threads);
-  g.block_dim = dim3(threads, 1, 1);
+  g.block_dim = block;
+  g.grid_dim = grid;
   g.kernel = &kernel;
-  for (unsigned b = 0; b < grid; ++b) {
-    g.block = uint3{b, 0, 0};
-    std::memset(shared, 0xff, shared_bytes);
+  const unsigned blocks = grid.x * grid.y * grid.z;
+  for (unsigned b = 0; b < blocks; ++b) {
+    g.block = uint3{b % grid.x, b / grid.x % grid.y, b / (grid.x * grid.y)};
+    if (shared_bytes) std::memset(shared, 0xff, shared_bytes);
     for (unsigned i = 0; i < threads; ++i) {
       Thread& th = g.threads[i];
       if (!th.stack) th.stack.reset(new char[kStackBytes]);
-      th.index = uint3{i, 0, 0};
+      th.index = uint3{i % block.x, i / block.x % block.y, i / (block.x * block.y)};
       th.wait = Wait::Running;
       getcontext(&th.context);
       th.context.uc_stack.ss_sp = th.stack.get();

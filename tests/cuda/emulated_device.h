@@ -22,6 +22,7 @@ namespace emu {
 const uint3& thread_idx();
 const uint3& block_idx();
 const dim3& block_dim();
+const dim3& grid_dim();
 void syncthreads();
 uint64_t shfl_xor(uint64_t bits, int lane_mask);
 // d = a * b + c on the warp's fragments (the PTX ISA's layout for m16n8k16 with 16-bit a and b).
@@ -32,6 +33,8 @@ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, 
 // std::runtime_error when the threads of a block cannot all meet.
 void launch(unsigned grid, unsigned threads, unsigned char* shared, size_t shared_bytes,
             const std::function<void()>& kernel);
+// The same over x, y and z: warps are 32 consecutive threads in x-major order, as on the device.
+void launch(dim3 grid, dim3 block, unsigned char* shared, size_t shared_bytes, const std::function<void()>& kernel);
 
 // A fragment layout that is not the ISA's, to show that a test notices one: the a fragment's
 // registers 1 and 2 exchanged (rows g + 8 and columns 2t + 8 mixed up), b's rows 2t + 1 and 2t + 8
@@ -44,6 +47,7 @@ void set_mutation(Mutation m);
 #define threadIdx (::emu::thread_idx())
 #define blockIdx (::emu::block_idx())
 #define blockDim (::emu::block_dim())
+#define gridDim (::emu::grid_dim())
 
 inline void __syncthreads() { emu::syncthreads(); }
 template <class T>
@@ -57,6 +61,7 @@ T __shfl_xor_sync(unsigned, T v, int lane_mask) {
 }
 inline float __expf(float x) { return std::exp(x); }
 inline float __logf(float x) { return std::log(x); }
+using std::isfinite;
 using std::max;
 using std::min;
 inline void emulated_mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, bool bf16) {

@@ -66,6 +66,15 @@ TEST_CASE("cuda: Adafactor matches the cpu (factored, batched, vector, first mom
   }
 }
 
+TEST_CASE("cuda: Adafactor on a matrix taller than CUDA's grid allows in y (65535 chunks of 256 rows)") {
+  // 65538 chunks of column sums: launched in one grid, their y dimension was past the limit.
+  const std::vector<Shape> shapes = {{65537 * 256 + 3, 1}};
+  check_parity(
+      shapes, kFloat32,
+      [](const std::vector<Tensor>& p) { return std::make_unique<optim::Adafactor>(p, optim::AdafactorOptions(0.05)); },
+      Tol{2e-5, 1e-6});
+}
+
 TEST_CASE("cuda: a plan for cuda books Adafactor's scratch as its CUDA kernels allocate it") {
   for (bool in_backward : {false, true}) {
     plan::StepOptions o;

@@ -1,0 +1,95 @@
+// Adafactor's CUDA kernels (kernels/cuda/adafactor.cuh), launched on the host by emulated_device.h in
+// adafactor.cu's order over the same float64 scratch layout, against the library's CPU kernel: batched
+// matrices, a vector, the first moment, maximize, weight decay, several steps. The grids are smaller
+// than the work (every stride loop runs, the column sums' row chunks and matrices included); the
+// block sums' grid is the one adafactor.cu launches, whose size the partials' layout depends on.
+// Sums add in another order on each side: float32 within 2e-5 of the largest value, float64 1e-12.
+#include <doctest/doctest.h>
+
+#include "emulated_device.h"
+// The kernels' static __shared__ arrays: one per kernel, which the fibers of a block share.
+#undef __shared__
+#define __shared__ static
+// after the emulation's definitions:
+#include <memgrad/kernels/cuda/adafactor.cuh>
+
+#include <cmath>
+#include <vector>
+
+#include <memgrad/memgrad.h>
+#include <memgrad/ops/multi_tensor.h>
+
+namespace {
+using namespace mg;
+using namespace mg::cuda::adafactor_kernels;
+
+double relative_error(const std::vector<double>& got, const std::vector<double>& want) {
+  double err = 0, scale = 1e-30;
+  for (size_t i = 0; i < want.size(); ++i) err = std::max(err, std::fabs(got[i] - want[i]));
+  for (double w : want) scale = std::max(scale, std::fabs(w));
+  return err / scale;
+}
+
+// Runs the kernels as adafactor.cu's step_tensor does, on small grids of 64 threads.
+template <class T>
+void emulated_step(const Tensors<T>& t, int64_t n, const Scalars& s, std::vector<double>& scratch) {
+  const Scratch k(scratch.data(), n, s);
+  unsigned char unused[1];
+  const unsigned threads = 64;
+  if (s.rows) {
+    emu::launch(7, threads, unused, 0, [&] { rows_kernel<T>(t, s, k.batch * s.rows); });
+    const dim3 grid(unsigned((s.cols + threads - 1) / threads), 1, 2);  // y: one chunk at a time; z: 2 matrices
+    emu::launch(grid, dim3(threads, 1, 1), unused, 0,
+                [&] { column_partials_kernel<T>(t, s, k.column_partials, k.batch, k.chunks); });
+    emu::launch(3, threads, unused, 0, [&] { columns_kernel<T>(t, s, k.column_partials, k.chunks, k.batch * s.cols); });
+    emu::launch(unsigned(k.batch), threads, unused, 0, [&] { mean_row_kernel<T>(t, s, k.mean); });
+  }
+  emu::launch(unsigned(k.blocks), threads, unused, 0, [&] { sums_kernel<T>(t, s, k.mean, k.partial, n); });
+  emu::launch(1, 32, unused, 0, [&] { totals_kernel(k.partial, k.blocks, k.totals); });
+  emu::launch(5, threads, unused, 0, [&] { update_kernel<T>(t, s, k.mean, k.totals, n); });
+}
+
+template <class T>
+void check(const Shape& shape, double beta1, bool maximize) {
+  CAPTURE(shape_str(shape));
+  CAPTURE(beta1);
+  const DType dt = std::is_same_v<T, double> ? kFloat64 : kFloat32;
+  const bool factored = shape.size() > 1;
+  Shape row_shape(shape.begin(), shape.end() - 1), col_shape = shape;
+  if (factored) col_shape.erase(col_shape.end() - 2);
+  manual_seed(uint64_t(numel_of(shape)));
+  const int64_t n = numel_of(shape);
+  Tensor p = randn(shape).to(dt), r = zeros(factored ? row_shape : shape, dt);
+  Tensor c = factored ? zeros(col_shape, dt) : Tensor(), m = beta1 > 0 ? zeros(shape, dt) : Tensor();
+  std::vector<T> ps = p.to_vector<T>(), rs = r.to_vector<T>(), cs = factored ? c.to_vector<T>() : std::vector<T>();
+  std::vector<T> ms = beta1 > 0 ? m.to_vector<T>() : std::vector<T>();
+  Scalars s{};
+  s.lr = 0.05, s.eps1 = dt == kFloat64 ? 2.2e-16 : 1.2e-7, s.eps2 = 1e-3, s.d = 1.0, s.weight_decay = 0.01;
+  s.beta1 = beta1, s.maximize = maximize;
+  if (factored) s.rows = shape[shape.size() - 2], s.cols = shape.back();
+  std::vector<double> scratch(static_cast<size_t>(scratch_elements(n, s.rows, s.cols)));
+  for (int step = 1; step <= 3; ++step) {
+    CAPTURE(step);
+    s.rho = std::min(s.lr, 1 / std::sqrt(double(step))), s.weight = std::pow(double(step), -0.8);
+    Tensor g = randn(shape).to(dt);
+    std::vector<T> gs = g.to_vector<T>();
+    detail::adafactor_update_({{p}, {g}, {r}, {c}, {m}}, {s});
+    emulated_step<T>({ps.data(), gs.data(), rs.data(), factored ? cs.data() : nullptr, beta1 > 0 ? ms.data() : nullptr},
+                     n, s, scratch);
+    const double tol = dt == kFloat64 ? 1e-12 : 2e-5;
+    auto as_double = [](const std::vector<T>& v) { return std::vector<double>(v.begin(), v.end()); };
+    CHECK(relative_error(as_double(ps), p.to_vector<double>()) < tol);
+    CHECK(relative_error(as_double(rs), r.to_vector<double>()) < tol);
+    if (factored) CHECK(relative_error(as_double(cs), c.to_vector<double>()) < tol);
+    if (beta1 > 0) CHECK(relative_error(as_double(ms), m.to_vector<double>()) < tol);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("Adafactor's cuda kernels emulated on the host match the cpu kernel") {
+  check<float>({3, 600, 70}, 0, false);  // 3 matrices of 3 row chunks, 2 column tiles
+  check<float>({1000}, 0.9, false);      // a vector: its variance, the first moment
+  check<double>({517, 5}, 0.9, true);    // maximize
+  check<float>({2, 5, 300}, 0, true);    // rows below a chunk, 5 column tiles
+}

@@ -444,6 +444,75 @@ TEST_CASE("budget: with modeled costs every run evicts, recomputes and offloads 
   CHECK(decisions(false) == first);
 }
 
+// A planned step (begin_step, Options::trace and Options::directives): the trace numbers the storages
+// first written in each step, and a directive sends one of them away after the kernel planned, in
+// every step, with the same numbers coming out; one whose storage is not the one planned is skipped.
+TEST_CASE("budget: a directive offloads or evicts the planned storage after the planned kernel, every step") {
+  auto train = [](const budget::Options& o, budget::StepTrace* trace) {
+    set_caching(kCPU, false);
+    budget::enable(kCPU, o);
+    budget::reset_stats();
+    manual_seed(7);
+    std::vector<double> losses;
+    {
+      Tensor w1 = randn({64, 64}).mul_(0.1).requires_grad_(), w2 = randn({64, 64}).mul_(0.1).requires_grad_();
+      optim::SGD opt({w1, w2}, optim::SGDOptions(0.05));
+      for (int s = 0; s < 3; ++s) {
+        budget::begin_step(kCPU);
+        opt.zero_grad();
+        Tensor x = randn({256, 64}), y = randint(0, 64, {256});
+        Tensor loss = cross_entropy(matmul(dropout(relu(matmul(x, w1)), 0.2), w2), y);
+        losses.push_back(loss.item<double>());
+        loss.backward();
+        opt.step();
+      }
+    }
+    if (trace) *trace = budget::trace();
+    const budget::Stats stats = budget::stats();
+    budget::disable(kCPU);
+    set_caching(kCPU, true);
+    return std::make_pair(losses, stats);
+  };
+  budget::Options watch;
+  watch.remat = budget::Remat::None, watch.trace = true;
+  budget::StepTrace trace;
+  const auto free_run = train(watch, &trace);
+  REQUIRE(!trace.kernels.empty());
+  // The largest saved storage, and the longest stretch of kernels without it.
+  const budget::StepTrace::Storage* s = nullptr;
+  size_t gap = 0;
+  for (const auto& x : trace.storages) {
+    if (!x.saved || x.gradient || (s && x.bytes <= s->bytes)) continue;
+    for (size_t i = 0; i + 1 < x.uses.size(); ++i)
+      if (x.uses[i + 1].kernel - x.uses[i].kernel >= 2) s = &x, gap = i;
+  }
+  REQUIRE(s);
+  CHECK(s->birth == int64_t(s - trace.storages.data()));
+  CHECK(s->uses.front().kernel < s->uses.back().kernel);
+  CHECK(s->uses[gap + 1].recompute_seconds > 0);  // its op can run again
+  budget::Directive d;
+  d.birth = s->birth, d.leave_after = s->uses[gap].kernel, d.bytes = s->bytes, d.kernel = s->kernel;
+  budget::Options planned = watch;
+  planned.trace = false;
+  for (auto action : {budget::Directive::Action::Offload, budget::Directive::Action::Recompute}) {
+    d.action = action;
+    planned.directives = {d};
+    const auto [losses, stats] = train(planned, nullptr);
+    CHECK(losses == free_run.first);
+    CHECK(stats.directives_missed == 0);
+    const bool offload = action == budget::Directive::Action::Offload;
+    CHECK(stats.offloads == (offload ? 3 : 0));
+    CHECK(stats.fetches == (offload ? 3 : 0));
+    CHECK(stats.evictions == (offload ? 0 : 3));
+    CHECK(stats.rematerializations >= (offload ? 0 : 3));
+  }
+  d.bytes += 512;  // another storage than the one planned
+  planned.directives = {d};
+  const auto skipped = train(planned, nullptr);
+  CHECK(skipped.second.directives_missed == 3);
+  CHECK(skipped.second.evictions + skipped.second.offloads == 0);
+}
+
 // disable() brings back every evicted storage a handle refers to before it drops recipes: dropping
 // an evicted leftover's recipe first (the input of a storage, no handle to it) lost the storages made
 // from it, which then could not be brought back.

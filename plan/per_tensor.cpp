@@ -237,7 +237,7 @@ TimedPlan choose_per_tensor(const Program& program, const StepContext& ctx, int6
                             const budget::CostModel& model, const PlanOptions& options) {
   const TensorProblem p = tensor_problem(trace_step(program, ctx, model, options), model);
   TimedPlan none;
-  none.method = "ILP", none.budget = budget, none.planned.out_of_memory = true;
+  none.method = "ILP", none.runtime = planned_run(model), none.budget = budget, none.planned.out_of_memory = true;
   none.planned.oom_message = "no per-tensor plan fits";
   // The model counts each storage's bytes where the reserved bytes may differ by what the
   // allocator's segments round to: where the meta run ends above the budget, ask for that much less.

@@ -24,10 +24,12 @@
 //   segments.h  per-block costs and the choice of checkpoint segments under a budget
 //   batch.h     the largest batch under a budget
 //   mixed.h     plans timed by a cost model: keep, recompute or offload under a budget; the memory-time curve
+//   per_tensor.h  the per-tensor plan: keep, offload or recompute each saved tensor, by an ILP
 #pragma once
 #include <memgrad/plan/batch.h>
 #include <memgrad/plan/mixed.h>
 #include <memgrad/plan/model.h>
+#include <memgrad/plan/per_tensor.h>
 #include <memgrad/plan/plan.h>
 #include <memgrad/plan/policy.h>
 #include <memgrad/plan/segments.h>

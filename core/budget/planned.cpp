@@ -53,7 +53,7 @@ void price_recompute(const DeviceBudget& db, Cell& c, StepTrace::Use& u) {
   u.recompute_seconds = seconds, u.recompute_bytes = bytes;
 }
 
-// Sends `c` away as `x` says, where it can leave now.
+// Sends `c` away as `action` says, where it can leave now.
 bool leave(Cell& c, Directive::Action action) {
   if (!c.block || c.locks > 0 || c.user_pinned || c.exposed || c.fresh || pinned_category(c.block->category))
     return false;

@@ -3,7 +3,7 @@
 # machine (which has no network, no OpenBLAS, no MPI and no Debian -dev packages):
 #   .prebuilt/mg.tar.gz   libmemgrad and the programs a device call runs (test_gpu, bench_gpu_kernels,
 #                         bench_train_step, memgrad), built here for sm_90 with MG_NATIVE=OFF,
-#                         MG_OPENBLAS=OFF and MG_MPI=OFF, stripped, with BUILD_INFO (commit, flags)
+#                         MG_OPENBLAS=OFF, MG_MPI=OFF and MG_GLPK=OFF, stripped, with BUILD_INFO (commit, flags)
 #   .device/debs/         the build dependencies as .deb files, for a build there when the prebuilt
 #                         programs do not start (bench/gpu/device_env.sh unpacks them)
 # Both are ignored by git (info/exclude) and travel as carry=[".prebuilt", ".device"]; it ends by
@@ -25,7 +25,7 @@ export PATH="/usr/local/cuda/bin:$PATH"
 gen=()
 command -v ninja > /dev/null && gen=(-G Ninja)
 flags=(-DCMAKE_BUILD_TYPE=Release -DMG_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DMG_NATIVE=OFF -DMG_OPENBLAS=OFF
-  -DMG_MPI=OFF -DMG_BUILD_BENCH=ON -DMG_BUILD_TESTS=ON -DMG_BUILD_EXAMPLES=OFF)
+  -DMG_MPI=OFF -DMG_GLPK=OFF -DMG_BUILD_BENCH=ON -DMG_BUILD_TESTS=ON -DMG_BUILD_EXAMPLES=OFF)
 cmake -S . -B "$build" "${gen[@]}" "${flags[@]}" > /dev/null
 cmake --build "$build" -j "$(nproc)" --target test_gpu bench_gpu_kernels bench_train_step memgrad_cli
 stage=$(mktemp -d)

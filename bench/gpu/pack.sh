@@ -3,7 +3,8 @@
 # machine (which has no network, no OpenBLAS, no MPI and no Debian -dev packages):
 #   .prebuilt/mg.tar.gz   libmemgrad and the programs a device call runs (test_gpu, bench_gpu_kernels,
 #                         bench_train_step, memgrad), built here for sm_90 with MG_NATIVE=OFF,
-#                         MG_OPENBLAS=OFF, MG_MPI=OFF and MG_GLPK=OFF, stripped, with BUILD_INFO (commit, flags)
+#                         MG_OPENBLAS=OFF, MG_ONEDNN=OFF, MG_MPI=OFF and MG_GLPK=OFF,
+#                         stripped, with BUILD_INFO (commit, flags)
 #   .device/debs/         the build dependencies as .deb files, for a build there when the prebuilt
 #                         programs do not start (bench/gpu/device_env.sh unpacks them)
 # Both are ignored by git (info/exclude) and travel as carry=[".prebuilt", ".device"]; it ends by
@@ -25,7 +26,7 @@ export PATH="/usr/local/cuda/bin:$PATH"
 gen=()
 command -v ninja > /dev/null && gen=(-G Ninja)
 flags=(-DCMAKE_BUILD_TYPE=Release -DMG_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DMG_NATIVE=OFF -DMG_OPENBLAS=OFF
-  -DMG_MPI=OFF -DMG_GLPK=OFF -DMG_BUILD_BENCH=ON -DMG_BUILD_TESTS=ON -DMG_BUILD_EXAMPLES=OFF)
+  -DMG_MPI=OFF -DMG_ONEDNN=OFF -DMG_GLPK=OFF -DMG_BUILD_BENCH=ON -DMG_BUILD_TESTS=ON -DMG_BUILD_EXAMPLES=OFF)
 cmake -S . -B "$build" "${gen[@]}" "${flags[@]}" > /dev/null
 cmake --build "$build" -j "$(nproc)" --target test_gpu bench_gpu_kernels bench_train_step memgrad_cli
 stage=$(mktemp -d)
@@ -33,6 +34,15 @@ mkdir -p "$stage/bin" "$stage/lib"
 cp -L "$build"/libmemgrad.so "$build"/libmemgrad_omp_defaults.so "$stage/lib/"
 cp "$build"/tests/test_gpu "$build"/bench/gpu/bench_gpu_kernels "$build"/bench/bench_train_step "$build"/bin/memgrad "$stage/bin/"
 strip --strip-unneeded "$stage"/bin/* "$stage"/lib/*
+# The GPU machine has no Debian libraries: each library a packed file needs must be one it has (the
+# CUDA toolkit's, cuDNN and NCCL from PyTorch's wheels, the C/C++ runtime), else the prebuilt does not
+# start there and the call spends its minutes building.
+have='^(libcudart|libcublas|libcublasLt|libcudnn|libnccl|libcuda|libgomp|libmemgrad|libmemgrad_omp_defaults|libstdc\+\+|libm|libgcc_s|libc|libdl|libpthread|librt|ld-linux-x86-64)\.so'
+for f in "$stage"/bin/* "$stage"/lib/*; do
+  for lib in $(readelf -d "$f" | awk '/NEEDED/ { gsub(/[][]/, "", $5); print $5 }'); do
+    [[ $lib =~ $have ]] || { echo "pack.sh: $(basename "$f") needs $lib, which the GPU machine lacks: configure its option OFF" >&2; exit 1; }
+  done
+done
 echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo +changes), built $(date -u +%F) with ${flags[*]}" \
   > "$stage/BUILD_INFO"
 rm -rf .prebuilt && mkdir -p .prebuilt

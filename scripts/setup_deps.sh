@@ -4,7 +4,7 @@
 # oneDNN and OpenBLAS in their OpenMP flavours: they share memgrad's libgomp threads instead of
 # starting a second pool of spinning pthreads (CMakeLists.txt, MG_ONEDNN and MG_OPENBLAS).
 MG_PACKAGES=(g++ cmake make ccache libeigen3-dev libdnnl-dev libopenblas-openmp-dev doctest-dev libbenchmark-dev
-  nlohmann-json3-dev libcli11-dev libfmt-dev libopenmpi-dev openmpi-bin python3)
+  nlohmann-json3-dev libcli11-dev libfmt-dev libopenmpi-dev openmpi-bin)
 # The per-tensor planner's ILP (plan/per_tensor.cpp, CMake's MG_GLPK).
 MG_PACKAGES+=(libglpk-dev)
 # The fuzz targets (tests/fuzz): clang, its libFuzzer (libclang_rt.fuzzer in libclang-rt-14-dev) and OpenMP.

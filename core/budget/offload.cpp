@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <mutex>
+#include <unordered_map>
 
 #include <memgrad/core/budget/cell_impl.h>
 #include <memgrad/core/cuda/runtime_impl.h>
@@ -18,6 +20,29 @@ thread_local bool t_prefetching = false;  // a prefetch's allocation: refused ra
 
 bool prefetching() { return t_prefetching; }
 
+namespace {
+// cpu: host-pool buffers go back to a cache when freed and are handed out again for the same size,
+// as PyTorch's CachingHostAllocator keeps its pinned blocks. A copy into pages malloc maps afresh
+// pays a fault per page (about 10 GB/s here, against 30-60 GB/s into touched pages), and whether
+// malloc maps afresh depends on its thresholds and the step's history: reused buffers make a copy
+// take what the probe at enable() measured. disable() frees them (release_host_cache).
+struct HostCache {
+  std::mutex mu;
+  std::unordered_multimap<size_t, void*> free;
+};
+HostCache& host_cache() {
+  static auto* c = new HostCache;
+  return *c;
+}
+}  // namespace
+
+void release_host_cache() {
+  HostCache& c = host_cache();
+  std::lock_guard<std::mutex> g(c.mu);
+  for (auto& [size, p] : c.free) std::free(p);
+  c.free.clear();
+}
+
 // Host-pool bytes: page-locked on cuda (so copies can overlap), plain aligned memory on cpu. Either
 // way outside the device's ledger: the pool is accounted in Stats::host_bytes.
 std::shared_ptr<void> host_alloc(const Device& d, size_t n) {
@@ -30,9 +55,20 @@ std::shared_ptr<void> host_alloc(const Device& d, size_t n) {
     void* p = t.raw_data();
     return std::shared_ptr<void>(p, [t](void*) {});
   }
-  void* p = std::aligned_alloc(memory::kRoundBytes, memory::round_size(n));
+  const size_t size = memory::round_size(n);
+  HostCache& c = host_cache();
+  void* p = nullptr;
+  {
+    std::lock_guard<std::mutex> g(c.mu);
+    if (auto it = c.free.find(size); it != c.free.end()) p = it->second, c.free.erase(it);
+  }
+  if (!p) p = std::aligned_alloc(memory::kRoundBytes, size);
   MG_CHECK(p, OutOfMemoryError, "budget: the host pool could not allocate ", format_bytes(int64_t(n)));
-  return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  return std::shared_ptr<void>(p, [size](void* q) {
+    HostCache& c = host_cache();
+    std::lock_guard<std::mutex> g(c.mu);
+    c.free.emplace(size, q);
+  });
 }
 
 void add_host_bytes(DeviceBudget& db, int64_t n) {

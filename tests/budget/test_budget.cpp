@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -183,6 +184,25 @@ TEST_CASE("budget: the fitted kernel times add up to the measured sum, whichever
     for (const Kernel& x : kernels) predicted += m.kernel_seconds(x.flops, x.bytes);
     CHECK(predicted == doctest::Approx(k.t).epsilon(1e-9));
   }
+}
+
+TEST_CASE("budget: the cpu host pool hands freed buffers out again for the same size") {
+  // Copies into reused (touched) pages run at the bandwidth enable() measures; fresh pages would
+  // fault on every 4 KiB and make an offload's time depend on malloc's history.
+  budget::impl::release_host_cache();
+  void* first = nullptr;
+  {
+    auto a = budget::impl::host_alloc(kCPU, 3 << 20);
+    first = a.get();
+    std::memset(a.get(), 1, 3 << 20);
+  }
+  auto same = budget::impl::host_alloc(kCPU, 3 << 20);
+  CHECK(same.get() == first);
+  CHECK(static_cast<const char*>(same.get())[(3 << 20) - 1] == 1);  // the touched pages themselves
+  auto other = budget::impl::host_alloc(kCPU, 3 << 20);  // the one cached buffer is taken
+  CHECK(other.get() != first);
+  same.reset(), other.reset();
+  budget::impl::release_host_cache();
 }
 
 TEST_CASE("budget: an MLP with dropout under 35% of its peak trains bitwise as without a budget") {

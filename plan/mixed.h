@@ -33,7 +33,8 @@ struct TimedPlan {
 // The cost model of this machine for `program`: two steps on ctx.device (cpu or cuda) under the
 // budget runtime without a limit, then options.steps (at least 3) timed ones, each fitted on its own
 // by budget::fit_cost_model (the step's time outside kernels spread over its kernels); the fastest
-// step's fit is kept, as measure_plan keeps a plan's fastest step.
+// step's fit is kept, as measure_plan keeps a plan's fastest step. Host copies are timed on the
+// program's own: a step under 80% of its peak with activations offloaded.
 budget::CostModel fit_cost_model(const Program& program, const StepContext& ctx, const PlanOptions& options = {});
 
 // `p` run on meta under `budget` in the runtime's mode `runtime` with cost model `model`.

@@ -2,6 +2,8 @@
 // on, the mixed plan against the recompute-only ones, and the plan against its run on the cpu.
 #include <doctest/doctest.h>
 
+#include <cmath>
+
 #include <memgrad/memgrad.h>
 #include <memgrad/plan/planner.h>
 
@@ -43,6 +45,9 @@ TEST_CASE("mixed plans: the fitted cost model prices the kernels it was fitted o
   const budget::CostModel steady = plan::fit_cost_model(p, cpu);
   CHECK(steady.flops_per_second > 0);
   CHECK(steady.seconds_per_kernel > 0);  // dispatch and autograd between kernels take time
+  // Its host copies timed on the program's own offloads (a step under 80% of its peak).
+  CHECK(std::isfinite(steady.host_bytes_per_second));
+  CHECK(steady.host_bytes_per_second > 0);
   // On meta there are no times to fit.
   CHECK(budget::fit_cost_model(kMeta, 0).flops_per_second == budget::CostModel::fixed().flops_per_second);
 }

@@ -77,11 +77,11 @@ int run_timed_plans(const PlanFlags& f, const mg::plan::ModelSpec& spec, const m
                                  mg::format_bytes(budget) + " (" + std::to_string(budget) +
                                  " B); memgrad train --remat dynamic --offload all goes lowest.");
     if (cpu) measure_plan(program, ctx, mixed, options);
-    std::printf(
-        "mixed plan (the %s candidate won): %s, segments %s, %zu tensors planned apart, peak %lld B, "
-        "predicted %.2f ms a step",
-        mixed.chosen_from.c_str(), mixed.mode().c_str(), mixed.policy.str().c_str(), mixed.runtime.directives.size(),
-        static_cast<long long>(mixed.peak()), mixed.predicted * 1e3);
+    const size_t apart = mixed.runtime.directives.size();  // a per-tensor plan's storages
+    std::printf("mixed plan (the %s candidate won): %s, segments %s, %speak %lld B, predicted %.2f ms a step",
+                mixed.chosen_from.c_str(), mixed.mode().c_str(), mixed.policy.str().c_str(),
+                apart ? (std::to_string(apart) + " tensors planned apart, ").c_str() : "",
+                static_cast<long long>(mixed.peak()), mixed.predicted * 1e3);
     if (mixed.measured >= 0) std::printf(" (measured once on the cpu: %.2f ms)", mixed.measured * 1e3);
     if (dp.fits()) std::printf("; the best recompute-only plan: %.2f ms", dp.predicted * 1e3);
     std::printf("\n");

@@ -185,6 +185,7 @@ bool relieve(const Device& d, size_t bytes);
 // Host-pool bytes: page-locked on cuda, plain aligned memory on cpu (outside the device's ledger).
 std::shared_ptr<void> host_alloc(const Device& d, size_t n);
 void release_host_cache();  // frees the cpu host-pool buffers kept for reuse
+size_t host_cache_bytes();  // their bytes
 void add_host_bytes(DeviceBudget& db, int64_t n);
 void offload(Cell& c);
 void fetch(Cell& c);

@@ -25,10 +25,12 @@ namespace {
 // as PyTorch's CachingHostAllocator keeps its pinned blocks. A copy into pages malloc maps afresh
 // pays a fault per page (about 10 GB/s here, against 30-60 GB/s into touched pages), and whether
 // malloc maps afresh depends on its thresholds and the step's history: reused buffers make a copy
-// take what the probe at enable() measured. disable() frees them (release_host_cache).
+// take what the probe at enable() measured. Kept bytes never exceed the most ever handed out at once
+// (sizes that vary from step to step do not pile up); disable() frees them (release_host_cache).
 struct HostCache {
   std::mutex mu;
   std::unordered_multimap<size_t, void*> free;
+  size_t live = 0, peak_live = 0, kept = 0;
 };
 HostCache& host_cache() {
   static auto* c = new HostCache;
@@ -41,6 +43,13 @@ void release_host_cache() {
   std::lock_guard<std::mutex> g(c.mu);
   for (auto& [size, p] : c.free) std::free(p);
   c.free.clear();
+  c.kept = 0, c.peak_live = c.live;
+}
+
+size_t host_cache_bytes() {
+  HostCache& c = host_cache();
+  std::lock_guard<std::mutex> g(c.mu);
+  return c.kept;
 }
 
 // Host-pool bytes: page-locked on cuda (so copies can overlap), plain aligned memory on cpu. Either
@@ -60,14 +69,20 @@ std::shared_ptr<void> host_alloc(const Device& d, size_t n) {
   void* p = nullptr;
   {
     std::lock_guard<std::mutex> g(c.mu);
-    if (auto it = c.free.find(size); it != c.free.end()) p = it->second, c.free.erase(it);
+    if (auto it = c.free.find(size); it != c.free.end()) p = it->second, c.free.erase(it), c.kept -= size;
   }
   if (!p) p = std::aligned_alloc(memory::kRoundBytes, size);
   MG_CHECK(p, OutOfMemoryError, "budget: the host pool could not allocate ", format_bytes(int64_t(n)));
+  {
+    std::lock_guard<std::mutex> g(c.mu);
+    c.live += size, c.peak_live = std::max(c.peak_live, c.live);
+  }
   return std::shared_ptr<void>(p, [size](void* q) {
     HostCache& c = host_cache();
     std::lock_guard<std::mutex> g(c.mu);
-    c.free.emplace(size, q);
+    c.live -= size;
+    if (c.kept + size > c.peak_live) return std::free(q);
+    c.free.emplace(size, q), c.kept += size;
   });
 }
 

@@ -199,10 +199,17 @@ TEST_CASE("budget: the cpu host pool hands freed buffers out again for the same 
   auto same = budget::impl::host_alloc(kCPU, 3 << 20);
   CHECK(same.get() == first);
   CHECK(static_cast<const char*>(same.get())[(3 << 20) - 1] == 1);  // the touched pages themselves
-  auto other = budget::impl::host_alloc(kCPU, 3 << 20);  // the one cached buffer is taken
+  auto other = budget::impl::host_alloc(kCPU, 3 << 20);             // the one cached buffer is taken
   CHECK(other.get() != first);
   same.reset(), other.reset();
+  CHECK(budget::impl::host_cache_bytes() == size_t(6 << 20));  // both kept: as many as were out at once
   budget::impl::release_host_cache();
+  // Kept bytes never pass the most handed out at once: sizes that vary do not pile up.
+  budget::impl::host_alloc(kCPU, 1 << 20).reset();
+  budget::impl::host_alloc(kCPU, 2 << 20).reset();  // the 1 MiB one is kept: 3 MiB > the 2 MiB peak
+  CHECK(budget::impl::host_cache_bytes() == size_t(1 << 20));
+  budget::impl::release_host_cache();
+  CHECK(budget::impl::host_cache_bytes() == 0);
 }
 
 TEST_CASE("budget: an MLP with dropout under 35% of its peak trains bitwise as without a budget") {

@@ -31,15 +31,18 @@ cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMG_CUDA="$cuda" -DMG_B
   -DMG_BUILD_EXAMPLES=ON
 cmake --build "$build" -j"$(nproc)"
 (cd "$build" && ctest --output-on-failure -j"$(nproc)" "$@")
+# How many of the CUDA kernels the emulated suite ran (tests/cuda), which ctest shows only on failure.
+grep -h "^emulated kernels:" "$build/Testing/Temporary/LastTest.log" 2>/dev/null || true
 if [ "$cuda" = OFF ]; then
   echo "NOTE: the CUDA checks of tests/cuda were skipped: no nvcc" >&2
 fi
 
-# A second build for libFuzzer: clang, everything instrumented with ASan and UBSan (-O1 keeps it quick).
+# A second build for libFuzzer: clang, everything instrumented with ASan and UBSan (-O1 keeps it quick);
+# the emulated CUDA kernels (tests/cuda) run there too.
 if [ "$fuzz" = ON ]; then
   cmake -S "$root" -B "$build-fuzz" -DCMAKE_CXX_COMPILER=clang++ -DMG_FUZZ=ON -DMG_CUDA=OFF -DMG_BUILD_TESTS=OFF \
     -DMG_BUILD_EXAMPLES=OFF -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE=-O1
-  cmake --build "$build-fuzz" -j"$(nproc)" --target fuzz_safetensors fuzz_state_dict
+  cmake --build "$build-fuzz" -j"$(nproc)" --target fuzz_suite
   cd "$build-fuzz"
   exec ctest --output-on-failure -L fuzz
 fi

@@ -10,7 +10,8 @@
 //              shared memory (each MG_SHARED array and the dynamic part, with red zones between);
 //   racecheck  a shared byte written by one thread and read or written by another in one barrier
 //              interval (__syncthreads; __syncwarp for the threads of one warp);
-//   initcheck  a shared byte read before any thread of the block wrote it;
+//   initcheck  a global byte read before a copy or a kernel gave it a value, a shared byte read
+//              before any thread of the block wrote it;
 //   synccheck  threads of a block waiting at different __syncthreads, and warp collectives whose
 //              lanes disagree or have exited.
 // A launch that breaks one raises emu::LaunchError with the kernel, block, thread and offset.
@@ -78,17 +79,22 @@ void launch(const Config& c, Args&&... args) {
 // The kernels (their names without namespaces or template arguments) that launches have run.
 const std::set<std::string>& executed_kernels();
 
-// ---- device memory: what kernels may read and write (memcheck), with red zones around it
+// ---- device memory: what kernels may read and write (memcheck), with red zones around it, and
+// which of its bytes hold values (initcheck: a kernel reads none it has not been given or written)
 namespace detail {
-void* device_alloc(size_t bytes, const char* name);  // filled with 0xff bytes (NaN in floating types)
+// `bytes` (filled with 0xff: NaN in floating types) of which the first `initialized` hold values;
+// `reserved` more past them are the allocation's rounding, initialized.
+void* device_alloc(size_t bytes, size_t reserved, size_t initialized, const char* name);
 void device_free(void* p);
 }  // namespace detail
 
 template <class T>
 class Buffer {
  public:
-  Buffer(const char* name, size_t n) : n_(n), p_(static_cast<T*>(detail::device_alloc(bytes(n), name))) {}
-  Buffer(const char* name, const std::vector<T>& v) : Buffer(name, v.size()) {
+  // n elements no kernel has written yet.
+  Buffer(const char* name, size_t n) : Buffer(name, n, false) {}
+  // A copy of v.
+  Buffer(const char* name, const std::vector<T>& v) : Buffer(name, v.size(), true) {
     if (!v.empty()) std::memcpy(p_, v.data(), v.size() * sizeof(T));
   }
   Buffer(Buffer&& o) noexcept : n_(o.n_), p_(o.p_) { o.p_ = nullptr; }
@@ -107,7 +113,10 @@ class Buffer {
  private:
   // 1-byte elements take whole 32-bit words, as the device's allocations (512 B in memgrad's
   // allocator) do: atomic_add on them compares and swaps the word that holds the byte.
-  static size_t bytes(size_t n) { return sizeof(T) == 1 ? (n + 3) / 4 * 4 : n * sizeof(T); }
+  Buffer(const char* name, size_t n, bool initialized)
+      : n_(n),
+        p_(static_cast<T*>(detail::device_alloc(n * sizeof(T), sizeof(T) == 1 ? (4 - n % 4) % 4 : 0,
+                                                initialized ? n * sizeof(T) : 0, name))) {}
   size_t n_;
   T* p_;
 };

@@ -26,9 +26,10 @@ DeviceTensor::DeviceTensor(const char* name, const Tensor& t, bool copy) : host_
   const size_t es = t.element_size();
   lo_ = lo;
   first_ = size_t(t.storage_offset() - lo) * es;
-  bytes_ = std::make_unique<Buffer<unsigned char>>(name, size_t(hi - lo) * es);
-  if (copy && hi > lo)
-    std::memcpy(bytes_->data(), static_cast<const char*>(t.storage()->data()) + lo * es, bytes_->size());
+  const auto* first = static_cast<const unsigned char*>(t.storage()->data()) + lo * int64_t(es);
+  const size_t n = size_t(hi - lo) * es;
+  bytes_ = copy ? std::make_unique<Buffer<unsigned char>>(name, std::vector<unsigned char>(first, first + n))
+                : std::make_unique<Buffer<unsigned char>>(name, n);
 }
 DeviceTensor::DeviceTensor(const char* name, const Tensor& t) : DeviceTensor(name, t, true) {}
 DeviceTensor DeviceTensor::output(const char* name, const Tensor& t) { return DeviceTensor(name, t, false); }

@@ -19,11 +19,12 @@ constexpr size_t kRedZone = 256;  // around each allocation: keeps 256-byte alig
 constexpr unsigned char kPoison = 0xff;
 
 struct Allocation {
-  const char *data, *end;  // what the kernel may touch
+  const char *data, *end;            // what the kernel may touch
+  std::vector<unsigned char> valid;  // per byte: it holds a value (a copy, a kernel's write)
   std::string name;
 };
 std::map<const char*, Allocation> g_allocations;  // by the first byte of the red zone before the data
-const Allocation* g_last = nullptr;               // the one the last access hit
+Allocation* g_last = nullptr;                     // the one the last access hit
 
 // ---- the shared arena: the dynamic part at 0, then each static array as a block first touches it,
 // red zones between; a byte's shadow says who wrote and read it in the current barrier interval.
@@ -62,19 +63,32 @@ std::string access_name(Access kind) {
 }
 
 // ---- memcheck
-const Allocation* allocation_near(const char* p) {
+Allocation* allocation_near(const char* p) {
   auto it = g_allocations.upper_bound(p);
   if (it == g_allocations.begin()) return nullptr;
   --it;
   return p < it->second.end + kRedZone ? &it->second : nullptr;
 }
 
+// initcheck on global memory: a read (or an atomic, which reads) of bytes without a value.
+void check_valid(Allocation& a, const char* p, size_t bytes, Access kind) {
+  unsigned char* v = a.valid.data() + (p - a.data);
+  if (kind != Access::Write)
+    for (size_t k = 0; k < bytes; ++k)
+      if (!v[k]) {
+        report("initcheck", "read of '" + a.name + "' + " + std::to_string(p - a.data + int64_t(k)) +
+                                ", which no copy or kernel has written");
+        break;
+      }
+  if (kind != Access::Read) std::memset(v, 1, bytes);
+}
+
 void check_global(const char* p, size_t bytes, Access kind) {
-  if (g_last && p >= g_last->data && p + bytes <= g_last->end) return;
-  const Allocation* a = allocation_near(p);
+  if (g_last && p >= g_last->data && p + bytes <= g_last->end) return check_valid(*g_last, p, bytes, kind);
+  Allocation* a = allocation_near(p);
   if (a && p >= a->data && p + bytes <= a->end) {
     g_last = a;
-    return;
+    return check_valid(*a, p, bytes, kind);
   }
   std::string what = "invalid global " + access_name(kind) + " of " + std::to_string(bytes) + " bytes";
   if (!a)
@@ -152,13 +166,17 @@ void check_shared(Shared& s, size_t off, size_t bytes, Access kind, const Thread
 
 }  // namespace
 
-void* device_alloc(size_t bytes, const char* name) {
-  char* lo =
-      static_cast<char*>(std::aligned_alloc(kRedZone, 2 * kRedZone + (bytes + kRedZone - 1) / kRedZone * kRedZone));
+void* device_alloc(size_t bytes, size_t reserved, size_t initialized, const char* name) {
+  const size_t total = bytes + reserved, padded = (total + kRedZone - 1) / kRedZone * kRedZone;
+  char* lo = static_cast<char*>(std::aligned_alloc(kRedZone, 2 * kRedZone + padded));
   std::memset(lo, 0xfd, kRedZone);
   std::memset(lo + kRedZone, kPoison, bytes);
-  std::memset(lo + kRedZone + bytes, 0xfd, kRedZone);
-  g_allocations[lo] = Allocation{lo + kRedZone, lo + kRedZone + bytes, name};
+  std::memset(lo + kRedZone + bytes, 0, reserved);
+  std::memset(lo + kRedZone + total, 0xfd, kRedZone);
+  Allocation a{lo + kRedZone, lo + kRedZone + total, std::vector<unsigned char>(total, 0), name};
+  std::fill(a.valid.begin(), a.valid.begin() + int64_t(initialized), 1);
+  std::fill(a.valid.begin() + int64_t(bytes), a.valid.end(), 1);
+  g_allocations[lo] = std::move(a);
   return lo + kRedZone;
 }
 

@@ -142,8 +142,12 @@ TEST_CASE("batch_norm_kernel and batch_norm_backward_kernel, training and evalua
           dispatch_floating(t, "test", [&](auto tag) {
             using T = typename decltype(tag)::type;
             using A = BnStat<T>;
-            const emu::DeviceTensor dx("x", x), dw("weight", w), db("bias", b), dmean("mean", got_mean),
-                dvar("var", got_var);
+            // training writes mean and var (outputs, no values yet); evaluation reads them
+            const emu::DeviceTensor dx("x", x), dw("weight", w), db("bias", b);
+            const emu::DeviceTensor dmean =
+                training ? emu::DeviceTensor::output("mean", got_mean) : emu::DeviceTensor("mean", got_mean);
+            const emu::DeviceTensor dvar =
+                training ? emu::DeviceTensor::output("var", got_var) : emu::DeviceTensor("var", got_var);
             const emu::DeviceTensor drstd = emu::DeviceTensor::output("rstd", got_rstd),
                                     dy = emu::DeviceTensor::output("out", got_y);
             const emu::Config c{dim3(2), dim3(128)};

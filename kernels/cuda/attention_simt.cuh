@@ -155,7 +155,8 @@ __device__ __forceinline__ A score_grad(const AttentionParams& p, const void* ma
                                         int64_t j, int64_t Tq, int64_t Tk, int D, A* p_dropped) {
   *p_dropped = 0;
   A add;
-  if (!visible<T>(p, mask, i, j, Tk, &add) || lse_i == neg_inf<A>()) return A(0);
+  // lse first: rows past Tq (the dk/dv kernel's last tile of query rows) have lse -inf and no mask row.
+  if (lse_i == neg_inf<A>() || !visible<T>(p, mask, i, j, Tk, &add)) return A(0);
   const A prob = exp(A(p.scale) * dot(q_row, k_row, D) + add - lse_i), keep = keep_scale<A>(p, bh, i, j, Tq, Tk);
   *p_dropped = prob * keep;
   return prob * (dot(do_row, v_row, D) * keep - delta_i) * A(p.scale);

@@ -24,7 +24,7 @@ __global__ void batch_norm_kernel(const T* x, const T* w, const T* b, T* y, BnSt
   MG_SHARED(shared, A[32]);
   const int64_t M = N * S;
   for (int64_t c = blockIdx.x; c < C; c += gridDim.x) {
-    A mu = mean[c], v = var[c];
+    A mu, v;         // training computes them (mean and var are outputs then), evaluation reads them
     if (training) {  // two passes: the mean, then the squared deviations from it
       A s = 0;
       for (int64_t j = threadIdx.x; j < M; j += blockDim.x) s += A(dload(x[bn_index(j, c, C, S)]));
@@ -35,6 +35,8 @@ __global__ void batch_norm_kernel(const T* x, const T* w, const T* b, T* y, BnSt
         ss += d * d;
       }
       v = block_reduce(ss, SumOp{}, shared) / A(M);
+    } else {
+      mu = mean[c], v = var[c];
     }
     const A rs = A(1) / sqrt(v + A(eps));
     if (threadIdx.x == 0) {

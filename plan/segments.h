@@ -36,6 +36,9 @@ struct BlockCosts {
 };
 BlockCosts measure_block_costs(const Program& program, const StepContext& ctx, const PlanOptions& options = {});
 BlockCosts measure_block_costs(const ModelSpec& model, const InputShape& input, const StepOptions& step = {});
+// held_bytes alone (one instrumented step with every block kept, not the segment's): what a block
+// holds, for tables that show only that.
+int64_t measure_held_bytes(const ModelSpec& model, const InputShape& input, const StepOptions& step = {});
 // The allocated peak of a step under `policy` (segments only; `selective` is not modelled).
 int64_t predicted_peak(const BlockCosts& costs, const Policy& policy);
 double recompute_flops(const BlockCosts& costs, const Policy& policy);

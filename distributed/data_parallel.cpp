@@ -1,5 +1,6 @@
 #include <memgrad/distributed/data_parallel.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -98,7 +99,7 @@ DataParallel::DataParallel(const nn::NamedTensors& named, ProcessGroup& group, c
   for (auto& p : m.params) {
     if (m.units) {
       p.slice = m.units->piece_view(p.index);
-      for (int r = 0; r < m.size; ++r) p.chunk = std::max(p.chunk, m.slice(p, r).second - m.slice(p, r).first);
+      p.chunk = std::max(p.chunk, m.longest_piece(p));
       continue;
     }
     const auto [begin, end] = m.slice(p, m.rank);
@@ -107,6 +108,12 @@ DataParallel::DataParallel(const nn::NamedTensors& named, ProcessGroup& group, c
     else if (end > begin)
       p.slice = p.tensor.detach().view({-1}).narrow(0, begin, end - begin);
   }
+  // A rank past the last element of every parameter (more ranks than a parameter has elements) keeps
+  // an empty slice of the first: its optimizer then has a parameter (an optimizer over none is an
+  // error, as in torch), which never gets a gradient, and it runs the step every rank runs.
+  if (options.zero_stage_ > 0 &&
+      std::none_of(m.params.begin(), m.params.end(), [](auto& p) { return p.slice.defined(); }))
+    m.params[0].slice = m.params[0].tensor.detach().view({-1}).narrow(0, 0, 0);
   if (halves) {
     nn::NamedTensors slices;
     for (auto& p : m.params)

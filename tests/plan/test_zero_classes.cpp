@@ -9,13 +9,13 @@
 using namespace mg;
 
 namespace {
-plan::ModelSpec tiny_gpt() {
+train::ModelSpec tiny_gpt() {
   nn::GPTConfig c;
   c.vocab_size = 64, c.block_size = 16, c.n_layer = 2, c.n_head = 2, c.n_embd = 32;
-  return plan::ModelSpec::gpt_model(c);
+  return train::ModelSpec::gpt_model(c);
 }
-plan::StepOptions zero(int stage, int64_t world, int64_t rank) {
-  plan::StepOptions o;
+train::StepOptions zero(int stage, int64_t world, int64_t rank) {
+  train::StepOptions o;
   o.zero_stage = stage, o.world_size = world, o.rank = rank, o.bucket_bytes = 8192;
   return o;
 }

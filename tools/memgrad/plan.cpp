@@ -50,10 +50,11 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
 
 namespace {
 
-// --plan mixed and --pareto: plans timed by the cost model (plan/mixed.h).
-int run_timed_plans(const PlanFlags& f, const mg::plan::ModelSpec& spec, const mg::plan::InputShape& shape,
+// --plan mixed and --pareto: plans timed by the cost model (plan/timed.h, plan/mixed.h).
+int run_timed_plans(const PlanFlags& f, const mg::train::ModelSpec& spec, const mg::train::InputShape& shape,
                     const mg::plan::PlanOptions& options) {
   using namespace mg::plan;
+  using namespace mg::train;
   if (!f.plan.empty() && !f.step.budget) throw UsageError("--plan mixed needs --budget (e.g. --budget 20MiB)");
   const bool cpu = f.device == "cpu";
   if (f.cost_model == "fit" && !cpu) throw UsageError("--cost-model fit runs steps on the cpu: use --device cpu");
@@ -124,8 +125,8 @@ int run_timed_plans(const PlanFlags& f, const mg::plan::ModelSpec& spec, const m
 // optimizers) reuses it. The tables read allocated figures only (PlanOptions::settle_reserved off).
 class PlanMemo {
  public:
-  const mg::plan::StepReport& get(const mg::plan::ModelSpec& spec, const StepFlags& s, const mg::plan::Policy& p,
-                                  const mg::plan::InputShape& shape, const mg::plan::PlanOptions& options) {
+  const mg::plan::StepReport& get(const mg::train::ModelSpec& spec, const StepFlags& s, const mg::train::Policy& p,
+                                  const mg::train::InputShape& shape, const mg::plan::PlanOptions& options) {
     auto [it, fresh] = plans_.try_emplace(key(spec, s, p, options));
     if (fresh) {
       mg::plan::PlanOptions quick = options;
@@ -134,13 +135,13 @@ class PlanMemo {
     }
     return it->second;
   }
-  void put(const mg::plan::ModelSpec& spec, const StepFlags& s, const mg::plan::Policy& p,
+  void put(const mg::train::ModelSpec& spec, const StepFlags& s, const mg::train::Policy& p,
            const mg::plan::PlanOptions& options, const mg::plan::StepReport& r) {
     plans_[key(spec, s, p, options)] = r;
   }
 
  private:
-  static std::string key(const mg::plan::ModelSpec& spec, const StepFlags& s, const mg::plan::Policy& p,
+  static std::string key(const mg::train::ModelSpec& spec, const StepFlags& s, const mg::train::Policy& p,
                          const mg::plan::PlanOptions& o) {
     std::string k = model_str(spec) + "|" + std::to_string(spec.gpt.dropout) + "|" + std::to_string(o.memory_limit) +
                     "|" + std::to_string(int(o.device)) + "|" + p.name + " " + p.str() + (p.selective ? "+s" : "");
@@ -156,8 +157,8 @@ class PlanMemo {
 // Each optimizer's plan in the chosen precision and policy, stepping after backward and inside it:
 // the peak, the Gradient category's own peak, the optimizer state and the bytes per parameter
 // (ZeRO's accounting: mixed-precision Adam holds 2 + 2 + K = 16 with K = 12).
-void print_optimizers(const StepFlags& flags, const mg::plan::ModelSpec& spec, const mg::plan::InputShape& shape,
-                      const mg::plan::Policy& policy, const mg::plan::PlanOptions& options, int64_t params,
+void print_optimizers(const StepFlags& flags, const mg::train::ModelSpec& spec, const mg::train::InputShape& shape,
+                      const mg::train::Policy& policy, const mg::plan::PlanOptions& options, int64_t params,
                       PlanMemo& plans) {
   std::printf("\noptimizers side by side (batch %lld x %lld, %s, checkpoint %s; bytes at the steady-state peak):\n",
               static_cast<long long>(flags.batch), static_cast<long long>(flags.seq), flags.precision.c_str(),
@@ -192,10 +193,11 @@ void print_optimizers(const StepFlags& flags, const mg::plan::ModelSpec& spec, c
 
 // What each precision mode stores (no checkpointing), and each policy in the chosen precision; all
 // on meta. For a GPT, a layer's activations in units of s*b*h (sequence x batch x width).
-void print_comparison(const StepFlags& flags, const mg::plan::ModelSpec& spec, const mg::plan::InputShape& shape,
-                      const mg::plan::Policy& chosen, const mg::plan::PlanOptions& options, int64_t params,
+void print_comparison(const StepFlags& flags, const mg::train::ModelSpec& spec, const mg::train::InputShape& shape,
+                      const mg::train::Policy& chosen, const mg::plan::PlanOptions& options, int64_t params,
                       PlanMemo& plans) {
   using namespace mg::plan;
+  using namespace mg::train;
   const int64_t n = spec.num_blocks();
   const bool gpt = spec.kind == ModelSpec::Kind::GPT, fused = gpt && spec.gpt.fused_attention;
   const double sbh = gpt ? double(flags.seq * flags.batch * spec.gpt.n_embd) : 0.0;
@@ -263,8 +265,8 @@ void print_comparison(const StepFlags& flags, const mg::plan::ModelSpec& spec, c
 
 // Every rank's planned peaks: one plan per class of ranks whose shares have the same sizes (the same
 // plan), so that any world size plans in the time of a few ranks.
-void print_rank_classes(const mg::plan::ModelSpec& spec, const mg::plan::InputShape& shape, const StepFlags& flags,
-                        const mg::plan::Policy& chosen, const mg::plan::PlanOptions& options) {
+void print_rank_classes(const mg::train::ModelSpec& spec, const mg::train::InputShape& shape, const StepFlags& flags,
+                        const mg::train::Policy& chosen, const mg::plan::PlanOptions& options) {
   const std::vector<mg::distributed::RankClass> classes = mg::plan::rank_classes(spec, step_options(flags));
   std::printf("\nevery rank's planned peaks (allocated, reserved) at ZeRO stage %d: %lld ranks in %zu %s\n",
               step_options(flags).sharding_stage(), static_cast<long long>(flags.world_size), classes.size(),
@@ -286,6 +288,7 @@ void print_rank_classes(const mg::plan::ModelSpec& spec, const mg::plan::InputSh
 
 int run_plan(const PlanFlags& f) {
   using namespace mg::plan;
+  using namespace mg::train;
   const auto t0 = std::chrono::steady_clock::now();
   const ModelSpec spec = model_spec(f.model, f.step.seq);
   const InputShape shape = input_shape(f.step);

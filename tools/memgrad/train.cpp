@@ -62,12 +62,12 @@ class Progress {
 // What the planner says about a run that ran out of memory under --memory-limit: the limit its step
 // needs, and what fits under this one (the largest batch; --checkpoint auto's choice). Under a
 // budget: the floor of its mode, planned on meta for the whole step, and of the other modes.
-std::string oom_advice(const TrainFlags& f, const mg::plan::ModelSpec& spec, const mg::plan::Policy& policy,
+std::string oom_advice(const TrainFlags& f, const mg::train::ModelSpec& spec, const mg::train::Policy& policy,
                        const mg::Device& device) {
   mg::plan::PlanOptions o;
   o.device = device.type;
   const int64_t limit = mg::memory_stats(device).limit;
-  const mg::plan::InputShape shape = input_shape(f.step);
+  const mg::train::InputShape shape = input_shape(f.step);
   const mg::plan::Program program = train_program(spec, f.step);
   if (mg::budget::enabled(device)) {
     const mg::budget::Options b = mg::budget::options(device);
@@ -216,7 +216,7 @@ void TrainRun::set_up() {
   mg::plan::PlanOptions target;
   target.device = device.type;
   policy = memgrad_cli::policy(step_flags, spec, rank == 0, target);
-  tokens = mg::checked_mul(f.step.batch, spec.kind == mg::plan::ModelSpec::Kind::GPT ? f.step.seq : 1);
+  tokens = mg::checked_mul(f.step.batch, spec.kind == mg::train::ModelSpec::Kind::GPT ? f.step.seq : 1);
   if (tokens) tokens = mg::checked_mul(*tokens, f.step.accum);
   if (!tokens)
     throw UsageError("--batch " + std::to_string(f.step.batch) + " x --seq " + std::to_string(f.step.seq) +
@@ -327,7 +327,7 @@ void TrainRun::run_steps() {
       const auto t0 = Clock::now();
       if (timeline) mg::annotate_memory("step " + std::to_string(step), device);
       mg::reset_peak(device);  // as the planner does: the step (gradients cleared first) is measured whole
-      loss = mg::plan::train_step(
+      loss = mg::train::train_step(
           *chain, *trainer, [&](int64_t) { return data.next(); }, policy);
       if (warmup) warmup->step();
       if (device.is_cuda()) mg::cuda::synchronize(device.index);

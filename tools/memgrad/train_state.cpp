@@ -4,7 +4,7 @@
 
 namespace memgrad_cli {
 
-std::string run_signature(const TrainFlags& f, const mg::plan::ModelSpec& spec, int64_t accum) {
+std::string run_signature(const TrainFlags& f, const mg::train::ModelSpec& spec, int64_t accum) {
   char buf[512];
   std::snprintf(
       buf, sizeof buf,

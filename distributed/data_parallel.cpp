@@ -211,13 +211,17 @@ void DataParallel::finish_backward() {
 bool DataParallel::any_rank(bool flag) const { return impl_->group->all_reduce(flag ? 1.0 : 0.0, ReduceOp::Max) != 0; }
 
 double DataParallel::clip_grad_norm_(double max_norm, double norm_type) {
+  std::function<double(double)> combine;  // the slices' parts summed across ranks (stages 1-3)
+  if (impl_->options.zero_stage_ > 0) {
+    ProcessGroup* g = impl_->group;
+    const ReduceOp op = std::isinf(norm_type) ? ReduceOp::Max : ReduceOp::Sum;
+    combine = [g, op](double partial) { return g->all_reduce(partial, op); };
+  }
+  // Half parameters: the masters' gradients are the half ones, read with the loss scaler's factor.
+  if (impl_->masters) return impl_->masters->clip_grad_norm_(max_norm, norm_type, combine);
   std::vector<Tensor> tensors;
   for (auto& [name, t] : optimizer_parameters()) tensors.push_back(t);
-  if (impl_->options.zero_stage_ == 0) return optim::clip_grad_norm_(tensors, max_norm, norm_type);
-  ProcessGroup* g = impl_->group;
-  const ReduceOp op = std::isinf(norm_type) ? ReduceOp::Max : ReduceOp::Sum;
-  return optim::clip_grad_norm_(tensors, max_norm, norm_type,
-                                [g, op](double partial) { return g->all_reduce(partial, op); });
+  return optim::clip_grad_norm_(tensors, max_norm, norm_type, combine);
 }
 
 void DataParallel::gather_parameters() {

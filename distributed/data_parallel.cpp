@@ -1,5 +1,6 @@
 #include <memgrad/distributed/data_parallel.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -98,7 +99,7 @@ DataParallel::DataParallel(const nn::NamedTensors& named, ProcessGroup& group, c
   for (auto& p : m.params) {
     if (m.units) {
       p.slice = m.units->piece_view(p.index);
-      for (int r = 0; r < m.size; ++r) p.chunk = std::max(p.chunk, m.slice(p, r).second - m.slice(p, r).first);
+      p.chunk = std::max(p.chunk, m.longest_piece(p));
       continue;
     }
     const auto [begin, end] = m.slice(p, m.rank);
@@ -107,6 +108,12 @@ DataParallel::DataParallel(const nn::NamedTensors& named, ProcessGroup& group, c
     else if (end > begin)
       p.slice = p.tensor.detach().view({-1}).narrow(0, begin, end - begin);
   }
+  // A rank past the last element of every parameter (more ranks than a parameter has elements) keeps
+  // an empty slice of the first: its optimizer then has a parameter (an optimizer over none is an
+  // error, as in torch), which never gets a gradient, and it runs the step every rank runs.
+  if (options.zero_stage_ > 0 &&
+      std::none_of(m.params.begin(), m.params.end(), [](auto& p) { return p.slice.defined(); }))
+    m.params[0].slice = m.params[0].tensor.detach().view({-1}).narrow(0, 0, 0);
   if (halves) {
     nn::NamedTensors slices;
     for (auto& p : m.params)
@@ -204,13 +211,17 @@ void DataParallel::finish_backward() {
 bool DataParallel::any_rank(bool flag) const { return impl_->group->all_reduce(flag ? 1.0 : 0.0, ReduceOp::Max) != 0; }
 
 double DataParallel::clip_grad_norm_(double max_norm, double norm_type) {
+  std::function<double(double)> combine;  // the slices' parts summed across ranks (stages 1-3)
+  if (impl_->options.zero_stage_ > 0) {
+    ProcessGroup* g = impl_->group;
+    const ReduceOp op = std::isinf(norm_type) ? ReduceOp::Max : ReduceOp::Sum;
+    combine = [g, op](double partial) { return g->all_reduce(partial, op); };
+  }
+  // Half parameters: the masters' gradients are the half ones, read with the loss scaler's factor.
+  if (impl_->masters) return impl_->masters->clip_grad_norm_(max_norm, norm_type, combine);
   std::vector<Tensor> tensors;
   for (auto& [name, t] : optimizer_parameters()) tensors.push_back(t);
-  if (impl_->options.zero_stage_ == 0) return optim::clip_grad_norm_(tensors, max_norm, norm_type);
-  ProcessGroup* g = impl_->group;
-  const ReduceOp op = std::isinf(norm_type) ? ReduceOp::Max : ReduceOp::Sum;
-  return optim::clip_grad_norm_(tensors, max_norm, norm_type,
-                                [g, op](double partial) { return g->all_reduce(partial, op); });
+  return optim::clip_grad_norm_(tensors, max_norm, norm_type, combine);
 }
 
 void DataParallel::gather_parameters() {

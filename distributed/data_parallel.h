@@ -36,8 +36,9 @@
 //   for each micro-batch i of A: dp.prepare_forward(); forward (the units through dp.run_unit);
 //                                loss / (A * world); dp.prepare_backward(i == A - 1);
 //                                backward(); dp.finish_backward();
-//   [scaler: unscale, found_inf merged with dp.any_rank]; dp.clip_grad_norm_(...); opt.step()
-//   [half parameters: dp.masters()->masters_to_params()]; dp.gather_parameters();
+//   [scaler: unscale, found_inf merged with dp.any_rank]; dp.clip_grad_norm_(...);
+//   opt.step() [half parameters: dp.masters()->use_model_grads() before clipping, then
+//   dp.masters()->step(opt) instead]; dp.gather_parameters();
 // with `opt` built over dp.optimizer_parameters().
 #pragma once
 #include <cstdint>

@@ -69,6 +69,19 @@ struct DataParallel::Impl {
     return {begin, std::min(p.numel, begin + p.chunk)};
   }
 
+  // Stage 3: the longest piece of p any rank holds: the ranks whose chunks hold its first and its end
+  // element, and one between them (a whole chunk), without a loop over every rank.
+  int64_t longest_piece(const Param& p) const {
+    const int64_t c = units->chunk(units->unit_of(p.index)), o = units->offset(p.index);
+    int64_t longest = 0;
+    for (int64_t r : {o / c, o / c + 1, (o + p.numel) / c})
+      if (r < size) {
+        const auto [begin, end] = units->piece(p.index, int(r));
+        longest = std::max(longest, end - begin);
+      }
+    return longest;
+  }
+
   void wait(Work& w) {
     const auto t0 = Clock::now();
     w.wait();
@@ -181,7 +194,8 @@ struct DataParallel::Impl {
         p.tensor.set_grad(Tensor());
         continue;
       }
-      if (options.zero_stage_ == 0 || !p.slice.defined()) continue;
+      if (options.zero_stage_ == 0 || !p.slice.defined() || p.slice.numel() == 0)
+        continue;  // (an empty slice: padding)
       const auto [begin, end] = slice(p, rank);
       p.slice.set_grad(options.zero_stage_ == 1 ? p.tensor.grad().view({-1}).narrow(0, begin, end - begin)
                                                 : buckets[p.bucket].shard_grad.narrow(0, p.slice_offset, end - begin));

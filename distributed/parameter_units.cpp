@@ -451,6 +451,7 @@ const std::string& ParameterUnits::name(size_t unit) const { return impl_->units
 int64_t ParameterUnits::elements(size_t unit) const { return impl_->units.at(unit).numel; }
 int64_t ParameterUnits::chunk(size_t unit) const { return impl_->units.at(unit).chunk; }
 size_t ParameterUnits::unit_of(size_t param) const { return impl_->params.at(param).unit; }
+int64_t ParameterUnits::offset(size_t param) const { return impl_->params.at(param).offset; }
 bool ParameterUnits::offloaded() const { return impl_->options.offload; }
 const Device& ParameterUnits::device() const { return impl_->device; }
 const UnitStats& ParameterUnits::stats() const { return impl_->stats; }

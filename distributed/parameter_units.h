@@ -85,6 +85,7 @@ class ParameterUnits {
   int64_t elements(size_t unit) const;  // its parameters' elements, unpadded
   int64_t chunk(size_t unit) const;     // elements of one rank's shard
   size_t unit_of(size_t param) const;
+  int64_t offset(size_t param) const;  // where the parameter starts in its unit's flat buffer
   bool offloaded() const;
   const Device& device() const;  // where the parameters compute
   // Rank `rank`'s piece of parameter i: elements [first, second) of the flattened parameter (first ==

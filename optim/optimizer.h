@@ -76,6 +76,14 @@ class Optimizer {
   void step(const Tensor& param);
   // Clears (set_to_none, PyTorch's default) or zeroes every parameter's .grad.
   void zero_grad(bool set_to_none = true);
+  // Mixed precision without float32 copies of the gradients (apex's FusedAdam): a float32 parameter
+  // may have a float16/bfloat16 gradient (a model's half gradient, given to its float32 master by
+  // amp::MasterWeights), which the step reads multiplied by `first`, then by `second` (the loss
+  // scaler's 1/scale and clipping's coefficient), each product rounded to float32: the values a
+  // float32 copy of the gradient scaled in place by mul_ would hold. The next step (either form)
+  // uses them and clears them. SGD and Adam(W) read half gradients in their kernels; the other
+  // optimizers get such a float32 copy made for one parameter at a time.
+  void set_grad_factors(double first, double second = 1.0);
 
   std::vector<ParamGroup>& param_groups() { return groups_; }
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
@@ -138,15 +146,22 @@ class Optimizer {
   Tensor& state_tensor(ParamState& state, const Tensor& param, const std::string& name, const std::string& key);
   // The options of the group holding `param`.
   const Hyperparameters& options_of(const Tensor& param) const;
+  // Whether update() takes float32 parameters with half gradients, read with grad_factors() (see
+  // set_grad_factors); otherwise step() hands it each such parameter alone with a float32 copy.
+  virtual bool reads_half_grads() const { return false; }
+  std::pair<double, double> grad_factors() const { return grad_factors_; }
 
  private:
   void check_group(ParamGroup& group);
   // step() over the parameters `which` accepts (all, or one for step(param)).
   void step_if(const std::function<bool(const Tensor&)>& which);
+  // update() of one float32 parameter whose gradient is half, given a float32 copy scaled by the factors.
+  void update_with_float32_grad(const Hyperparameters& options, const ParamUpdate& u);
   std::string type_;
   Hyperparameters defaults_;
   std::vector<ParamGroup> groups_;
   std::unordered_map<const TensorImpl*, ParamState> state_;
+  std::pair<double, double> grad_factors_{1.0, 1.0};
 };
 
 // Single-group conveniences: plain parameters, or named ones (module.named_parameters()).

@@ -183,21 +183,25 @@ double run_step(nn::Module& model, optim::Optimizer* opt, amp::GradScaler* scale
     phase("optimizer");
     std::optional<HostMemoryScope> on_host;  // offloaded parameters: the optimizer steps in host memory
     if (dp && dp->offloads_parameters()) on_host.emplace(dp->units()->device());
-    if (scaler && opt) {  // the float32 masters' gradients: unscaled on the way
+    // Half parameters: the float32 masters' step reads the half gradients (times 1/scale and the
+    // clipping coefficient) with no float32 copy of them (amp::MasterWeights::step).
+    if (scaler && opt) {
       masters ? scaler->unscale_(*opt, *masters) : scaler->unscale_(*opt);
       if (dp) scaler->merge_found_inf(dp->any_rank(scaler->found_inf()));
     } else if (masters) {
-      masters->grads_to_masters();
+      masters->use_model_grads();
     }
     if (options.clip_norm > 0)
-      dp ? dp->clip_grad_norm_(options.clip_norm)
-         : optim::clip_grad_norm_(masters ? masters->parameters() : model.parameters(), options.clip_norm);
+      dp        ? dp->clip_grad_norm_(options.clip_norm)
+      : masters ? masters->clip_grad_norm_(options.clip_norm)
+                : optim::clip_grad_norm_(model.parameters(), options.clip_norm);
     if (scaler && opt) {
       masters ? scaler->step(*opt, *masters) : scaler->step(*opt);
       scaler->update();
     } else if (opt) {
-      opt->step();
-      if (masters) masters->masters_to_params();
+      masters ? masters->step(*opt) : opt->step();
+    } else if (masters) {
+      masters->drop_grads();
     }
     if (dp) dp->gather_parameters();
     return total;

@@ -17,10 +17,12 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <memgrad/core/allocator.h>
 #include <memgrad/core/cuda.h>
+#include <memgrad/core/memory/trace.h>
 
 namespace mg::memory {
 
@@ -103,7 +105,10 @@ struct DeviceState {
   std::vector<std::pair<void*, Chunk*>> events;            // recorded at release on other streams (cuda only)
   uintptr_t next_meta_address = uintptr_t(1) << 40;
   uint64_t next_serial = 0;
-  bool detached = false;  // an IsolatedAllocator's state whose guard ended with blocks still live
+  bool detached = false;             // an IsolatedAllocator's state whose guard ended with blocks still live
+  AllocationTrace* trace = nullptr;  // a TraceRecorder's: every allocation and release
+  bool bare_oom = false;             // a TraceReplayer's: out of memory throws without the message and forensics
+  std::unordered_map<const Block*, uint64_t> traced;  // the live blocks' numbers in it
   FreeSet& pool(bool small) { return pools[small ? 0 : 1]; }
   ~DeviceState() {
     for (Block* b : spare_blocks) delete b;

@@ -14,6 +14,7 @@ namespace memory::impl {
                             OomCause cause) {
   auto& st = s.stats;
   ++st.num_ooms;
+  if (s.bare_oom) throw OutOfMemoryError("out of memory (a replayed allocation trace)");
   auto forensics = std::make_shared<const Fragmentation>(analyze(s, &b, stream, cause));
   record(s, MemoryEventKind::Oom, int64_t(std::min<size_t>(b.size, INT64_MAX)), 0, &b, Category::Other, {}, nullptr,
          nullptr, forensics);

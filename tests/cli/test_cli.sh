@@ -371,7 +371,17 @@ case $case_name in
     expect_output "^  2 .* <- --zero"
     expect_output "fp32 \\(4\\+4\\+8\\) +16.00 / 16.00 +9.00 / 9.00 +5.50 / 5.50 +2.00 / 2.00"
     expect_output "fp16 \\+ fp32 masters \\(2\\+2\\+12\\) +16.00 / 16.00 +5.50 / 5.50 +3.75 / 3.75 +2.00 / 2.00"
-    expect_output "^  rank 7: .* reserved"  # every rank's planned peaks
+    expect_output "^  ranks 0-7: .* reserved"  # every rank's planned peaks: one class (every slice the same size)
+    expect_output "8 ranks in 1 class"
+    # Any world size: ranks whose slices or pieces have the same sizes are planned once (a class), ranks
+    # past every parameter's last element included (700 ranks of the tiny GPT: "AdamW: got an empty
+    # parameter list" before; 2^20 ranks).
+    for zero in 1 2 3; do
+      for world in 700 1048576; do
+        expect_exit 0 "$bin" plan --model tiny --batch 1 --seq 64 --world-size $world --zero $zero --no-compare
+        expect_output "^every rank's planned peaks .*: $world ranks in [0-9]+ class"
+      done
+    done
     expect_exit 2 "$bin" plan --world-size 8 --rank 8
     expect_output "below --world-size"
     expect_exit 2 "$bin" plan --zero 4

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <limits>
+#include <map>
 
 #include "data_source.h"
 #include "report.h"
@@ -119,11 +120,46 @@ int run_timed_plans(const PlanFlags& f, const mg::train::ModelSpec& spec, const 
   return 0;
 }
 
+// The plans of the command's tables, each made once: a row that repeats another plan (the chosen one
+// is the fp32 row of the precisions, the none row of the policies and the adamw row of the
+// optimizers) reuses it. The tables read allocated figures only (PlanOptions::settle_reserved off).
+class PlanMemo {
+ public:
+  const mg::plan::StepReport& get(const mg::train::ModelSpec& spec, const StepFlags& s, const mg::train::Policy& p,
+                                  const mg::train::InputShape& shape, const mg::plan::PlanOptions& options) {
+    auto [it, fresh] = plans_.try_emplace(key(spec, s, p, options));
+    if (fresh) {
+      mg::plan::PlanOptions quick = options;
+      quick.settle_reserved = false;
+      it->second = plan(train_program(spec, s), mg::plan::context(shape, p), quick);
+    }
+    return it->second;
+  }
+  void put(const mg::train::ModelSpec& spec, const StepFlags& s, const mg::train::Policy& p,
+           const mg::plan::PlanOptions& options, const mg::plan::StepReport& r) {
+    plans_[key(spec, s, p, options)] = r;
+  }
+
+ private:
+  static std::string key(const mg::train::ModelSpec& spec, const StepFlags& s, const mg::train::Policy& p,
+                         const mg::plan::PlanOptions& o) {
+    std::string k = model_str(spec) + "|" + std::to_string(spec.gpt.dropout) + "|" + std::to_string(o.memory_limit) +
+                    "|" + std::to_string(int(o.device)) + "|" + p.name + " " + p.str() + (p.selective ? "+s" : "");
+    for (int64_t v : {s.batch, s.seq, s.accum, int64_t(s.zero), int64_t(s.bucket_cap), s.world_size, s.rank,
+                      int64_t(s.offload_params), int64_t(s.unit_prefetch), s.num_workers, s.prefetch,
+                      int64_t(s.pin_memory), int64_t(s.step_in_backward), int64_t(s.expandable_segments)})
+      k += "|" + std::to_string(v);
+    return k + "|" + s.optimizer + "|" + std::to_string(s.momentum) + "|" + s.precision + "|" + std::to_string(s.clip);
+  }
+  std::map<std::string, mg::plan::StepReport> plans_;
+};
+
 // Each optimizer's plan in the chosen precision and policy, stepping after backward and inside it:
 // the peak, the Gradient category's own peak, the optimizer state and the bytes per parameter
 // (ZeRO's accounting: mixed-precision Adam holds 2 + 2 + K = 16 with K = 12).
 void print_optimizers(const StepFlags& flags, const mg::train::ModelSpec& spec, const mg::train::InputShape& shape,
-                      const mg::train::Policy& policy, const mg::plan::PlanOptions& options, int64_t params) {
+                      const mg::train::Policy& policy, const mg::plan::PlanOptions& options, int64_t params,
+                      PlanMemo& plans) {
   std::printf("\noptimizers side by side (batch %lld x %lld, %s, checkpoint %s; bytes at the steady-state peak):\n",
               static_cast<long long>(flags.batch), static_cast<long long>(flags.seq), flags.precision.c_str(),
               policy.name.c_str());
@@ -137,9 +173,7 @@ void print_optimizers(const StepFlags& flags, const mg::train::ModelSpec& spec, 
         if (!entry.runs_sharded(stage)) continue;  // (see step_options)
         StepFlags s = flags;
         s.optimizer = entry.name, s.momentum = momentum, s.step_in_backward = in_backward;
-        mg::plan::PlanOptions quick = options;
-        quick.smallest_limit = false;
-        const mg::plan::StepReport q = plan(train_program(spec, s), mg::plan::context(shape, policy), quick);
+        const mg::plan::StepReport& q = plans.get(spec, s, policy, shape, options);
         const int64_t grads = q.peak_of(mg::Category::Gradient), state = q.category(mg::Category::OptimizerState),
                       param = q.category(mg::Category::Parameter);
         const std::string label = mg::optim::OptimizerSpec(entry.name, momentum).label();
@@ -157,7 +191,8 @@ void print_optimizers(const StepFlags& flags, const mg::train::ModelSpec& spec, 
 // What each precision mode stores (no checkpointing), and each policy in the chosen precision; all
 // on meta. For a GPT, a layer's activations in units of s*b*h (sequence x batch x width).
 void print_comparison(const StepFlags& flags, const mg::train::ModelSpec& spec, const mg::train::InputShape& shape,
-                      const mg::train::Policy& chosen, const mg::plan::PlanOptions& options, int64_t params) {
+                      const mg::train::Policy& chosen, const mg::plan::PlanOptions& options, int64_t params,
+                      PlanMemo& plans) {
   using namespace mg::plan;
   using namespace mg::train;
   const int64_t n = spec.num_blocks();
@@ -171,16 +206,14 @@ void print_comparison(const StepFlags& flags, const mg::train::ModelSpec& spec, 
   for (const char* precision : {"fp32", "fp16", "bf16", "fp16-storage", "bf16-storage"}) {
     StepFlags s = flags;
     s.precision = precision;
-    PlanOptions quick = options;
-    quick.smallest_limit = false;
-    const StepReport q = plan(train_program(spec, s), context(shape), quick);
+    const StepReport& q = plans.get(spec, s, Policy::none(), shape, options);
     std::printf("  %-13s %11s %11s %11s %11s %11s %11s", precision, mg::format_bytes(q.peak).c_str(),
                 mg::format_bytes(q.category(mg::Category::Parameter)).c_str(),
                 mg::format_bytes(q.category(mg::Category::Gradient)).c_str(),
                 mg::format_bytes(q.category(mg::Category::OptimizerState)).c_str(),
                 mg::format_bytes(q.category(mg::Category::Activation)).c_str(),
                 mg::format_bytes(q.category(mg::Category::Temporary) + q.category(mg::Category::Workspace)).c_str());
-    if (gpt) std::printf(" %11.2f", double(measure_block_costs(spec, shape, step_options(s)).held_bytes) / sbh);
+    if (gpt) std::printf(" %11.2f", double(measure_held_bytes(spec, shape, step_options(s))) / sbh);
     std::printf("\n");
   }
   std::printf(
@@ -205,10 +238,8 @@ void print_comparison(const StepFlags& flags, const mg::train::ModelSpec& spec, 
   for (auto& row : rows) {
     ModelSpec row_spec = spec;
     row_spec.gpt.fused_attention = row.fused;
-    PlanOptions quick = options;
-    quick.smallest_limit = false;
     const Program row_program = train_program(row_spec, flags);
-    const StepReport q = plan(row_program, context(shape, row.policy), quick);
+    const StepReport& q = plans.get(row_spec, flags, row.policy, shape, options);
     if (!none_peak) none_peak = q.peak;
     const std::string name = row.policy.name + (row.fused == fused ? "" : row.fused ? "+fused" : "+composed");
     std::printf("  %-14s %11s %11s %11s %8.1f%% %+7.1f%%", name.c_str(), mg::format_bytes(q.peak).c_str(),
@@ -226,7 +257,28 @@ void print_comparison(const StepFlags& flags, const mg::train::ModelSpec& spec, 
       "recomputing%s%s)\n",
       gpt ? fused ? "; +composed: the textbook attention core" : "; +fused: --attention fused" : "",
       flags.budget ? "; max batch: the largest whose steps run under the budget" : "");
-  print_optimizers(flags, spec, shape, chosen, options, params);
+  print_optimizers(flags, spec, shape, chosen, options, params, plans);
+}
+
+// Every rank's planned peaks: one plan per class of ranks whose shares have the same sizes (the same
+// plan), so that any world size plans in the time of a few ranks.
+void print_rank_classes(const mg::train::ModelSpec& spec, const mg::train::InputShape& shape, const StepFlags& flags,
+                        const mg::train::Policy& chosen, const mg::plan::PlanOptions& options) {
+  const std::vector<mg::distributed::RankClass> classes = mg::plan::rank_classes(spec, step_options(flags));
+  std::printf("\nevery rank's planned peaks (allocated, reserved) at ZeRO stage %d: %lld ranks in %zu %s\n",
+              step_options(flags).sharding_stage(), static_cast<long long>(flags.world_size), classes.size(),
+              classes.size() == 1 ? "class (every rank's share has the same sizes: one plan)"
+                                  : "classes (ranks whose shares have the same sizes have the same plan)");
+  for (const mg::distributed::RankClass& c : classes) {
+    StepFlags one = flags;
+    one.rank = c.first();
+    mg::plan::PlanOptions quick = options;
+    quick.smallest_limit = false;
+    const mg::plan::StepReport q = plan(train_program(spec, one), mg::plan::context(shape, chosen), quick);
+    std::printf("  %s %s: %s (%lld B), reserved %s (%lld B)\n", c.count == 1 ? "rank" : "ranks", c.str().c_str(),
+                mg::format_bytes(q.peak).c_str(), static_cast<long long>(q.peak), mg::format_bytes(q.reserved).c_str(),
+                static_cast<long long>(q.reserved));
+  }
 }
 
 }  // namespace
@@ -297,23 +349,13 @@ int run_plan(const PlanFlags& f) {
     std::printf("  largest batch whose steps run under %s: %lld\n", mg::format_bytes(int64_t(flags.budget)).c_str(),
                 static_cast<long long>(b));
   }
-  if (data_parallel && flags.world_size > 1) {  // every rank: the last ranks may hold smaller slices
-    std::printf("\nevery rank's planned peaks (allocated, reserved) at ZeRO stage %d:\n", step.sharding_stage());
-    const int64_t shown = std::min<int64_t>(flags.world_size, 8);
-    for (int64_t rank = 0; rank < shown; ++rank) {
-      const int64_t at = rank + 1 == shown ? flags.world_size - 1 : rank;  // past 8 ranks: the first 7 and the last
-      StepFlags one = flags;
-      one.rank = at;
-      PlanOptions quick = options;
-      quick.smallest_limit = false;
-      const StepReport q = plan(train_program(spec, one), context(shape, chosen), quick);
-      std::printf("  rank %lld: %s (%lld B), reserved %s (%lld B)\n", static_cast<long long>(at),
-                  mg::format_bytes(q.peak).c_str(), static_cast<long long>(q.peak),
-                  mg::format_bytes(q.reserved).c_str(), static_cast<long long>(q.reserved));
-    }
-  }
+  if (data_parallel && flags.world_size > 1) print_rank_classes(spec, shape, flags, chosen, options);
   if (data_parallel) std::printf("\n%s", zero_table(spec, shape, step, chosen).c_str());
-  if (f.compare) print_comparison(flags, spec, shape, chosen, options, params);
+  if (f.compare) {
+    PlanMemo plans;
+    plans.put(spec, flags, chosen, options, r);
+    print_comparison(flags, spec, shape, chosen, options, params, plans);
+  }
   return 0;
 }
 

@@ -59,6 +59,7 @@ struct StepReport {
   int64_t peak = 0;                     // allocated bytes at the last step's peak
   int64_t reserved = 0;                 // reserved bytes: the peak over all the steps run
   int64_t first_peak = 0;               // allocated bytes at the first step's peak
+  int64_t build_peak = 0;               // allocated bytes at the peak while the program was built
   // The smallest memory limit the steps run under: a limit kGranule bytes lower throws
   // OutOfMemoryError (found by bisection on meta runs; 0 when not searched). With no limit the cache
   // grows to `reserved`, which is at least this.

@@ -1,8 +1,11 @@
 // The built-in models as chains of blocks (ChainModel) and their training step.
 #include <memgrad/train/model.h>
 
+#include <optional>
+
 #include <memgrad/autograd/checkpoint.h>
 #include <memgrad/core/memory.h>
+#include <memgrad/nn/deferred.h>
 #include <memgrad/nn/loss.h>
 #include <memgrad/train/step_impl.h>
 
@@ -60,7 +63,9 @@ Chain gpt_chain(const std::shared_ptr<nn::GPT>& g) {
 }
 }  // namespace
 
-ChainModel::ChainModel(const ModelSpec& s, const Device& device) : spec_(s), device_(device) {
+ChainModel::ChainModel(const ModelSpec& s, const Device& device, bool deferred) : spec_(s), device_(device) {
+  std::optional<nn::DeferredInit> init;
+  if (deferred) init.emplace(std::make_shared<nn::DeferredParameters>(device));
   if (s.kind == ModelSpec::Kind::MLP) {
     auto m = std::make_shared<MLPChain>(s.mlp_layers, s.mlp_width, TensorOptions(device));
     mlp_ = m->layers;

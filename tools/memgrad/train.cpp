@@ -255,9 +255,9 @@ void TrainRun::set_up() {
 
 void TrainRun::build() {
   mg::manual_seed(f.seed);
-  chain.emplace(spec, device);
-  mg::nn::Module& model = chain->module();
   options = step_options(step_flags);
+  chain.emplace(spec, device, options.data_parallel());  // deferred: each rank materializes what it holds
+  mg::nn::Module& model = chain->module();
   options.units = chain->unit_names();  // --zero 3, --offload params: each block a unit
   trainer.emplace(
       model, options, [this](const mg::nn::NamedTensors& params) { return make_optimizer(f, params); }, group);

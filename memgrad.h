@@ -57,6 +57,7 @@
 #include <memgrad/optim/clip.h>
 #include <memgrad/optim/in_backward.h>
 #include <memgrad/optim/optimizer.h>
+#include <memgrad/optim/registry.h>
 #include <memgrad/optim/scheduler.h>
 #include <memgrad/optim/sgd.h>
 #include <memgrad/plan/planner.h>

@@ -65,7 +65,7 @@ Run measure(const train::ModelSpec& model, const train::InputShape& input, const
 
 void bench(const char* name, const train::ModelSpec& model, const train::InputShape& input, int steps,
            budget::Cost cost) {
-  const train::StepOptions step{train::OptimizerKind::AdamW, train::Precision::Float32};
+  const train::StepOptions step{optim::OptimizerSpec("adamw"), train::Precision::Float32};
   const Run free_run = measure(model, input, step, train::Policy::none(), steps);
   // Measured after one ordinary step, so AdamW's state is held throughout, as in the runs' peak.
   const plan::BlockCosts costs = plan::measure_block_costs(model, input, step);

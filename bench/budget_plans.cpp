@@ -16,7 +16,7 @@ using namespace mg;
 namespace {
 
 void bench(const char* name, const train::ModelSpec& spec, const train::InputShape& in) {
-  const plan::Program p = plan::program(spec, in, {train::OptimizerKind::AdamW, train::Precision::Float32});
+  const plan::Program p = plan::program(spec, in, {optim::OptimizerSpec("adamw"), train::Precision::Float32});
   const plan::StepContext ctx = plan::context(in);
   plan::StepContext cpu = ctx;
   cpu.device = kCPU;

@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
   config.vocab_size = arg(6, 8192), config.n_head = arg(7, 4);
   const auto model = train::ModelSpec::gpt_model(config);
   const train::InputShape input{arg(4, 4), arg(5, 128)};
-  const train::StepOptions options{train::OptimizerKind::AdamW, train::Precision::Float32};
+  const train::StepOptions options{optim::OptimizerSpec("adamw"), train::Precision::Float32};
   const int64_t n = config.n_layer;
 
   // The planned policy: the DP's fewest-recompute plan for a budget halfway between the

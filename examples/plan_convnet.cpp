@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
   for (auto precision :
        {mg::train::Precision::Float32, mg::train::Precision::BFloat16, mg::train::Precision::BFloat16Storage}) {
     mg::train::StepOptions step;
-    step.optimizer = mg::train::OptimizerKind::AdamW;
+    step.optimizer = mg::optim::OptimizerSpec("adamw");
     step.precision = precision;
     // The plan: zeros for data, on meta, for the CPU's kernels.
     const mg::plan::StepReport planned = mg::plan::plan(convnet::program(channels, blocks, size, step), ctx);

@@ -22,7 +22,7 @@ ModelStates model_states(const train::ModelSpec& model, const train::InputShape&
                                      .bucket_bytes(step.bucket_bytes)
                                      .units(chain.unit_names())
                                      .offload_parameters(step.offload_params));
-    auto opt = train::make_optimizer(step.optimizer, dp.optimizer_parameters());
+    auto opt = optim::make_optimizer(step.optimizer, dp.optimizer_parameters());
     train::StepOptions o = step;
     if (half_parameters)
       o.precision = train::Precision::Float32, o.grad_scaler = false;  // the model computes in float16
@@ -58,11 +58,8 @@ double zero_bytes_per_parameter(double p, double g, double k, int stage, int64_t
   return (stage >= 3 ? p / n : p) + (stage >= 2 ? g / n : g) + (stage >= 1 ? k / n : k);
 }
 
-double optimizer_state_bytes_per_parameter(train::OptimizerKind kind, bool masters) {
-  const double own = kind == train::OptimizerKind::Adam || kind == train::OptimizerKind::AdamW           ? 8
-                     : kind == train::OptimizerKind::Adam8bit || kind == train::OptimizerKind::AdamW8bit ? 2 + 8.0 / 256
-                     : kind == train::OptimizerKind::SGDMomentum                                         ? 4
-                                                                                                         : 0;
+double optimizer_state_bytes_per_parameter(const optim::OptimizerSpec& optimizer, bool masters) {
+  const double own = optimizer.is_none() ? 0 : optim::optimizer_entry(optimizer.name).state_bytes(optimizer);
   return own + (masters ? 4 : 0);
 }
 

@@ -30,10 +30,10 @@ ModelStates model_states(const train::ModelSpec& model, const train::InputShape&
 // Mixed-precision Adam is p = g = 2, k = 12 (float32 master, momentum, variance): 16, 4 + 12/N,
 // 2 + 14/N, 16/N.
 double zero_bytes_per_parameter(double p, double g, double k, int stage, int64_t world);
-// k for an optimizer: its own state (SGD 0, momentum 4, Adam and AdamW 8, the 8-bit Adams 2 + 8/256
-// for the tensors they quantize, Adafactor 0 in the limit: its factors grow with rows + columns),
-// plus 4 for float32 masters.
-double optimizer_state_bytes_per_parameter(train::OptimizerKind kind, bool masters);
+// k for an optimizer: its own state (optim::OptimizerEntry::state_bytes: SGD 0, momentum 4, Adam and
+// AdamW 8, the 8-bit Adams 2 + 8/256 for the tensors they quantize, Adafactor 0 in the limit:
+// its factors grow with rows + columns), plus 4 for float32 masters.
+double optimizer_state_bytes_per_parameter(const optim::OptimizerSpec& optimizer, bool masters);
 
 // The classes of ranks of a data-parallel run of `model` at step.world_size and its ZeRO stage (with
 // step.offload_params: stage 3's units): ranks whose shares of the parameters have the same sizes, which

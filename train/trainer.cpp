@@ -13,11 +13,7 @@
 #include <memgrad/core/random.h>
 #include <memgrad/nn/deferred.h>
 #include <memgrad/ops/ops.h>
-#include <memgrad/optim/adafactor.h>
-#include <memgrad/optim/adam.h>
-#include <memgrad/optim/adam8bit.h>
 #include <memgrad/optim/clip.h>
-#include <memgrad/optim/sgd.h>
 #include <memgrad/train/step_impl.h>
 
 namespace mg::train {
@@ -54,28 +50,6 @@ Precision parse_precision(const std::string& name) {
 }
 
 // ---- the training step
-
-std::unique_ptr<optim::Optimizer> make_optimizer(OptimizerKind kind, const nn::NamedTensors& params) {
-  switch (kind) {
-    case OptimizerKind::None:
-      return nullptr;
-    case OptimizerKind::SGD:
-      return std::make_unique<optim::SGD>(params, optim::SGDOptions(1e-3));
-    case OptimizerKind::SGDMomentum:
-      return std::make_unique<optim::SGD>(params, optim::SGDOptions(1e-3).momentum(0.9));
-    case OptimizerKind::Adam:
-      return std::make_unique<optim::Adam>(params);
-    case OptimizerKind::AdamW:
-      return std::make_unique<optim::AdamW>(params);
-    case OptimizerKind::Adam8bit:
-      return std::make_unique<optim::Adam8bit>(params);
-    case OptimizerKind::AdamW8bit:
-      return std::make_unique<optim::AdamW8bit>(params);
-    case OptimizerKind::Adafactor:
-      return std::make_unique<optim::Adafactor>(params);
-  }
-  return nullptr;
-}
 
 // The Trainer's step inside backward: the hooks, and this step's factors for the gradients they step
 // (the unscaling of half gradients into their masters, the clipping coefficient).
@@ -263,14 +237,16 @@ Trainer::Trainer(nn::Module& model, const StepOptions& options, const OptimizerF
   MG_CHECK(!options.offload_params || options.zero_stage == 0 || options.zero_stage == 3, ValueError,
            "train::Trainer: parameter offload runs ZeRO-3's schedule; expected zero_stage 0 or 3 with it, got ",
            options.zero_stage);
-  const bool pieces = options.sharding_stage() == 3;  // a rank steps 1-D pieces of its units' flat chunks
-  MG_CHECK(!pieces || make ||
-               (options.optimizer != OptimizerKind::Adam8bit && options.optimizer != OptimizerKind::AdamW8bit &&
-                options.optimizer != OptimizerKind::Adafactor),
-           ValueError,
-           "train::Trainer: ZeRO stage 3 and parameter offload step 1-D pieces of parameters, whose 8-bit blocks or "
-           "factored moments would not be one rank's; expected SGD, Adam or AdamW, got ",
-           options.optimizer == OptimizerKind::Adafactor ? "Adafactor" : "8-bit Adam");
+  // ZeRO's shards are flat slices of parameters (stages 1-2) or 1-D pieces of flat chunks (stage 3,
+  // parameter offload): an optimizer whose state needs more of a parameter (optim/registry.h) does not
+  // run on them.
+  const int stage = options.sharding_stage();
+  const auto check_shards = [&](const optim::OptimizerEntry& e) {
+    MG_CHECK(e.runs_sharded(stage), ValueError, "train::Trainer: ", e.name, " does not run under ZeRO stage ", stage,
+             options.offload_params ? " (parameter offload)" : "", ": ", e.why_not_sharded(stage), "; expected ",
+             optim::optimizer_names_at(stage));
+  };
+  if (!make && !options.optimizer.is_none()) check_shards(optim::optimizer_entry(options.optimizer.name));
   if (options.data_parallel()) {  // the masters of half parameters are dp's, sliced by rank
     MG_CHECK(options.world_size >= 1 && options.rank >= 0 && options.rank < options.world_size, ValueError,
              "train::Trainer: expected 0 <= rank < world_size, got rank ", options.rank, " of ", options.world_size);
@@ -291,16 +267,11 @@ Trainer::Trainer(nn::Module& model, const StepOptions& options, const OptimizerF
     masters_.emplace(params);
     params = masters_->named_parameters();
   }
-  opt_ = make ? make(params) : make_optimizer(options.optimizer, params);
-  // ZeRO's slices are flat pieces of parameters: Adafactor would factor nothing and take its
-  // relative step and clipping over a piece instead of the parameter.
-  MG_CHECK(!opt_ || options.zero_stage == 0 || opt_->type() != "Adafactor", ValueError,
-           "train::Trainer: Adafactor does not run under ZeRO stage ", options.zero_stage,
-           " (its moments are factored and its step scaled per parameter, and a rank holds flat slices); use ZeRO "
-           "stage 0");
+  opt_ = make ? make(params) : optim::make_optimizer(options.optimizer, params);
+  if (const optim::OptimizerEntry* e = opt_ ? optim::entry_of(*opt_) : nullptr) check_shards(*e);
   if (options.grad_scaler) scaler_.emplace(options.scaler);
   if (!options.step_in_backward) return;
-  MG_CHECK(opt_, ValueError, "train::Trainer: step_in_backward needs an optimizer, got OptimizerKind::None");
+  MG_CHECK(opt_, ValueError, "train::Trainer: step_in_backward needs an optimizer, got none");
   in_backward_ = std::make_unique<InBackward>();
   if (!masters_) {
     in_backward_->hooks = std::make_unique<optim::StepInBackward>(*opt_);

@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
   const bool gpt2 = argc > 1 && std::strcmp(argv[1], "--gpt2") == 0;
   constexpr int64_t MiB = int64_t(1) << 20;
   const auto model = mg::train::ModelSpec::mlp(8, 128);
-  const mg::train::StepOptions adamw{mg::train::OptimizerKind::AdamW, mg::train::Precision::Float32};
+  const mg::train::StepOptions adamw{mg::optim::OptimizerSpec("adamw"), mg::train::Precision::Float32};
   const int64_t budget = 4 * MiB;
 
   // 1. Real steps on a 4 MiB device, a fresh one per trial, until a plan's steady state (checked below).
@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
          {mg::train::Precision::Float32, mg::train::Precision::BFloat16, mg::train::Precision::BFloat16Storage})
       for (const mg::train::Policy& p : {mg::train::Policy::none(), mg::train::Policy::selective_only(),
                                          mg::train::Policy::sqrt_n(12), mg::train::Policy::every_block(12)}) {
-        const mg::train::StepOptions step{mg::train::OptimizerKind::AdamW, precision};
+        const mg::train::StepOptions step{mg::optim::OptimizerSpec("adamw"), precision};
         const int64_t b = mg::plan::largest_batch(gpt, {1, 1024}, step, p, gpu, {}, 1024);
         // Planned under the budget: a caching allocator is not monotone in its limit (one that empties
         // its cache sooner may pack better), so the smallest limit is sought below one known to run.

@@ -78,7 +78,7 @@ TEST_CASE("cuda: Adafactor on a matrix taller than CUDA's grid allows in y (6553
 TEST_CASE("cuda: a plan for cuda books Adafactor's scratch as its CUDA kernels allocate it") {
   for (bool in_backward : {false, true}) {
     train::StepOptions o;
-    o.optimizer = train::OptimizerKind::Adafactor;
+    o.optimizer = optim::OptimizerSpec("adafactor");
     o.step_in_backward = in_backward;
     const train::ModelSpec mlp = train::ModelSpec::mlp(3, 300);
     plan::PlanOptions target;

@@ -35,11 +35,11 @@ std::vector<Config> configs() {
   nn::GPTConfig g;
   g.vocab_size = 64, g.block_size = 8, g.n_layer = 2, g.n_head = 2, g.n_embd = 16, g.dropout = 0.1;
   train::StepOptions adamw;
-  adamw.optimizer = train::OptimizerKind::AdamW, adamw.clip_norm = 1.0;
+  adamw.optimizer = optim::OptimizerSpec("adamw"), adamw.clip_norm = 1.0;
   train::StepOptions fp16;
-  fp16.optimizer = train::OptimizerKind::SGDMomentum, fp16.precision = train::Precision::Float16, fp16.accum = 2;
+  fp16.optimizer = optim::OptimizerSpec("sgd", 0.9), fp16.precision = train::Precision::Float16, fp16.accum = 2;
   train::StepOptions bf16;
-  bf16.optimizer = train::OptimizerKind::Adam, bf16.precision = train::Precision::BFloat16;
+  bf16.optimizer = optim::OptimizerSpec("adam"), bf16.precision = train::Precision::BFloat16;
   nn::GPTConfig fused = g;
   fused.fused_attention = true;
   return {
@@ -75,16 +75,12 @@ struct Run {
     manual_seed(seed);
     chain.emplace(c.spec, kCPU);
     auto params = chain->module().named_parameters();
-    switch (c.step.optimizer) {
-      case train::OptimizerKind::SGDMomentum:
-        opt = std::make_unique<optim::SGD>(params, optim::SGDOptions(0.05).momentum(0.9));
-        break;
-      case train::OptimizerKind::Adam:
-        opt = std::make_unique<optim::Adam>(params, optim::AdamOptions(1e-2).amsgrad());
-        break;
-      default:
-        opt = std::make_unique<optim::AdamW>(params, optim::AdamWOptions(1e-2));
-    }
+    if (c.step.optimizer.name == "sgd")
+      opt = std::make_unique<optim::SGD>(params, optim::SGDOptions(0.05).momentum(0.9));
+    else if (c.step.optimizer.name == "adam")
+      opt = std::make_unique<optim::Adam>(params, optim::AdamOptions(1e-2).amsgrad());
+    else
+      opt = std::make_unique<optim::AdamW>(params, optim::AdamWOptions(1e-2));
     if (c.scaler) scaler.emplace(amp::GradScalerOptions().init_scale(256));
     leave();
   }

@@ -19,7 +19,7 @@ plan::StepReport measured(const plan::Program& program, plan::StepContext ctx, c
 
 TEST_CASE("plan: a user's residual ConvNet with BatchNorm, planned equals measured in fp32, bf16 and bf16 storage") {
   for (auto precision : {train::Precision::Float32, train::Precision::BFloat16, train::Precision::BFloat16Storage}) {
-    const train::StepOptions step{train::OptimizerKind::AdamW, precision};
+    const train::StepOptions step{optim::OptimizerSpec("adamw"), precision};
     const plan::Program program = convnet::program(8, 3, 8, step);
     for (const Policy& p : {Policy::none(), Policy::every_block(3), Policy::selective_only()}) {
       INFO(train::precision_name(precision), ", policy ", p.name);

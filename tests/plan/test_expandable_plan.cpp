@@ -41,7 +41,7 @@ std::vector<Job> jobs() {
   return {
       {"memgrad train (tiny GPT, 16 x 64)", train::ModelSpec::gpt_model(gpt(4, 4, 128, 256, 64)), {16, 64}, clipped},
       {"tests' tiny GPT, 3 x 16", train::ModelSpec::gpt_model(gpt(4, 2, 32, 64, 16)), {3, 16}, {}},
-      {"MLP 9 x 40, batch 5", train::ModelSpec::mlp(9, 40), {5, 1}, {train::OptimizerKind::SGDMomentum}},
+      {"MLP 9 x 40, batch 5", train::ModelSpec::mlp(9, 40), {5, 1}, {optim::OptimizerSpec("sgd", 0.9)}},
       {"MLP 8 x 256, batch 64", train::ModelSpec::mlp(8, 256), {64, 1}, {}}};
 }
 

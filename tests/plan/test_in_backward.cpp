@@ -12,7 +12,6 @@
 #include "expect_error.h"
 
 using namespace mg;
-using train::OptimizerKind;
 
 namespace {
 
@@ -58,9 +57,10 @@ void check_same(const train::ModelSpec& spec, const train::StepOptions& o, const
 }  // namespace
 
 TEST_CASE("step in backward: the same parameters as the ordinary step, bit for bit") {
-  for (OptimizerKind kind :
-       {OptimizerKind::SGDMomentum, OptimizerKind::AdamW, OptimizerKind::AdamW8bit, OptimizerKind::Adafactor}) {
-    CAPTURE(int(kind));
+  for (const optim::OptimizerSpec& kind :
+       std::vector<optim::OptimizerSpec>{optim::OptimizerSpec("sgd", 0.9), optim::OptimizerSpec("adamw"),
+                                         optim::OptimizerSpec("adamw8bit"), optim::OptimizerSpec("adafactor")}) {
+    CAPTURE(kind.label());
     train::StepOptions o;
     o.optimizer = kind;
     SUBCASE("plain") { check_same(tiny_gpt(), o); }
@@ -143,9 +143,10 @@ TEST_CASE("step in backward: the API steps each parameter and frees its gradient
 TEST_CASE("step in backward: the Gradient peak is one gradient's bytes; the plan equals the measured steps") {
   // An MLP of 4 Linear(64, 64): the largest gradient is a weight's 16 KiB.
   const train::ModelSpec mlp = train::ModelSpec::mlp(4, 64);
-  for (OptimizerKind kind :
-       {OptimizerKind::SGD, OptimizerKind::AdamW, OptimizerKind::AdamW8bit, OptimizerKind::Adafactor}) {
-    CAPTURE(int(kind));
+  for (const optim::OptimizerSpec& kind :
+       std::vector<optim::OptimizerSpec>{optim::OptimizerSpec("sgd"), optim::OptimizerSpec("adamw"),
+                                         optim::OptimizerSpec("adamw8bit"), optim::OptimizerSpec("adafactor")}) {
+    CAPTURE(kind.label());
     train::StepOptions o;
     o.optimizer = kind;
     o.step_in_backward = true;
@@ -189,10 +190,10 @@ TEST_CASE("step in backward: refused with data parallelism, without an optimizer
   o.step_in_backward = true;
   o.world_size = 2;
   expect_error<ValueError>([&] { train::Trainer t(model.module(), o); }, {"step_in_backward", "data parallelism"});
-  o.world_size = 1, o.optimizer = OptimizerKind::None;
+  o.world_size = 1, o.optimizer = optim::OptimizerSpec::none();
   expect_error<ValueError>([&] { train::Trainer t(model.module(), o); }, {"step_in_backward needs an optimizer"});
-  o.optimizer = OptimizerKind::AdamW;
-  auto opt = train::make_optimizer(OptimizerKind::AdamW, model.module().named_parameters());
+  o.optimizer = optim::OptimizerSpec("adamw");
+  auto opt = optim::make_optimizer(optim::OptimizerSpec("adamw"), model.module().named_parameters());
   expect_error<ValueError>(
       [&] {
         train::train_step(

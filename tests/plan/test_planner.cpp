@@ -161,7 +161,7 @@ TEST_CASE("plan: planned equals measured on the CPU, allocated and reserved, eve
     const auto costs = plan::measure_block_costs(model, input);
     for (const Policy& p : {Policy::none(), Policy::every_block(9), Policy::sqrt_n(9), Policy::selective_only(),
                             plan::choose_dp(costs, costs.overhead + 5 * costs.held_bytes)}) {
-      for (auto opt : {train::OptimizerKind::AdamW, train::OptimizerKind::SGDMomentum}) {
+      for (auto opt : {optim::OptimizerSpec("adamw"), optim::OptimizerSpec("sgd", 0.9)}) {
         INFO("policy ", p.name, " ", p.str());
         const auto planned = plan_peak(model, input, {opt}, p);
         check_same(planned, measured(model, input, {opt}, p, planned));
@@ -183,7 +183,7 @@ TEST_CASE("plan: planned equals measured on the CPU, allocated and reserved, eve
     const auto model = train::ModelSpec::gpt_model(tiny_gpt());
     const train::InputShape input{2, 16};
     for (auto precision : {train::Precision::Float16, train::Precision::BFloat16, train::Precision::BFloat16Storage}) {
-      const train::StepOptions step{train::OptimizerKind::Adam, precision};
+      const train::StepOptions step{optim::OptimizerSpec("adam"), precision};
       for (const Policy& p : {Policy::none(), Policy::sqrt_n(4), Policy::selective_only()}) {
         INFO("policy ", p.name, ", precision ", train::precision_name(precision));
         const auto planned = plan_peak(model, input, step, p);
@@ -199,7 +199,7 @@ TEST_CASE("plan: planned equals measured on the CPU, allocated and reserved, eve
 TEST_CASE("plan: a plan for cuda books the cuda kernels' scratch, not the cpu's") {
   // The CPU widens half operands to float32 in scratch; cuBLAS multiplies them as they are.
   const auto model = train::ModelSpec::mlp(3, 64);
-  const train::StepOptions step{train::OptimizerKind::SGD, train::Precision::BFloat16Storage};
+  const train::StepOptions step{optim::OptimizerSpec("sgd"), train::Precision::BFloat16Storage};
   plan::PlanOptions cpu = peak_only(), cuda = peak_only();
   cuda.device = DeviceType::CUDA;
   const auto for_cpu = plan::plan(model, {8, 1}, step, Policy::none(), cpu);
@@ -332,13 +332,13 @@ std::vector<Case> small_cases() {
           {"MLP n=6 (narrow batch, SGD momentum)",
            train::ModelSpec::mlp(6, 40),
            {5, 1},
-           {train::OptimizerKind::SGDMomentum}},
+           {optim::OptimizerSpec("sgd", 0.9)}},
           {"tiny GPT n=5", train::ModelSpec::gpt_model(g), {3, 16}, {}},
-          {"tiny GPT n=5, SGD", train::ModelSpec::gpt_model(g), {3, 16}, {train::OptimizerKind::SGD}},
+          {"tiny GPT n=5, SGD", train::ModelSpec::gpt_model(g), {3, 16}, {optim::OptimizerSpec("sgd")}},
           {"tiny GPT n=5, bfloat16 storage",
            train::ModelSpec::gpt_model(g),
            {2, 16},
-           {train::OptimizerKind::Adam, train::Precision::BFloat16Storage}}};
+           {optim::OptimizerSpec("adam"), train::Precision::BFloat16Storage}}};
 }
 }  // namespace
 

@@ -33,8 +33,8 @@ Config draw(std::mt19937_64& rng) {
   std::ostringstream os;
   train::StepOptions step;
   step.optimizer =
-      pick(rng, std::vector<train::OptimizerKind>{train::OptimizerKind::SGD, train::OptimizerKind::SGDMomentum,
-                                                  train::OptimizerKind::Adam, train::OptimizerKind::AdamW});
+      pick(rng, std::vector<optim::OptimizerSpec>{optim::OptimizerSpec("sgd"), optim::OptimizerSpec("sgd", 0.9),
+                                                  optim::OptimizerSpec("adam"), optim::OptimizerSpec("adamw")});
   step.precision = pick(rng, std::vector<train::Precision>{train::Precision::Float32, train::Precision::Float16,
                                                            train::Precision::BFloat16, train::Precision::Float16Storage,
                                                            train::Precision::BFloat16Storage});
@@ -45,8 +45,8 @@ Config draw(std::mt19937_64& rng) {
   step.grad_scaler = step.precision == train::Precision::Float16 ||
                      step.precision == train::Precision::Float16Storage || between(rng, 0, 3) == 0;
   step.scaler.init_scale(8.0);
-  os << "optimizer " << int(step.optimizer) << ", " << train::precision_name(step.precision) << ", accum " << step.accum
-     << ", clip " << step.clip_norm << (step.grad_scaler ? ", scaler" : "");
+  os << "optimizer " << step.optimizer.label() << ", " << train::precision_name(step.precision) << ", accum "
+     << step.accum << ", clip " << step.clip_norm << (step.grad_scaler ? ", scaler" : "");
   Config c;
   c.ctx.batch = between(rng, 1, 5);
   int64_t n = 0;

@@ -164,10 +164,12 @@ void add_step_flags(CLI::App& app, StepFlags& s) {
   app.add_option("-t,--seq", s.seq, "GPT sequence length (and block size)")
       ->transform(integer_in(1, kMaxCount))
       ->capture_default_str();
-  app.add_option("--optimizer", s.optimizer,
-                 "sgd, adam, adamw, adam8bit or adamw8bit (8-bit moments in blocks of 256, as bitsandbytes), or "
-                 "adafactor (factored second moments, torch.optim.Adafactor)")
-      ->check(CLI::IsMember({"sgd", "adam", "adamw", "adam8bit", "adamw8bit", "adafactor"}))
+  std::string optimizers;  // "sgd (...), adam, ... or lion (...)"
+  const std::vector<mg::optim::OptimizerEntry>& entries = mg::optim::optimizers();
+  for (size_t i = 0; i < entries.size(); ++i)
+    optimizers += (i == 0 ? "" : i + 1 == entries.size() ? " or " : ", ") + entries[i].help;
+  app.add_option("--optimizer", s.optimizer, optimizers)
+      ->check(CLI::IsMember(mg::optim::optimizer_names()))
       ->capture_default_str();
   app.add_flag("--step-in-backward", s.step_in_backward,
                "step each parameter inside backward as soon as its gradient is complete, and free that gradient "
@@ -255,7 +257,6 @@ std::string model_str(const mg::train::ModelSpec& spec) {
 }
 
 mg::train::StepOptions step_options(const StepFlags& s) {
-  using mg::train::OptimizerKind;
   mg::train::StepOptions o;
   o.accum = s.accum;
   o.clip_norm = s.clip;
@@ -263,27 +264,20 @@ mg::train::StepOptions step_options(const StepFlags& s) {
   o.grad_scaler = s.precision.rfind("fp16", 0) == 0;
   o.world_size = s.world_size, o.rank = s.rank, o.zero_stage = s.zero, o.bucket_bytes = int64_t(s.bucket_cap);
   o.offload_params = s.offload_params, o.unit_prefetch = s.unit_prefetch;
-  o.optimizer = s.optimizer == "sgd"         ? (s.momentum > 0 ? OptimizerKind::SGDMomentum : OptimizerKind::SGD)
-                : s.optimizer == "adam"      ? OptimizerKind::Adam
-                : s.optimizer == "adam8bit"  ? OptimizerKind::Adam8bit
-                : s.optimizer == "adamw8bit" ? OptimizerKind::AdamW8bit
-                : s.optimizer == "adafactor" ? OptimizerKind::Adafactor
-                                             : OptimizerKind::AdamW;
+  const mg::optim::OptimizerEntry& optimizer = mg::optim::optimizer_entry(s.optimizer);
+  o.optimizer = mg::optim::OptimizerSpec(s.optimizer, optimizer.has_momentum ? s.momentum : 0);
   o.step_in_backward = s.step_in_backward;
-  if (s.optimizer == "adafactor" && s.zero > 0)
-    throw UsageError("--optimizer adafactor does not run under --zero " + std::to_string(s.zero) +
-                     ": its moments are factored and its step scaled per parameter, and a rank holds flat slices");
+  // ZeRO's shards cut parameters: into flat slices (stages 1-2), into 1-D pieces of flat chunks (stage 3 and
+  // --offload params). An element-wise update takes them as they are; other state needs more (optim/registry.h).
+  const int stage = o.sharding_stage();
+  if (!optimizer.runs_sharded(stage))
+    throw UsageError("--optimizer " + s.optimizer + " does not run under " +
+                     (s.offload_params ? std::string("--offload params") : "--zero " + std::to_string(s.zero)) + ": " +
+                     optimizer.why_not_sharded(stage) + "; use " + mg::optim::optimizer_names_at(stage));
   if (o.step_in_backward && o.data_parallel())
     throw UsageError(
         "--step-in-backward does not run with data parallelism (--zero, several processes, --offload params): a "
         "parameter could be stepped only once its gradient bucket's reduction or its unit's copy had finished");
-  // Stage 3's chunks cut parameters anywhere: the optimizer steps 1-D pieces of them, which an element-wise
-  // update takes as it is, but 8-bit blocks and Adafactor's factored rows and columns would not match one rank's.
-  if ((s.zero == 3 || s.offload_params) &&
-      (s.optimizer == "adafactor" || s.optimizer.find("8bit") != std::string::npos))
-    throw UsageError("--optimizer " + s.optimizer + " does not run under --zero 3 or --offload params: a rank steps " +
-                     "1-D pieces of its units' flat chunks, and its state (quantization blocks, factored moments) " +
-                     "needs whole parameters; use sgd, adam or adamw");
   return o;
 }
 

@@ -48,9 +48,9 @@ struct ModelFlags {
 };
 
 struct StepFlags {
-  int64_t batch = 0, seq = 0;       // seq is the GPT's block size too
-  std::string optimizer = "adamw";  // sgd | adam | adamw | adam8bit | adamw8bit | adafactor
-  double momentum = 0.0;            // sgd
+  int64_t batch = 0, seq = 0;                              // seq is the GPT's block size too
+  std::string optimizer = mg::optim::default_optimizer();  // a name of optim/registry.h
+  double momentum = 0.0;                                   // sgd
   std::string precision = "fp32";   // fp32 | fp16 | bf16 (autocast) | fp16-storage | bf16-storage
   std::string checkpoint = "none";  // none | every-K | sqrt | selective | auto
   uint64_t budget = 0;              // bytes; `auto` chooses segments for it

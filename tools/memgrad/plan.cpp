@@ -165,26 +165,23 @@ void print_optimizers(const StepFlags& flags, const mg::train::ModelSpec& spec, 
               policy.name.c_str());
   std::printf("  %-14s %-9s %11s %11s %11s %11s %9s %9s\n", "optimizer", "step", "peak", "Gradient", "OptState",
               "Param", "state/N", "P+G+S/N");
-  const std::pair<const char*, double> kinds[] = {{"sgd", 0.0},      {"sgd", 0.9},      {"adam", 0.0},
-                                                  {"adamw", 0.0},    {"adam8bit", 0.0}, {"adamw8bit", 0.0},
-                                                  {"adafactor", 0.0}};
-  for (auto [name, momentum] : kinds)
-    for (bool in_backward : {false, true}) {
-      const bool units = flags.zero == 3 || flags.offload_params;  // the optimizer steps pieces of flat units
-      if (in_backward && (flags.world_size > 1 || flags.zero > 0 || flags.offload_params)) continue;  // not with dp
-      if (std::string(name) == "adafactor" && (flags.zero > 0 || units)) continue;  // nor on slices or pieces
-      if (units && std::string(name).find("8bit") != std::string::npos) continue;   // (see step_options)
-      StepFlags s = flags;
-      s.optimizer = name, s.momentum = momentum, s.step_in_backward = in_backward;
-      const mg::plan::StepReport& q = plans.get(spec, s, policy, shape, options);
-      const int64_t grads = q.peak_of(mg::Category::Gradient), state = q.category(mg::Category::OptimizerState),
-                    param = q.category(mg::Category::Parameter);
-      const std::string label = std::string(name) + (momentum > 0 ? "+momentum" : "");
-      std::printf("  %-14s %-9s %11s %11s %11s %11s %9.3f %9.3f\n", label.c_str(), in_backward ? "in bwd" : "after",
-                  mg::format_bytes(q.peak).c_str(), mg::format_bytes(grads).c_str(), mg::format_bytes(state).c_str(),
-                  mg::format_bytes(param).c_str(), double(state) / double(params),
-                  double(param + grads + state) / double(params));
-    }
+  const int stage = flags.offload_params ? 3 : flags.zero;  // the optimizer steps slices or pieces of parameters
+  for (const mg::optim::OptimizerEntry& entry : mg::optim::optimizers())
+    for (double momentum : entry.has_momentum ? std::vector<double>{0.0, 0.9} : std::vector<double>{0.0})
+      for (bool in_backward : {false, true}) {
+        if (in_backward && (flags.world_size > 1 || flags.zero > 0 || flags.offload_params)) continue;  // not with dp
+        if (!entry.runs_sharded(stage)) continue;  // (see step_options)
+        StepFlags s = flags;
+        s.optimizer = entry.name, s.momentum = momentum, s.step_in_backward = in_backward;
+        const mg::plan::StepReport& q = plans.get(spec, s, policy, shape, options);
+        const int64_t grads = q.peak_of(mg::Category::Gradient), state = q.category(mg::Category::OptimizerState),
+                      param = q.category(mg::Category::Parameter);
+        const std::string label = mg::optim::OptimizerSpec(entry.name, momentum).label();
+        std::printf("  %-14s %-9s %11s %11s %11s %11s %9.3f %9.3f\n", label.c_str(), in_backward ? "in bwd" : "after",
+                    mg::format_bytes(q.peak).c_str(), mg::format_bytes(grads).c_str(), mg::format_bytes(state).c_str(),
+                    mg::format_bytes(param).c_str(), double(state) / double(params),
+                    double(param + grads + state) / double(params));
+      }
   std::printf(
       "  (Gradient: the category's own peak in the step; OptState at the step's peak, masters included in the\n"
       "   storage precisions; state/N and P+G+S/N: bytes per parameter, ZeRO's K and its 2 + 2 + K = 16 for\n"

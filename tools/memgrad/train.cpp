@@ -27,14 +27,11 @@ constexpr bool kBuiltWithCuda = false;
 #endif
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+// The optimizer of --optimizer with the command's --lr (and --momentum) over `params`.
 std::unique_ptr<mg::optim::Optimizer> make_optimizer(const TrainFlags& f, const mg::nn::NamedTensors& params) {
-  using namespace mg::optim;
-  if (f.step.optimizer == "sgd") return std::make_unique<SGD>(params, SGDOptions(f.lr).momentum(f.step.momentum));
-  if (f.step.optimizer == "adam") return std::make_unique<Adam>(params, AdamOptions(f.lr));
-  if (f.step.optimizer == "adam8bit") return std::make_unique<Adam8bit>(params, Adam8bitOptions(f.lr));
-  if (f.step.optimizer == "adamw8bit") return std::make_unique<AdamW8bit>(params, AdamW8bitOptions(f.lr));
-  if (f.step.optimizer == "adafactor") return std::make_unique<Adafactor>(params, AdafactorOptions(f.lr));
-  return std::make_unique<AdamW>(params, AdamWOptions(f.lr));
+  mg::optim::OptimizerSpec spec(f.step.optimizer, f.step.momentum);  // (only an optimizer with momentum reads it)
+  spec.lr = f.lr;
+  return mg::optim::make_optimizer(spec, params);
 }
 
 // A line that redraws itself on a terminal, or a plain line every `every` steps otherwise.
@@ -387,7 +384,8 @@ void TrainRun::run_steps() {
 int run_train(const TrainFlags& f) {
   // Files written later (the state at the end, the timeline after a few steps) are checked first.
   if (!f.save.empty()) check_writable("--save", f.save);
-  if (!f.save.empty() && f.step.zero > 0 && f.step.optimizer.find("8bit") != std::string::npos)
+  const mg::optim::OptimizerEntry& optimizer = mg::optim::optimizer_entry(f.step.optimizer);
+  if (!f.save.empty() && f.step.zero > 0 && optimizer.runs_sharded(f.step.zero) && !optimizer.gathers_sharded())
     throw UsageError("--save with --zero " + std::to_string(f.step.zero) + " and --optimizer " + f.step.optimizer +
                      ": ZeRO gathers only optimizer state shaped like its parameter, not 8-bit blocks; use --zero 0");
   if (!f.log.empty()) check_writable("--log", f.log);

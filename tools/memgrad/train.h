@@ -10,7 +10,7 @@ namespace memgrad_cli {
 
 struct TrainFlags {
   ModelFlags model{"tiny"};
-  StepFlags step{16, 64, "adamw", 0.0, "fp32", "none", 0, 1, 1.0};  // clip 1.0 by default
+  StepFlags step{16, 64, mg::optim::default_optimizer(), 0.0, "fp32", "none", 0, 1, 1.0};  // clip 1.0 by default
   std::string device = "auto";
   int64_t steps = 400;
   double lr = 3e-3;

@@ -43,6 +43,8 @@ struct PlanOptions {
   // bytes in the same order): every later step then allocates and frees as the last, and only the
   // reserved bytes, which depend on the cache's layout, could still change. Implies no smallest_limit.
   bool settle_reserved = true;
+  // Called with what a long planner (mixed_candidates) is about to plan, for progress lines.
+  std::function<void(const std::string&)> progress;
   // Run the steps under the budget runtime (budget::enable with these options, the allocator's cache
   // off, memory_limit as its limit): its evictions, recomputes, offloads, floor and modeled time.
   std::optional<budget::Options> budget;

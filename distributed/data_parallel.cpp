@@ -87,15 +87,21 @@ DataParallel::DataParallel(const nn::NamedTensors& named, ProcessGroup& group, c
   }
   for (auto& b : m.buckets) m.layouts.push_back(b.layout);
 
+  const bool deferred = nn::is_placeholder(m.params[0].tensor);
+  MG_CHECK(!deferred || (options.zero_stage_ == 3 && options.deferred_), ValueError,
+           "DataParallel: placeholder parameters (built under nn::DeferredInit) are materialized by ZeRO stage 3 "
+           "with DataParallelOptions::deferred; at stage ",
+           options.zero_stage_, " materialize them first");
   NoGradGuard ng;
-  for (auto& p : m.params) {  // every rank starts from rank 0's values
+  for (auto& p : m.params) {  // every rank starts from rank 0's values (deferred: computes the same)
+    if (deferred) break;
     Tensor values = p.tensor.detach();
     m.group->broadcast(values, 0).wait();
     values.storage()->bump_version();
   }
   if (options.zero_stage_ == 3)  // the parameters become views of their units, each rank keeping its shard
-    m.units = std::make_unique<ParameterUnits>(named, group,
-                                               UnitOptions{options.units_, options.offload_, options.prefetch_});
+    m.units = std::make_unique<ParameterUnits>(
+        named, group, UnitOptions{options.units_, options.offload_, options.prefetch_, options.deferred_});
   for (auto& p : m.params) {
     if (m.units) {
       p.slice = m.units->piece_view(p.index);

@@ -51,6 +51,7 @@
 #include <memgrad/amp/master_weights.h>
 #include <memgrad/distributed/parameter_units.h>
 #include <memgrad/distributed/process_group.h>
+#include <memgrad/nn/deferred.h>
 #include <memgrad/nn/module.h>
 #include <memgrad/optim/optimizer.h>
 
@@ -62,11 +63,15 @@ struct DataParallelOptions {
   std::vector<std::string> units_;            // stage 3: module paths, one unit each (UnitOptions::units)
   bool offload_ = false;                      // stage 3: shards in host memory (UnitOptions::offload)
   bool prefetch_ = true;                      // stage 3: gather the next unit ahead (UnitOptions::prefetch)
+  // Stage 3: the recipes of placeholder parameters (a model built under nn::DeferredInit), each
+  // rank materializing its shards only (UnitOptions::deferred).
+  std::shared_ptr<nn::DeferredParameters> deferred_;
   DataParallelOptions& zero_stage(int s) { return zero_stage_ = s, *this; }
   DataParallelOptions& bucket_bytes(int64_t b) { return bucket_bytes_ = b, *this; }
   DataParallelOptions& units(std::vector<std::string> u) { return units_ = std::move(u), *this; }
   DataParallelOptions& offload_parameters(bool on = true) { return offload_ = on, *this; }
   DataParallelOptions& prefetch(bool on) { return prefetch_ = on, *this; }
+  DataParallelOptions& deferred(std::shared_ptr<nn::DeferredParameters> d) { return deferred_ = std::move(d), *this; }
 };
 
 // One bucket: parameters (indices into the constructor's list), their dtype, and its sizes.
@@ -80,7 +85,8 @@ struct BucketLayout {
 class DataParallel {
  public:
   // `params` (name, leaf that requires grad; contiguous; all float32/float64, or all half with float32
-  // masters made here) are broadcast from rank 0, so every rank starts from the same values.
+  // masters made here) are broadcast from rank 0, so every rank starts from the same values (at stage 3
+  // they may be placeholders with options.deferred's recipes: every rank materializes its shards).
   DataParallel(const nn::NamedTensors& params, ProcessGroup& group, const DataParallelOptions& options = {});
   ~DataParallel();
   DataParallel(const DataParallel&) = delete;

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <optional>
 #include <thread>
 
 #include <memgrad/core/budget/budget.h>
@@ -363,14 +364,18 @@ ParameterUnits::ParameterUnits(const nn::NamedTensors& named, ProcessGroup& grou
   Impl& m = *impl_;
   MG_CHECK(!named.empty(), ValueError, "ParameterUnits: expected parameters, got none");
   m.group = &group, m.options = options, m.rank = group.rank(), m.size = group.size();
-  m.device = named[0].second.device();
+  const Device params_device = named[0].second.device();
   const DType dtype = named[0].second.dtype();
+  const bool deferred = nn::is_placeholder(named[0].second);
+  MG_CHECK(!deferred || options.deferred, ValueError,
+           "ParameterUnits: placeholder parameters (nn::DeferredInit) need UnitOptions::deferred, their recipes");
+  m.device = deferred ? options.deferred->device() : params_device;
   for (auto& [name, t] : named) {
     MG_CHECK(t.defined() && t.is_leaf() && t.requires_grad() && is_floating(t.dtype()) && t.is_contiguous(), ValueError,
              "ParameterUnits: expected contiguous floating leaf tensors that require grad, got '", name, "'");
-    MG_CHECK(t.device() == m.device && t.dtype() == dtype, ValueError,
-             "ParameterUnits: expected every parameter on one device in one dtype (", m.device, ", ", dtype, "), got '",
-             name, "' on ", t.device(), " in ", t.dtype());
+    MG_CHECK(t.device() == params_device && t.dtype() == dtype && nn::is_placeholder(t) == deferred, ValueError,
+             "ParameterUnits: expected every parameter on one device in one dtype (", params_device, ", ", dtype,
+             deferred ? ", placeholders" : "", "), got '", name, "' on ", t.device(), " in ", t.dtype());
   }
   MG_CHECK(m.device.is_cuda() || m.device.is_cpu() || m.device.is_meta(), DeviceError,
            "ParameterUnits: expected parameters on cpu, cuda or meta, got ", m.device);
@@ -408,18 +413,29 @@ ParameterUnits::ParameterUnits(const nn::NamedTensors& named, ProcessGroup& grou
   for (auto& u : m.units) {
     u.chunk = std::max<int64_t>(1, (u.numel + m.size - 1) / m.size);
     u.flat = detail::comm_buffer(u.chunk * m.size, dtype, m.device, Category::Parameter, u.name + " (gathered)", true);
-    for (size_t j : u.params) {
-      Impl::Param& p = m.params[j];
-      u.flat.narrow(0, p.offset, p.tensor.numel()).copy_(p.tensor.detach().reshape({-1}));
-    }
-    const Tensor mine = u.flat.narrow(0, int64_t(m.rank) * u.chunk, u.chunk);
-    if (options.offload) {
-      HostMemoryScope in_host(m.device);
-      u.shard =
-          detail::comm_buffer(u.chunk, dtype, host_device(m.device), Category::Parameter, u.name + " (shard)", false);
-      u.shard.copy_(mine);
+    if (deferred) {  // nothing to copy from: the bytes go at once, and the shard is computed
+      u.flat.storage()->release_bytes();
+      std::optional<HostMemoryScope> in_host;
+      if (options.offload) in_host.emplace(m.device);
+      u.shard = detail::comm_buffer(u.chunk, dtype, options.offload ? host_device(m.device) : m.device,
+                                    Category::Parameter, u.name + " (shard)", true);
+      for (size_t j : u.params) {
+        const auto [begin, end] = piece(j, m.rank);
+        if (end > begin)
+          options.deferred->materialize(
+              m.params[j].tensor,
+              u.shard.narrow(0, m.params[j].offset + begin - int64_t(m.rank) * u.chunk, end - begin), begin);
+      }
     } else {
-      u.shard = detail::comm_buffer(u.chunk, dtype, m.device, Category::Parameter, u.name + " (shard)", false);
+      for (size_t j : u.params) {
+        Impl::Param& p = m.params[j];
+        u.flat.narrow(0, p.offset, p.tensor.numel()).copy_(p.tensor.detach().reshape({-1}));
+      }
+      const Tensor mine = u.flat.narrow(0, int64_t(m.rank) * u.chunk, u.chunk);
+      std::optional<HostMemoryScope> in_host;
+      if (options.offload) in_host.emplace(m.device);
+      u.shard = detail::comm_buffer(u.chunk, dtype, options.offload ? host_device(m.device) : m.device,
+                                    Category::Parameter, u.name + " (shard)", false);
       u.shard.copy_(mine);
     }
     for (size_t j : u.params) {
@@ -428,7 +444,7 @@ ParameterUnits::ParameterUnits(const nn::NamedTensors& named, ProcessGroup& grou
       const auto [begin, end] = piece(j, m.rank);
       if (end > begin) p.piece = u.shard.narrow(0, p.offset + begin - int64_t(m.rank) * u.chunk, end - begin);
     }
-    u.flat.storage()->release_bytes();
+    if (u.flat.storage()->has_bytes()) u.flat.storage()->release_bytes();
   }
   Impl* impl = impl_.get();
   for (size_t i = 0; i < m.params.size(); ++i)

@@ -43,6 +43,8 @@ struct PlanOptions {
   // bytes in the same order): every later step then allocates and frees as the last, and only the
   // reserved bytes, which depend on the cache's layout, could still change. Implies no smallest_limit.
   bool settle_reserved = true;
+  // Called with what a long planner (mixed_candidates) is about to plan, for progress lines.
+  std::function<void(const std::string&)> progress;
   // Run the steps under the budget runtime (budget::enable with these options, the allocator's cache
   // off, memory_limit as its limit): its evictions, recomputes, offloads, floor and modeled time.
   std::optional<budget::Options> budget;
@@ -59,6 +61,7 @@ struct StepReport {
   int64_t peak = 0;                     // allocated bytes at the last step's peak
   int64_t reserved = 0;                 // reserved bytes: the peak over all the steps run
   int64_t first_peak = 0;               // allocated bytes at the first step's peak
+  int64_t build_peak = 0;               // allocated bytes at the peak while the program was built
   // The smallest memory limit the steps run under: a limit kGranule bytes lower throws
   // OutOfMemoryError (found by bisection on meta runs; 0 when not searched). With no limit the cache
   // grows to `reserved`, which is at least this.

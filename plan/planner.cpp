@@ -112,6 +112,7 @@ StepReport run_steps(const Program& program, const StepContext& given, const Pla
   std::vector<std::string> layouts;  // after steps 1, 2, ...
   try {
     const Step step = program(ctx);
+    r.build_peak = memory_stats(device).peak_allocated;
     for (int64_t k = 1;; ++k) {
       r.steps = k;
       reset_peak(device);
@@ -286,7 +287,8 @@ std::string StepReport::str() const {
 
 Program program(const train::ModelSpec& model, const train::InputShape& input, const train::StepOptions& step) {
   return [model, input, step](const StepContext& ctx) -> Step {
-    auto chain = std::make_shared<train::ChainModel>(model, ctx.device);
+    // Data parallelism builds the model deferred: each rank materializes what it holds (nn/deferred.h).
+    auto chain = std::make_shared<train::ChainModel>(model, ctx.device, step.data_parallel());
     train::StepOptions o = step;
     o.units = chain->unit_names();
     auto trainer = std::make_shared<train::Trainer>(chain->module(), o);

@@ -2,6 +2,7 @@
 // command runs for real.
 #include <memgrad/train/trainer.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -10,6 +11,7 @@
 #include <memgrad/core/error.h>
 #include <memgrad/core/host_memory.h>
 #include <memgrad/core/random.h>
+#include <memgrad/nn/deferred.h>
 #include <memgrad/ops/ops.h>
 #include <memgrad/optim/clip.h>
 #include <memgrad/train/step_impl.h>
@@ -224,8 +226,14 @@ Trainer::Trainer(nn::Module& model, const StepOptions& options, const OptimizerF
            "train::Trainer: step_in_backward does not run with data parallelism (a parameter could be stepped only "
            "once its bucket's reduction had finished), got world size ",
            options.world_size, " and ZeRO stage ", options.zero_stage);
-  if (auto half = storage_dtype(options.precision)) model.to(*half);
+  if (auto half = storage_dtype(options.precision)) model.to(*half);  // (a deferred model's placeholders: their dtype)
   nn::NamedTensors params = model.named_parameters();
+  // A model built under nn::DeferredInit: ZeRO-3 and parameter offload materialize each rank's shards
+  // only (ParameterUnits); otherwise every parameter is materialized whole, in its storage dtype.
+  const std::shared_ptr<nn::DeferredParameters> deferred = model.deferred_parameters();
+  if (deferred && options.sharding_stage() != 3 &&
+      std::any_of(params.begin(), params.end(), [](auto& p) { return nn::is_placeholder(p.second); }))
+    for (auto& [name, p] : params) deferred->materialize(p, name);
   MG_CHECK(!options.offload_params || options.zero_stage == 0 || options.zero_stage == 3, ValueError,
            "train::Trainer: parameter offload runs ZeRO-3's schedule; expected zero_stage 0 or 3 with it, got ",
            options.zero_stage);
@@ -252,7 +260,8 @@ Trainer::Trainer(nn::Module& model, const StepOptions& options, const OptimizerF
                                                           .bucket_bytes(options.bucket_bytes)
                                                           .units(options.units)
                                                           .offload_parameters(options.offload_params)
-                                                          .prefetch(options.unit_prefetch));
+                                                          .prefetch(options.unit_prefetch)
+                                                          .deferred(deferred));
     params = dp_->optimizer_parameters();
   } else if (storage_dtype(options.precision)) {
     masters_.emplace(params);

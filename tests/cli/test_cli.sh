@@ -462,6 +462,26 @@ case $case_name in
     expect_exit 2 "$bin" train "${plain[@]}" --offload params --step-in-backward
     expect_output "--offload params"
     ;;
+  train_plan)  # memgrad train carries out a mixed plan (chosen now, or saved by memgrad plan): the losses of the run without a budget
+    run=(train -b 8 -t 64 --dropout 0.1 --steps 4 --sample 0 --timeline '')
+    expect_exit 0 "$bin" "${run[@]}" --log plain.csv
+    expect_exit 0 "$bin" "${run[@]}" --budget 18MiB --plan mixed --cost-model fixed --log mixed.csv
+    expect_output "the plan carried out \\(the [A-Za-z ()]+ candidate, chosen now\\)"
+    expect_output "each step's allocated peak .*: exact in every step"
+    same_losses mixed.csv plain.csv 0  # the same arithmetic: only where the saved tensors wait differs
+    expect_exit 0 "$bin" plan --model tiny -b 8 -t 64 --dropout 0.1 --budget 18MiB --plan mixed --cost-model fixed \
+      --save-plan tiny.plan --no-compare
+    expect_output "memgrad train --plan tiny.plan carries it out"
+    expect_exit 0 "$bin" "${run[@]}" --plan tiny.plan --log file.csv
+    expect_output "from tiny.plan"
+    expect_output "exact in every step"
+    same_losses file.csv plain.csv 0
+    expect_exit 2 "$bin" train -b 4 -t 64 --steps 2 --sample 0 --timeline '' --plan tiny.plan
+    expect_output "planned for another run"
+    expect_exit 2 "$bin" "${run[@]}" --plan mixed
+    expect_output "needs --budget"
+    expect_exit 2 "$bin" "${run[@]}" --plan tiny.plan --checkpoint sqrt
+    ;;
   ranks_fail)  # ranks that disagree, a rank stuck, a rank killed: an error on the others, never a hang
     [ -n "${MG_MPIEXEC:-}" ] || { echo "SKIPPED: memgrad was built without MPI"; exit 77; }
     run=("$bin" train "${small[@]}" --steps 2)

@@ -47,7 +47,8 @@ std::unique_ptr<optim::Optimizer> adamw(const nn::NamedTensors& params) {
 // `steps` steps of the tiny GPT as memgrad train runs them (train::Trainer), from `resume` if given.
 Run run_training(const Config& c, int steps, const optim::StateDict* resume = nullptr, int first_step = 0) {
   manual_seed(1234);
-  train::ChainModel chain(tiny_gpt(), kCPU);
+  // Data parallel as memgrad train builds it: deferred, each rank materializing what it holds.
+  train::ChainModel chain(tiny_gpt(), kCPU, c.zero > 0 || c.offload || c.group);
   train::Trainer trainer(chain.module(), step_options(c, chain), adamw, c.group);
   dist::DataParallel* dp = trainer.data_parallel();
   if (resume) {
@@ -356,7 +357,7 @@ TEST_CASE("ZeRO-3 [mpi]: each rank's ledger holds its shards, and the planner pr
     int64_t peaks[2] = {0, 0};
     {
       manual_seed(5);
-      train::ChainModel chain(spec, kCPU);
+      train::ChainModel chain(spec, kCPU, true);  // deferred: each rank materializes its shards
       const Formula f = formula(chain, n, r);
       Config c;
       c.group = &g, c.zero = 3;

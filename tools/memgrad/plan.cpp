@@ -6,6 +6,7 @@
 #include <map>
 
 #include "data_source.h"
+#include "plan_file.h"
 #include "report.h"
 
 namespace memgrad_cli {
@@ -35,6 +36,8 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
                  "tensor by an ILP) or offloads saved tensors, timed by the cost model, each candidate run on meta "
                  "under the budget")
       ->check(CLI::IsMember({"mixed"}));
+  app.add_option("--save-plan", f.save_plan,
+                 "--plan mixed: write the chosen plan to this file, which memgrad train --plan FILE carries out");
   app.add_option("--pareto", f.pareto,
                  "write the memory-time curve (none, sqrt, selective, DP, ILP, mixed and dynamic remat; predicted, and "
                  "measured once on the cpu) to this HTML file (.svg: the picture alone)");
@@ -56,28 +59,22 @@ int run_timed_plans(const PlanFlags& f, const mg::train::ModelSpec& spec, const 
   using namespace mg::plan;
   using namespace mg::train;
   if (!f.plan.empty() && !f.step.budget) throw UsageError("--plan mixed needs --budget (e.g. --budget 20MiB)");
+  if (!f.save_plan.empty() && f.plan.empty()) throw UsageError("--save-plan writes the plan of --plan mixed: give it");
+  if (!f.save_plan.empty()) check_writable("--save-plan", f.save_plan);
   const bool cpu = f.device == "cpu";
   if (f.cost_model == "fit" && !cpu) throw UsageError("--cost-model fit runs steps on the cpu: use --device cpu");
   const Program program = train_program(spec, f.step);
   StepContext ctx = context(shape);
-  mg::budget::CostModel model = mg::budget::CostModel::fixed();
-  if (f.cost_model == "fit") {
-    ctx.device = mg::kCPU;
-    model = fit_cost_model(program, ctx, options);
-  }
-  std::printf("cost model (%s): %s\n\n", f.cost_model == "fit" ? "fitted to 3 steps on this cpu" : "fixed",
-              model.str().c_str());
   if (!f.plan.empty()) {
     const int64_t budget = int64_t(f.step.budget);
-    const std::vector<TimedPlan> candidates = mixed_candidates(program, ctx, budget, model, options);
+    std::vector<TimedPlan> candidates;  // chosen as memgrad train --plan mixed chooses it
+    TimedPlan mixed = choose_mixed_plan(spec, f.step, budget, f.cost_model, options, &candidates);
+    std::printf("cost model (%s): %s\n\n", f.cost_model == "fit" ? "fitted to 3 steps on this cpu" : "fixed",
+                mixed.runtime.model.str().c_str());
     std::printf("candidates under %s (%lld B), each run on meta under it:\n%s\n", mg::format_bytes(budget).c_str(),
                 static_cast<long long>(budget), pareto_table(candidates).c_str());
     const TimedPlan dp = best_recompute(candidates);
-    TimedPlan mixed = best_mixed(candidates);
-    if (!mixed.fits())
-      throw mg::OutOfMemoryError("--plan mixed: no plan keeps, recomputes or offloads its way under " +
-                                 mg::format_bytes(budget) + " (" + std::to_string(budget) +
-                                 " B); memgrad train --remat dynamic --offload all goes lowest.");
+    if (!f.save_plan.empty()) save_plan(f.save_plan, mixed, plan_signature(spec, f.step));
     if (cpu) measure_plan(program, ctx, mixed, options);
     const size_t apart = mixed.runtime.directives.size();  // a per-tensor plan's storages
     std::printf("mixed plan (the %s candidate won): %s, segments %s, %speak %lld B, predicted %.2f ms a step",
@@ -87,8 +84,18 @@ int run_timed_plans(const PlanFlags& f, const mg::train::ModelSpec& spec, const 
     if (mixed.measured >= 0) std::printf(" (measured once on the cpu: %.2f ms)", mixed.measured * 1e3);
     if (dp.fits()) std::printf("; the best recompute-only plan: %.2f ms", dp.predicted * 1e3);
     std::printf("\n");
+    if (!f.save_plan.empty())
+      std::printf("the plan: %s (memgrad train --plan %s carries it out)\n", f.save_plan.c_str(), f.save_plan.c_str());
   }
   if (f.pareto.empty()) return 0;
+  mg::budget::CostModel model = mg::budget::CostModel::fixed();
+  if (f.cost_model == "fit") {
+    ctx.device = mg::kCPU;
+    model = fit_cost_model(program, ctx, options);
+  }
+  if (f.plan.empty())
+    std::printf("cost model (%s): %s\n\n", f.cost_model == "fit" ? "fitted to 3 steps on this cpu" : "fixed",
+                model.str().c_str());
   // The budgets: shares of the unconstrained peak, and dynamic remat's floor.
   mg::budget::Options keep;
   keep.remat = mg::budget::Remat::None, keep.model = model;

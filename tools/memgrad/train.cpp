@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 
+#include "plan_file.h"
 #include "report.h"
 #include "sharding.h"
 #include "train_run.h"
@@ -128,6 +129,15 @@ void add_train_flags(CLI::App& app, TrainFlags& f) {
                  "measured ones (DTR's: the machine's load decides)")
       ->check(CLI::IsMember({"modeled", "measured"}))
       ->capture_default_str();
+  app.add_option("--plan", f.plan,
+                 "mixed: train under --budget with the fastest plan that keeps, recomputes or offloads each saved "
+                 "tensor, chosen as memgrad plan --budget B --plan mixed chooses it (--cost-model); or a file that "
+                 "memgrad plan --plan mixed --save-plan wrote: the same plan without choosing again");
+  app.add_option("--cost-model", f.cost_model,
+                 "--plan mixed: fit (the kernels' rates fitted to a few steps on this cpu) or fixed (100 GFLOP/s, "
+                 "10 GB/s)")
+      ->check(CLI::IsMember({"fit", "fixed"}))
+      ->capture_default_str();
   app.add_option("--seed", f.seed, "seed of parameters, data and dropout")
       ->transform(any_uint64())
       ->capture_default_str();
@@ -191,6 +201,12 @@ void TrainRun::set_up() {
     throw UsageError(
         "--zero 3 gathers and releases each block's parameters itself: it runs under a plain "
         "--memory-limit, not under the budget of --remat or --offload activations|optimizer|all");
+  if (!f.plan.empty() &&
+      (data_parallel || f.remat != "none" || f.offload != "none" || f.memory_limit || f.step.checkpoint != "none"))
+    throw UsageError(
+        "--plan carries out one process's plan under its own budget: expected no --zero, mpirun, --remat, --offload, "
+        "--memory-limit or --checkpoint with it (the plan chooses the segments)");
+  if (f.plan == "mixed" && !f.step.budget) throw UsageError("--plan mixed needs --budget (e.g. --budget 18MiB)");
   budgeted = f.remat != "none" || (f.offload != "none" && !offload_params);
   if (budgeted && !f.memory_limit)
     throw UsageError("--remat and --offload keep training under --memory-limit: give one");
@@ -212,7 +228,15 @@ void TrainRun::set_up() {
   shape = input_shape(f.step);
   mg::plan::PlanOptions target;
   target.device = device.type;
-  policy = memgrad_cli::policy(step_flags, spec, rank == 0, target);
+  if (!f.plan.empty()) {  // the plan's segments, and the device under its budget runtime
+    timed = f.plan == "mixed" ? choose_mixed_plan(spec, step_flags, int64_t(f.step.budget), f.cost_model, target)
+                              : load_plan(f.plan, plan_signature(spec, step_flags));
+    policy = timed->policy;
+    apply_plan(device, *timed);
+    budgeted = true;
+  } else {
+    policy = memgrad_cli::policy(step_flags, spec, rank == 0, target);
+  }
   tokens = mg::checked_mul(f.step.batch, spec.kind == mg::train::ModelSpec::Kind::GPT ? f.step.seq : 1);
   if (tokens) tokens = mg::checked_mul(*tokens, f.step.accum);
   if (!tokens)
@@ -252,9 +276,9 @@ void TrainRun::set_up() {
 
 void TrainRun::build() {
   mg::manual_seed(f.seed);
-  chain.emplace(spec, device);
-  mg::nn::Module& model = chain->module();
   options = step_options(step_flags);
+  chain.emplace(spec, device, options.data_parallel());  // deferred: each rank materializes what it holds
+  mg::nn::Module& model = chain->module();
   options.units = chain->unit_names();  // --zero 3, --offload params: each block a unit
   trainer.emplace(
       model, options, [this](const mg::nn::NamedTensors& params) { return make_optimizer(f, params); }, group);
@@ -309,7 +333,8 @@ void TrainRun::run_steps() {
   if (!f.log.empty() && rank == 0) {
     log.open(f.log);
     if (!log) throw mg::IOError("--log: cannot write " + f.log);
-    log << "step,loss,tokens_per_s,allocated\n";
+    log << "step,loss,tokens_per_s,allocated" << (f.plan.empty() ? "" : ",step_ms,predicted_ms,peak,planned_peak")
+        << "\n";
   }
   if (timeline) mg::record_history(true, 1000000);
   tokens_per_step = *tokens * ranks;
@@ -324,6 +349,7 @@ void TrainRun::run_steps() {
       const auto t0 = Clock::now();
       if (timeline) mg::annotate_memory("step " + std::to_string(step), device);
       mg::reset_peak(device);  // as the planner does: the step (gradients cleared first) is measured whole
+      if (timed) mg::budget::begin_step(device);  // a per-tensor plan's storages are counted per step
       loss = mg::train::train_step(
           *chain, *trainer, [&](int64_t) { return data.next(); }, policy);
       if (warmup) warmup->step();
@@ -333,6 +359,7 @@ void TrainRun::run_steps() {
       if (profile) profiled_seconds += dt;
       const mg::MemoryStats m = mg::memory_stats(device);
       const int64_t peak = m.peak_allocated - base.allocated;
+      if (timed) step_seconds.push_back(dt), step_peaks.push_back(peak);
       reserved = std::max(reserved, m.peak_reserved - base.reserved);
       if (step == first) peaks[0] = peak;
       for (int c = 0; c < mg::kNumCategories; ++c)
@@ -349,9 +376,14 @@ void TrainRun::run_steps() {
       progress.update(step, loss, double(tokens_per_step) / dt, m);
       if (log) {
         char line[128];
-        std::snprintf(line, sizeof line, "%lld,%.9g,%.1f,%lld\n", static_cast<long long>(step), loss,
+        std::snprintf(line, sizeof line, "%lld,%.9g,%.1f,%lld", static_cast<long long>(step), loss,
                       double(tokens_per_step) / dt, static_cast<long long>(m.allocated));
         log << line;
+        if (timed)  // each step's time and peak beside the plan's (its first step, or the steady one)
+          std::snprintf(line, sizeof line, ",%.3f,%.3f,%lld,%lld", dt * 1e3, timed->predicted * 1e3,
+                        static_cast<long long>(peak),
+                        static_cast<long long>(step == 1 ? timed->planned.first_peak : timed->planned.peak));
+        log << (timed ? line : "") << "\n";
       }
       if (timeline && step == std::min(first + f.timeline_steps - 1, f.steps)) {  // once: off clears it
         write_memory_files(f.timeline, f.snapshot, device,

@@ -27,6 +27,7 @@
 #include <memgrad/core/device.h>
 #include <memgrad/core/dtype.h>
 #include <memgrad/core/error.h>
+#include <memgrad/core/files.h>
 #include <memgrad/core/flops.h>
 #include <memgrad/core/grad_mode.h>
 #include <memgrad/core/host_memory.h>

@@ -94,13 +94,13 @@ std::string file_with(const std::string& header, const std::string& data = "") {
 TEST_CASE("safetensors hostile: only regular files are read; the error names the file") {
   TempDir dir;
   // A directory: the header length came from a failed stream (bad_alloc, length_error or "not JSON").
-  expect_error<IOError>([&] { nn::load_safetensors(dir.path); }, {dir.path, "is a directory"});
+  expect_error<IOError>([&] { nn::load_safetensors(dir.path); }, {dir.path, "is a folder; expected a regular file"});
   // A FIFO with no writer: opening it must not block, nor reading wait for data.
   const std::string fifo = dir / "fifo";
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
-  expect_error<IOError>([&] { nn::load_safetensors(fifo); }, {fifo, "not a regular file"});
-  expect_error<IOError>([] { nn::load_safetensors("/dev/zero"); }, {"'/dev/zero'", "not a regular file"});
-  expect_error<IOError>([&] { nn::load_safetensors(dir / "absent"); }, {"absent", "cannot be opened"});
+  expect_error<IOError>([&] { nn::load_safetensors(fifo); }, {fifo, "is a FIFO"});
+  expect_error<IOError>([] { nn::load_safetensors("/dev/zero"); }, {"'/dev/zero'", "is a character device"});
+  expect_error<IOError>([&] { nn::load_safetensors(dir / "absent"); }, {"absent", "no such file"});
 }
 
 TEST_CASE("safetensors hostile: a file that shrinks while it is read gives the offset of the short read") {

@@ -26,6 +26,7 @@
 #include <memgrad/core/cuda.h>
 #include <memgrad/core/device.h>
 #include <memgrad/core/dtype.h>
+#include <memgrad/core/env.h>
 #include <memgrad/core/error.h>
 #include <memgrad/core/files.h>
 #include <memgrad/core/flops.h>

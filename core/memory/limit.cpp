@@ -24,6 +24,10 @@ namespace memory::impl {
   m += " (" + std::string(category_name(b.category)) + ")";
   if (cause == OomCause::DeviceRefused)
     m += mg::detail::str("; the device refused a segment of ", format_byte_count(segment_size));
+  if (cause == OomCause::AddressSpace)
+    m += mg::detail::str("; the system refused ", format_byte_count(segment_size),
+                         " of address space for a new expandable segment (a limit on the process's address space, "
+                         "such as ulimit -v, is below it: raise it, or run without expandable segments)");
   if (cause == OomCause::TooLarge)
     m += mg::detail::str("; no device can address more than ", format_byte_count(memory::kMaxRequest));
   if (cause == OomCause::Injected) m += "; injected by memory::fail_allocation_after (a test hook)";

@@ -480,6 +480,8 @@ Trainer::Trainer(nn::Module& model, const StepOptions& options, const OptimizerF
            "factored moments would not be one rank's; expected SGD, Adam or AdamW, got ",
            options.optimizer == OptimizerKind::Adafactor ? "Adafactor" : "8-bit Adam");
   if (options.data_parallel()) {  // the masters of half parameters are dp's, sliced by rank
+    const bool eight_bit =
+        options.optimizer == OptimizerKind::Adam8bit || options.optimizer == OptimizerKind::AdamW8bit;
     MG_CHECK(options.world_size >= 1 && options.rank >= 0 && options.rank < options.world_size, ValueError,
              "plan: expected 0 <= rank < world_size, got rank ", options.rank, " of ", options.world_size);
     if (!group) {
@@ -492,13 +494,15 @@ Trainer::Trainer(nn::Module& model, const StepOptions& options, const OptimizerF
                                                           .bucket_bytes(options.bucket_bytes)
                                                           .units(options.units)
                                                           .offload_parameters(options.offload_params)
-                                                          .prefetch(options.unit_prefetch));
+                                                          .prefetch(options.unit_prefetch)
+                                                          .slice_multiple(eight_bit ? optim::Adam8bit::kBlockSize : 1));
     params = dp_->optimizer_parameters();
   } else if (storage_dtype(options.precision)) {
     masters_.emplace(params);
     params = masters_->named_parameters();
   }
   opt_ = make ? make(params) : make_optimizer(options.optimizer, params);
+  if (dp_ && opt_) dp_->attach(*opt_);  // ZeRO-1/2: 8-bit state in the whole parameter's blocks, sliced
   // ZeRO's slices are flat pieces of parameters: Adafactor would factor nothing and take its
   // relative step and clipping over a piece instead of the parameter.
   MG_CHECK(!opt_ || options.zero_stage == 0 || opt_->type() != "Adafactor", ValueError,

@@ -102,7 +102,7 @@ DataParallel::DataParallel(const nn::NamedTensors& named, ProcessGroup& group, c
   for (auto& p : m.params) {
     if (m.units) {
       p.slice = m.units->piece_view(p.index);
-      for (int r = 0; r < m.size; ++r) p.chunk = std::max(p.chunk, m.slice(p, r).second - m.slice(p, r).first);
+      p.chunk = std::max(p.chunk, m.units->longest_piece(p.index));
       continue;
     }
     const auto [begin, end] = m.slice(p, m.rank);

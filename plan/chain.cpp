@@ -501,7 +501,9 @@ Trainer::Trainer(nn::Module& model, const StepOptions& options, const OptimizerF
     masters_.emplace(params);
     params = masters_->named_parameters();
   }
-  opt_ = make ? make(params) : make_optimizer(options.optimizer, params);
+  // A rank whose slices or pieces are all empty (more ranks than a unit has elements to share) steps
+  // nothing: it has no optimizer, as OptimizerKind::None.
+  if (!params.empty()) opt_ = make ? make(params) : make_optimizer(options.optimizer, params);
   if (dp_ && opt_) dp_->attach(*opt_);  // ZeRO-1/2: 8-bit state in the whole parameter's blocks, sliced
   // ZeRO's slices are flat pieces of parameters: Adafactor would factor nothing and take its
   // relative step and clipping over a piece instead of the parameter.

@@ -36,7 +36,8 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
       ->check(CLI::IsMember({"mixed"}));
   app.add_option("--pareto", f.pareto,
                  "write the memory-time curve (none, sqrt, selective, DP, ILP, mixed and dynamic remat; predicted, and "
-                 "measured once on the cpu) to this HTML file (.svg: the picture alone)");
+                 "measured once on the cpu) to this HTML file (.svg: the picture alone)")
+      ->check(non_empty("a file name"));
   app.add_option("--cost-model", f.cost_model,
                  "fit: the kernels' rates fitted to a few steps run on the cpu (--device cpu); fixed: 100 GFLOP/s, "
                  "10 GB/s on any machine")
@@ -104,16 +105,13 @@ int run_timed_plans(const PlanFlags& f, const mg::plan::ModelSpec& spec, const m
   const std::string title = name + ", batch " + std::to_string(f.step.batch) + " x " + std::to_string(f.step.seq) +
                             ", " + f.step.optimizer + ": step time against planned peak";
   const std::string svg = pareto_svg(points, title);
-  std::FILE* out = std::fopen(f.pareto.c_str(), "w");
-  if (!out) throw UsageError("--pareto " + f.pareto + ": cannot write the file");
   const bool svg_only = f.pareto.size() > 4 && f.pareto.substr(f.pareto.size() - 4) == ".svg";
-  if (svg_only)
-    std::fputs(svg.c_str(), out);
-  else
-    std::fprintf(out,
-                 "<!doctype html><meta charset='utf-8'><title>memgrad: memory-time curve</title>\n%s<pre>%s</pre>\n",
-                 svg.c_str(), pareto_table(points).c_str());
-  std::fclose(out);
+  mg::write_file_atomically(f.pareto,
+                            svg_only
+                                ? svg
+                                : "<!doctype html><meta charset='utf-8'><title>memgrad: memory-time curve</title>\n" +
+                                      svg + "<pre>" + pareto_table(points) + "</pre>\n",
+                            "--pareto");
   std::printf("the curve: %s\n", f.pareto.c_str());
   return 0;
 }
@@ -235,6 +233,7 @@ void print_comparison(const StepFlags& flags, const mg::plan::ModelSpec& spec, c
 int run_plan(const PlanFlags& f) {
   using namespace mg::plan;
   const auto t0 = std::chrono::steady_clock::now();
+  if (!f.pareto.empty()) check_writable("--pareto", f.pareto);  // before the curve's minutes of work
   const ModelSpec spec = model_spec(f.model, f.step.seq);
   const InputShape shape = input_shape(f.step);
   const int64_t params = parameter_count(spec);

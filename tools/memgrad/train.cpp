@@ -5,10 +5,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <optional>
 
+#include "paths.h"
 #include "report.h"
 #include "sharding.h"
 #include "train_run.h"
@@ -134,16 +134,18 @@ void add_train_flags(CLI::App& app, TrainFlags& f) {
   app.add_option("--seed", f.seed, "seed of parameters, data and dropout")
       ->transform(any_uint64())
       ->capture_default_str();
-  app.add_option("--save", f.save, "write the training state (safetensors) here at the end");
+  app.add_option("--save", f.save, "write the training state (safetensors) here at the end")
+      ->check(non_empty("a file name"));
   app.add_option("--resume", f.resume, "continue from a state written by --save (same model and step flags)")
-      ->check(CLI::ExistingFile);
+      ->check(input_file());
   app.add_option("--timeline", f.timeline, "HTML memory timeline of the first steps ('' for none)")
       ->capture_default_str();
-  app.add_option("--snapshot", f.snapshot, "the same steps' memory snapshot (JSON) for `memgrad view`");
+  app.add_option("--snapshot", f.snapshot, "the same steps' memory snapshot (JSON) for `memgrad view`")
+      ->check(non_empty("a file name"));
   app.add_option("--timeline-steps", f.timeline_steps, "steps the timeline covers")
       ->transform(integer_in(1, kMaxCount))
       ->capture_default_str();
-  app.add_option("--log", f.log, "CSV of step, loss, tokens/s and allocated bytes");
+  app.add_option("--log", f.log, "CSV of step, loss, tokens/s and allocated bytes")->check(non_empty("a file name"));
   app.add_option("--log-every", f.log_every, "print a line every N steps when not on a terminal (0: about 20 lines)")
       ->transform(integer_in(0, kMaxCount));
   app.add_option("--sample", f.sample, "GPT: bytes of text to generate at the end (0: none)")
@@ -307,12 +309,11 @@ void TrainRun::build() {
 }
 
 void TrainRun::run_steps() {
-  std::ofstream log;
-  timeline = (!f.timeline.empty() || !f.snapshot.empty()) && rank == 0;  // files: rank 0 writes them
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> log(nullptr, std::fclose);  // --log: written as the steps run
+  timeline = (!f.timeline.empty() || !f.snapshot.empty()) && rank == 0;       // files: rank 0 writes them
   if (!f.log.empty() && rank == 0) {
-    log.open(f.log);
-    if (!log) throw mg::IOError("--log: cannot write " + f.log);
-    log << "step,loss,tokens_per_s,allocated\n";
+    log.reset(mg::open_output_stream(f.log, "--log"));  // core/files.h: a link followed, a FIFO refused
+    std::fputs("step,loss,tokens_per_s,allocated\n", log.get());
   }
   if (timeline) mg::record_history(true, 1000000);
   tokens_per_step = *tokens * ranks;
@@ -354,7 +355,7 @@ void TrainRun::run_steps() {
         char line[128];
         std::snprintf(line, sizeof line, "%lld,%.9g,%.1f,%lld\n", static_cast<long long>(step), loss,
                       double(tokens_per_step) / dt, static_cast<long long>(m.allocated));
-        log << line;
+        std::fputs(line, log.get());
       }
       if (timeline && step == std::min(first + f.timeline_steps - 1, f.steps)) {  // once: off clears it
         write_memory_files(f.timeline, f.snapshot, device,
@@ -385,14 +386,12 @@ void TrainRun::run_steps() {
 }
 
 int run_train(const TrainFlags& f) {
-  // Files written later (the state at the end, the timeline after a few steps) are checked first.
-  if (!f.save.empty()) check_writable("--save", f.save);
+  // Files written later (the state at the end, the timeline after a few steps) are checked first,
+  // against each other and the files the run reads (paths.h).
+  check_run_files(f);
   if (!f.save.empty() && f.step.zero > 0 && f.step.optimizer.find("8bit") != std::string::npos)
     throw UsageError("--save with --zero " + std::to_string(f.step.zero) + " and --optimizer " + f.step.optimizer +
                      ": ZeRO gathers only optimizer state shaped like its parameter, not 8-bit blocks; use --zero 0");
-  if (!f.log.empty()) check_writable("--log", f.log);
-  if (!f.timeline.empty()) check_writable("--timeline", f.timeline);
-  if (!f.snapshot.empty()) check_writable("--snapshot", f.snapshot);
   TrainRun run(f);
   run.set_up();
   run.build();

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# The memgrad command against hostile input, round 3 (issue 40), one case per ctest entry:
+#   test_hostile.sh <memgrad binary> <case>
+#   paths        writes follow links and never replace a FIFO, a device or a folder; reads never block
+#                on a FIFO; empty paths are usage errors; output paths are checked before any work
+set -uo pipefail
+# shellcheck source=lib.sh
+source "$(dirname "$0")/lib.sh"
+small=(--n-layer 2 --n-head 2 --n-embd 32 --seq 16 --batch 4 --sample 0 --timeline '')
+# no_training: the command stopped before its first step.
+no_training() { grep -q "^step" out.txt && fail "trained before the error"; return 0; }
+# tensor_op FILE PYTHON: runs PYTHON with `tensors` (name -> [dtype, shape, offset, bytes]), `data`
+# (the file's bytes after the header) and `raw` (the whole file) from a safetensors FILE.
+tensor_op() {
+  python3 - "$1" "$2" <<'EOF'
+import json, struct, sys
+raw = bytearray(open(sys.argv[1], 'rb').read())
+n = struct.unpack('<Q', raw[:8])[0]
+header = json.loads(raw[8:8 + n])
+tensors = {k: v for k, v in header.items() if k != '__metadata__'}
+base = 8 + n
+exec(sys.argv[2])
+EOF
+}
+
+case $case_name in
+  paths)
+    mkfifo fifo
+    mkdir folder other
+    # A symbolic link is followed: the file at its end replaced whole, the link kept, the temporary file
+    # beside the target (in its own folder), none left.
+    ln -s other/state.safetensors link
+    expect_exit 0 "$bin" train "${small[@]}" --steps 2 --save link
+    [ -L link ] && [ -f other/state.safetensors ] || fail "--save through a link: the link was replaced"
+    [ "$(ls -A other)" = state.safetensors ] || fail "a temporary file was left: $(ls -A other)"
+    expect_exit 0 "$bin" train "${small[@]}" --steps 3 --resume link --save link --log link.csv
+    expect_output "resumed at step 2"
+    [ -L link ] || fail "the second save replaced the link"
+    ln -s link.csv log_link
+    expect_exit 0 "$bin" train "${small[@]}" --steps 1 --log log_link --snapshot snap_link
+    [ -L log_link ] && [ "$(wc -l <link.csv)" -eq 2 ] || fail "--log through a link"
+    # Anything that is not a regular file (or a link to one) is refused before training, and stays.
+    ln -s fifo to_fifo
+    ln -s loop_b loop_a && ln -s loop_a loop_b
+    for target in fifo to_fifo /dev/null folder loop_a; do
+      for flag in --save --log --snapshot --timeline; do
+        expect_exit 2 timeout 60 "$bin" train "${small[@]}" --steps 1 "$flag" "$target"
+        expect_output "^memgrad: $flag '$target'"
+        no_training
+      done
+      expect_exit 2 timeout 60 "$bin" plan --model mlp --layers 2 --width 64 --batch 8 --pareto "$target"
+      expect_output "^memgrad: --pareto '$target'"
+      grep -q "cost model" out.txt && fail "--pareto $target was checked after the work"
+    done
+    [ -p fifo ] || fail "the FIFO was replaced"
+    # Reading: a FIFO (alone, through a link, inside a --data folder) is refused at once, never waited on.
+    expect_exit 0 "$bin" train "${small[@]}" --steps 1 --snapshot good.json
+    printf 'the quick brown fox jumps over the lazy dog. %.0s' $(seq 40) >folder/a.txt
+    for flags in "--data fifo" "--data to_fifo" "--val-data fifo" "--data folder --val-data to_fifo" \
+      "--resume fifo" "--resume /dev/null"; do
+      # shellcheck disable=SC2086
+      expect_exit 2 timeout 20 "$bin" train "${small[@]}" --steps 1 $flags
+      expect_output "FIFO|character device"
+    done
+    for args in "fifo" "good.json to_fifo"; do
+      # shellcheck disable=SC2086
+      expect_exit 2 timeout 20 "$bin" view $args
+      expect_output "is a FIFO"
+    done
+    mkfifo folder/b.txt
+    expect_exit 2 timeout 20 "$bin" train "${small[@]}" --steps 1 --data folder
+    expect_output "^memgrad: --data folder/b.txt: is a FIFO"
+    rm folder/b.txt
+    ln -s loop folder/loop
+    expect_exit 2 timeout 20 "$bin" train "${small[@]}" --steps 1 --data folder
+    expect_output "^memgrad: --data folder/loop: a loop of symbolic links"
+    rm folder/loop
+    # Empty paths are usage errors ('' used to mean the sonnets, or nothing saved).
+    for flag in --data --val-data --save --log --snapshot --resume; do
+      expect_exit 2 "$bin" train "${small[@]}" --steps 1 "$flag" ''
+      expect_output "expected .*, got an empty value"
+      no_training
+    done
+    expect_exit 2 "$bin" view ''
+    expect_exit 2 "$bin" view good.json -o ''
+    expect_output "got an empty value"
+    expect_exit 2 "$bin" plan --pareto ''
+    # --timeline '' still means no page.
+    expect_exit 0 "$bin" train "${small[@]}" --steps 1 --timeline ''
+    ;;
+  *)
+    fail "unknown case $case_name"
+    ;;
+esac
+echo "PASS: $case_name"

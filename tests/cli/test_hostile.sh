@@ -3,6 +3,7 @@
 #   test_hostile.sh <memgrad binary> <case>
 #   paths        writes follow links and never replace a FIFO, a device or a folder; reads never block
 #                on a FIFO; empty paths are usage errors; output paths are checked before any work
+#   sizes        a size whose bytes no device can hold, or int64 count, is a usage error naming its flags
 set -uo pipefail
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -87,6 +88,33 @@ case $case_name in
     expect_exit 2 "$bin" plan --pareto ''
     # --timeline '' still means no page.
     expect_exit 0 "$bin" train "${small[@]}" --steps 1 --timeline ''
+    ;;
+  sizes)
+    # Each size alone: no device holds one tensor of it (more than 2^57 B), or no int64 counts it.
+    for flags in "--batch 1000000000:--batch 1000000000 x --seq 1024 x --vocab 50257" \
+      "--model custom --seq 4611686018427387904:--seq 4611686018427387904" \
+      "--model custom --n-embd 4294967296 --n-head 1:--n-embd 4294967296" \
+      "--vocab 4611686018427387904:--vocab 4611686018427387904" \
+      "--model custom --n-layer 4611686018427387904:--n-layer 4611686018427387904" \
+      "--model mlp --width 4294967296:--width 4294967296" \
+      "--model mlp --layers 4611686018427387904 --width 2048:--layers 4611686018427387904" \
+      "--batch 4194304 --accum 4611686018427387904:--accum 4611686018427387904" \
+      "--batch 1099511627776 --world-size 1048576:1048576 \\(processes\\)"; do
+      # shellcheck disable=SC2086
+      expect_exit 2 timeout 60 "$bin" plan ${flags%%:*} --no-compare
+      expect_output "${flags#*:}"
+      expect_output "is more than"
+      grep -q "allocated peak" out.txt && fail "${flags%%:*}: planned anyway"
+    done
+    expect_exit 2 timeout 60 "$bin" train "${small[@]}" --steps 1 --accum 4611686018427387904
+    expect_output "tokens per step: --batch 4 x --seq 16 x --accum 4611686018427387904"
+    # The largest world size plans in a moment (its last rank holds no piece of a block), as one of 8 does.
+    expect_exit 0 timeout 60 "$bin" plan --world-size 1048576 --zero 3 --no-compare
+    expect_output "^  rank 1048575: "
+    # Sizes that fit one by one but not together: an error, not a plan of 0 bytes.
+    expect_exit 3 timeout 120 "$bin" plan --model mlp --layers 100 --width 134217728 --batch 1 --no-compare
+    expect_output "no device can run this step"
+    grep -q "peak" out.txt && fail "a plan was printed"
     ;;
   *)
     fail "unknown case $case_name"

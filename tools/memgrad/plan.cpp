@@ -6,6 +6,7 @@
 
 #include "data_source.h"
 #include "report.h"
+#include "sizes.h"
 
 namespace memgrad_cli {
 
@@ -49,6 +50,15 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
 }
 
 namespace {
+
+// A plan that ran out of memory on meta, with no limit, has no numbers to show (its peaks would read
+// 0 B): no device could run the step. Its sizes fit int64 (sizes.h), but not together.
+mg::plan::StepReport planned(mg::plan::StepReport r) {
+  if (r.out_of_memory)
+    throw mg::OutOfMemoryError("no device can run this step (planned on meta, with no limit): " +
+                               r.oom_message.substr(0, r.oom_message.find('\n')));  // (no cache would help)
+  return r;
+}
 
 // --plan mixed and --pareto: plans timed by the cost model (plan/mixed.h).
 int run_timed_plans(const PlanFlags& f, const mg::plan::ModelSpec& spec, const mg::plan::InputShape& shape,
@@ -139,7 +149,7 @@ void print_optimizers(const StepFlags& flags, const mg::plan::ModelSpec& spec, c
       s.optimizer = name, s.momentum = momentum, s.step_in_backward = in_backward;
       mg::plan::PlanOptions quick = options;
       quick.smallest_limit = false;
-      const mg::plan::StepReport q = plan(train_program(spec, s), mg::plan::context(shape, policy), quick);
+      const mg::plan::StepReport q = planned(plan(train_program(spec, s), mg::plan::context(shape, policy), quick));
       const int64_t grads = q.peak_of(mg::Category::Gradient), state = q.category(mg::Category::OptimizerState),
                     param = q.category(mg::Category::Parameter);
       const std::string label = std::string(name) + (momentum > 0 ? "+momentum" : "");
@@ -172,7 +182,7 @@ void print_comparison(const StepFlags& flags, const mg::plan::ModelSpec& spec, c
     s.precision = precision;
     PlanOptions quick = options;
     quick.smallest_limit = false;
-    const StepReport q = plan(train_program(spec, s), context(shape), quick);
+    const StepReport q = planned(plan(train_program(spec, s), context(shape), quick));
     std::printf("  %-13s %11s %11s %11s %11s %11s %11s", precision, mg::format_bytes(q.peak).c_str(),
                 mg::format_bytes(q.category(mg::Category::Parameter)).c_str(),
                 mg::format_bytes(q.category(mg::Category::Gradient)).c_str(),
@@ -207,7 +217,7 @@ void print_comparison(const StepFlags& flags, const mg::plan::ModelSpec& spec, c
     PlanOptions quick = options;
     quick.smallest_limit = false;
     const Program row_program = train_program(row_spec, flags);
-    const StepReport q = plan(row_program, context(shape, row.policy), quick);
+    const StepReport q = planned(plan(row_program, context(shape, row.policy), quick));
     if (!none_peak) none_peak = q.peak;
     const std::string name = row.policy.name + (row.fused == fused ? "" : row.fused ? "+fused" : "+composed");
     std::printf("  %-14s %11s %11s %11s %8.1f%% %+7.1f%%", name.c_str(), mg::format_bytes(q.peak).c_str(),
@@ -235,6 +245,7 @@ int run_plan(const PlanFlags& f) {
   const auto t0 = std::chrono::steady_clock::now();
   if (!f.pareto.empty()) check_writable("--pareto", f.pareto);  // before the curve's minutes of work
   const ModelSpec spec = model_spec(f.model, f.step.seq);
+  check_sizes(spec, f.step);  // sizes.h: a size no device can hold is a usage error naming its flags
   const InputShape shape = input_shape(f.step);
   const int64_t params = parameter_count(spec);
   PlanOptions options;
@@ -271,7 +282,7 @@ int run_plan(const PlanFlags& f) {
   const Policy chosen = policy(flags, spec, true, options);
   const StepOptions step = step_options(flags);
   mg::reset_host_peak(mg::kMeta);
-  const StepReport r = plan(train_program(spec, flags), context(shape, chosen), options);
+  const StepReport r = planned(plan(train_program(spec, flags), context(shape, chosen), options));
   const int64_t host_peak = mg::host_memory_stats(mg::kMeta).peak;
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf(
@@ -305,7 +316,7 @@ int run_plan(const PlanFlags& f) {
       one.rank = at;
       PlanOptions quick = options;
       quick.smallest_limit = false;
-      const StepReport q = plan(train_program(spec, one), context(shape, chosen), quick);
+      const StepReport q = planned(plan(train_program(spec, one), context(shape, chosen), quick));
       std::printf("  rank %lld: %s (%lld B), reserved %s (%lld B)\n", static_cast<long long>(at),
                   mg::format_bytes(q.peak).c_str(), static_cast<long long>(q.peak),
                   mg::format_bytes(q.reserved).c_str(), static_cast<long long>(q.reserved));

@@ -11,6 +11,7 @@
 #include "paths.h"
 #include "report.h"
 #include "sharding.h"
+#include "sizes.h"
 #include "train_run.h"
 #include "train_state.h"
 #include "view.h"
@@ -214,15 +215,12 @@ void TrainRun::set_up() {
     mg::set_memory_limit(device, int64_t(f.memory_limit));
   }
   spec = model_spec(data.model_flags(f.model), f.step.seq);
+  check_sizes(spec, step_flags);  // sizes.h: tokens per step (all ranks), tensors and totals the flags make
   shape = input_shape(f.step);
   mg::plan::PlanOptions target;
   target.device = device.type;
   policy = memgrad_cli::policy(step_flags, spec, rank == 0, target);
-  tokens = mg::checked_mul(f.step.batch, spec.kind == mg::plan::ModelSpec::Kind::GPT ? f.step.seq : 1);
-  if (tokens) tokens = mg::checked_mul(*tokens, f.step.accum);
-  if (!tokens)
-    throw UsageError("--batch " + std::to_string(f.step.batch) + " x --seq " + std::to_string(f.step.seq) +
-                     " x --accum " + std::to_string(f.step.accum) + ": more than 2^63 - 1 tokens per step");
+  tokens = f.step.batch * (spec.kind == mg::plan::ModelSpec::Kind::GPT ? f.step.seq : 1) * f.step.accum;
   signature = run_signature(f, spec, f.step.accum * ranks);
   if (!f.resume.empty()) saved = read_state(f.resume, signature);
   if (saved && saved->step >= f.steps)

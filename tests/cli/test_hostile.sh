@@ -4,6 +4,7 @@
 #   paths        writes follow links and never replace a FIFO, a device or a folder; reads never block
 #                on a FIFO; empty paths are usage errors; output paths are checked before any work
 #   sizes        a size whose bytes no device can hold, or int64 count, is a usage error naming its flags
+#   address      expandable segments under ulimit -v and under --memory-limit
 set -uo pipefail
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -115,6 +116,19 @@ case $case_name in
     expect_exit 3 timeout 120 "$bin" plan --model mlp --layers 100 --width 134217728 --batch 1 --no-compare
     expect_output "no device can run this step"
     grep -q "peak" out.txt && fail "a plan was printed"
+    ;;
+  address)
+    # A ulimit far below the machine's memory: expandable segments reserve smaller ranges (they reserved
+    # 1.125 x the machine's memory per pool, and the first parameter ran out of memory).
+    limited() { bash -c "ulimit -v 2000000 && exec $(printf '%q ' "$@")"; }
+    expect_exit 0 "$bin" train "${small[@]}" --steps 2 --expandable-segments --log free.csv
+    expect_exit 0 limited "$bin" train "${small[@]}" --steps 2 --expandable-segments --log limited.csv
+    same_losses limited.csv free.csv 0
+    expect_exit 0 limited "$bin" train "${small[@]}" --steps 2 --expandable-segments --memory-limit 64MiB
+    # A refusal of address space says so, and how much.
+    expect_exit 3 limited "$bin" train --model mlp --width 24000 --layers 2 --batch 8 --steps 1 --timeline '' \
+      --expandable-segments
+    expect_output "the system refused [0-9.]+ [MG]iB of address space for a new expandable segment"
     ;;
   *)
     fail "unknown case $case_name"

@@ -5,6 +5,7 @@
 #                on a FIFO; empty paths are usage errors; output paths are checked before any work
 #   sizes        a size whose bytes no device can hold, or int64 count, is a usage error naming its flags
 #   address      expandable segments under ulimit -v and under --memory-limit
+#   non_finite   a NaN in a state file is refused naming the tensor; a diverging run stops at the step
 set -uo pipefail
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -129,6 +130,28 @@ case $case_name in
     expect_exit 3 limited "$bin" train --model mlp --width 24000 --layers 2 --batch 8 --steps 1 --timeline '' \
       --expandable-segments
     expect_output "the system refused [0-9.]+ [MG]iB of address space for a new expandable segment"
+    ;;
+  non_finite)
+    expect_exit 0 "$bin" train "${small[@]}" --steps 3 --save state.safetensors
+    # one NaN (float32) into a weight, an inf into the optimizer's state: each refused, named
+    for edit in "model.wte.weight:nan:7" "optim.state.0.exp_avg_sq:inf:0"; do
+      IFS=: read -r name value at <<<"$edit"
+      cp state.safetensors bad.safetensors
+      tensor_op bad.safetensors "o = base + tensors['$name']['data_offsets'][0] + 4 * $at
+raw[o:o + 4] = struct.pack('<f', float('$value')); open(sys.argv[1], 'wb').write(raw)"
+      expect_exit 2 "$bin" train "${small[@]}" --steps 6 --resume bad.safetensors
+      expect_output "^memgrad: --resume bad.safetensors: '$name' holds $value at element $at of [0-9]+"
+      no_training
+    done
+    # A run that diverges stops at the step whose loss is not finite (exit 1), and saves nothing.
+    expect_exit 1 "$bin" train "${small[@]}" --steps 20 --optimizer sgd --lr 1e30 --clip 0 --save never.safetensors
+    expect_output "^memgrad: step [0-9]+: the loss is (nan|inf): training diverged"
+    [ -e never.safetensors ] && fail "a diverged state was saved"
+    # fp16's loss scaler skips steps with inf/NaN gradients: those do not stop the run; a loss that stays
+    # NaN through the skips does (the parameters blew up in the one step taken before).
+    expect_exit 0 "$bin" train "${small[@]}" --steps 3 --precision fp16
+    expect_exit 1 "$bin" train "${small[@]}" --steps 30 --precision fp16 --optimizer sgd --lr 1e30 --clip 0 --warmup 0
+    expect_output "^memgrad: step 9: the loss is nan \(8 steps in a row\)"
     ;;
   *)
     fail "unknown case $case_name"

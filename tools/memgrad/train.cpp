@@ -27,6 +27,8 @@ constexpr bool kBuiltWithCuda = true;
 constexpr bool kBuiltWithCuda = false;
 #endif
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+// Steps in a row whose loss is not finite, each skipped by fp16's loss scaler, that stop a run.
+constexpr int64_t kSkippedNonFinite = 8;
 
 std::unique_ptr<mg::optim::Optimizer> make_optimizer(const TrainFlags& f, const mg::nn::NamedTensors& params) {
   using namespace mg::optim;
@@ -320,14 +322,23 @@ void TrainRun::run_steps() {
                     f.quiet, data.is_gpt() ? "tok" : "rows");
   std::optional<mg::KernelProfile> profile;  // --profile: the steps after the first (all of a 1-step run)
   double profiled_seconds = 0;
+  int64_t unfinished = 0;  // steps in a row whose loss was not finite (each one skipped by fp16's scaler)
   try {
     for (int64_t step = first; step <= f.steps; ++step) {
       if (f.profile && !profile && (step > first || first == f.steps)) profile.emplace();
       const auto t0 = Clock::now();
       if (timeline) mg::annotate_memory("step " + std::to_string(step), device);
       mg::reset_peak(device);  // as the planner does: the step (gradients cleared first) is measured whole
+      const int64_t skipped = scaler ? scaler->skipped_steps() : 0;
       loss = mg::plan::train_step(
           *chain, *trainer, [&](int64_t) { return data.next(); }, policy);
+      // A non-finite loss stops the run, unless fp16's scaler skipped the step (the parameters unchanged)
+      // and has not skipped every step since: a skipped step does not fix a loss computed before it.
+      unfinished = std::isfinite(loss) ? 0 : unfinished + 1;
+      if (unfinished && (!scaler || scaler->skipped_steps() == skipped || unfinished == kSkippedNonFinite))
+        throw mg::ValueError("step " + std::to_string(step) + ": the loss is " + (std::isnan(loss) ? "nan" : "inf") +
+                             (unfinished > 1 ? " (" + std::to_string(unfinished) + " steps in a row)" : "") +
+                             ": training diverged (try a lower --lr, --clip, --warmup or --precision bf16)");
       if (warmup) warmup->step();
       if (device.is_cuda()) mg::cuda::synchronize(device.index);
       const double dt = seconds_since(t0);

@@ -1,8 +1,34 @@
 #include "train_state.h"
 
+#include <cmath>
 #include <cstdio>
 
 namespace memgrad_cli {
+
+namespace {
+// The first element of `t` (a cpu tensor, as a file loads) that is NaN or infinite, and which it is
+// ("nan", "inf", "-inf"); -1 for none (integer and 8-bit tensors have none). Read in place, by the
+// dtype's bits: a state's tensors may be large.
+std::pair<int64_t, const char*> first_non_finite(const mg::Tensor& t) {
+  const mg::Tensor c = t.contiguous();
+  const int64_t n = c.numel();
+  auto what = [](double x) { return std::isnan(x) ? "nan" : x > 0 ? "inf" : "-inf"; };
+  if (c.dtype() == mg::kFloat32 || c.dtype() == mg::kFloat64) {
+    for (int64_t i = 0; i < n; ++i) {
+      const double x = c.dtype() == mg::kFloat32 ? double(static_cast<const float*>(c.raw_data())[i])
+                                                 : static_cast<const double*>(c.raw_data())[i];
+      if (!std::isfinite(x)) return {i, what(x)};
+    }
+  } else if (c.dtype() == mg::kFloat16 || c.dtype() == mg::kBFloat16) {
+    const uint16_t exponent = c.dtype() == mg::kFloat16 ? 0x7c00 : 0x7f80;  // all ones: inf or NaN
+    const auto* bits = static_cast<const uint16_t*>(c.raw_data());
+    for (int64_t i = 0; i < n; ++i)
+      if ((bits[i] & exponent) == exponent)
+        return {i, (bits[i] & uint16_t(~exponent & 0x7fff)) ? "nan" : (bits[i] & 0x8000) ? "-inf" : "inf"};
+  }
+  return {-1, ""};
+}
+}  // namespace
 
 std::string run_signature(const TrainFlags& f, const mg::plan::ModelSpec& spec, int64_t accum) {
   char buf[512];
@@ -61,6 +87,10 @@ SavedState read_state(const std::string& path, const std::string& signature) {
   if (!offset) throw bad("memgrad.rng_offset", "an integer in [0, 2^64 - 1]");
   s.step = *step, s.rng_seed = *seed, s.rng_offset = *offset;
   s.meta = meta;
+  for (auto& [name, t] : s.tensors)  // a NaN or inf would train on to "final loss nan"
+    if (const auto [i, what] = first_non_finite(t); i >= 0)
+      throw UsageError(flag + "'" + name + "' holds " + what + " at element " + std::to_string(i) + " of " +
+                       std::to_string(t.numel()) + ": a state training can continue from holds finite numbers only");
   return s;
 }
 

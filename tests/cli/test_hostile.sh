@@ -3,6 +3,8 @@
 #   test_hostile.sh <memgrad binary> <case>
 #   paths        writes follow links and never replace a FIFO, a device or a folder; reads never block
 #                on a FIFO; empty paths are usage errors; output paths are checked before any work
+#   ranks        8-bit and Adafactor state saved and resumed at any world size and ZeRO stage they train
+#                at (mpirun -np 1, 2, 3): 6 steps == 3 + save + resume 3, the gathered state exact
 #   sizes        a size whose bytes no device can hold, or int64 count, is a usage error naming its flags
 #   address      expandable segments under ulimit -v and under --memory-limit
 #   non_finite   a NaN in a state file is refused naming the tensor; a diverging run stops at the step
@@ -90,6 +92,57 @@ case $case_name in
     expect_exit 2 "$bin" plan --pareto ''
     # --timeline '' still means no page.
     expect_exit 0 "$bin" train "${small[@]}" --steps 1 --timeline ''
+    ;;
+  ranks)
+    [ -n "${MG_MPIEXEC:-}" ] || { echo "SKIPPED: memgrad was built without MPI"; exit 77; }
+    mpi() { local n=$1; shift; OMP_NUM_THREADS=1 "$MG_MPIEXEC" -np "$n" --allow-run-as-root --oversubscribe "$@"; }
+    # The embedding [256, 32] is 8192 elements: 8-bit state, whose blocks 3 ranks' slices of 2731 would cut.
+    run=("$bin" train "${small[@]}" --dropout 0.1 --clip 0)
+    # 6 steps == 3 + save + resume 3, at the same world size and stage: every digit (OPT:ZERO:RANKS).
+    for config in adamw8bit:0:1 adamw8bit:0:3 adamw8bit:1:2 adamw8bit:2:3 adafactor:0:1 adafactor:0:2; do
+      IFS=: read -r opt zero n <<<"$config"
+      flags=(--optimizer "$opt" --accum $((6 / n)) --zero "$zero")
+      expect_exit 0 mpi "$n" "${run[@]}" "${flags[@]}" --steps 6 --log whole.csv
+      expect_exit 0 mpi "$n" "${run[@]}" "${flags[@]}" --steps 3 --save "s$n-$opt.st"
+      expect_exit 0 mpi "$n" "${run[@]}" "${flags[@]}" --steps 6 --resume "s$n-$opt.st" --log resumed.csv
+      same_losses resumed.csv whole.csv 0 4
+      cp whole.csv "whole-$opt.csv"
+    done
+    # The state 2 ranks gather (one micro-batch each: the same sums) is one process's, bit for bit.
+    expect_exit 0 "${run[@]}" --optimizer adamw8bit --accum 2 --steps 3 --save one.st
+    tensor_op one.st "ref = {k: raw[base + v['data_offsets'][0]:base + v['data_offsets'][1]] for k, v in tensors.items()}
+import pickle; pickle.dump(ref, open('ref.pkl', 'wb'))"
+    for zero in 1 2; do
+      expect_exit 0 mpi 2 "${run[@]}" --optimizer adamw8bit --zero $zero --steps 3 --save two.st
+      tensor_op two.st "import pickle; ref = pickle.load(open('ref.pkl', 'rb'))
+mine = {k: raw[base + v['data_offsets'][0]:base + v['data_offsets'][1]] for k, v in tensors.items()}
+bad = [k for k in ref if mine.get(k) != ref[k]] + [k for k in mine if k not in ref]
+sys.exit('differ: %s' % bad[:5] if bad else 0)" || fail "--zero $zero: the state of 2 ranks is not one process's"
+    done
+    # Resumed at another world size and stage: one process's state on 3 ranks (ZeRO-2; Adafactor: 0),
+    # continuing 3 ranks' losses (whole-*.csv: the last run of each optimizer above, on 3 or 2 ranks).
+    expect_exit 0 mpi 3 "${run[@]}" --optimizer adamw8bit --accum 2 --zero 2 --steps 6 --resume s1-adamw8bit.st \
+      --log across.csv
+    same_losses across.csv whole-adamw8bit.csv 1e-5 4
+    expect_exit 0 mpi 2 "${run[@]}" --optimizer adafactor --accum 3 --steps 6 --resume s1-adafactor.st --log across.csv
+    same_losses across.csv whole-adafactor.csv 1e-5 4
+    # Half parameters: the float32 masters are saved by name whoever stepped them, and resumed anywhere
+    # (a state saved by ranks was refused by one process; one process's lost its masters on ranks).
+    half=(--precision bf16-storage)
+    expect_exit 0 "${run[@]}" "${half[@]}" --accum 2 --steps 4 --log half.csv
+    expect_exit 0 mpi 2 "${run[@]}" "${half[@]}" --zero 2 --steps 2 --save h2.st
+    expect_exit 0 "${run[@]}" "${half[@]}" --accum 2 --steps 4 --resume h2.st --log from2.csv
+    same_losses from2.csv half.csv 0 3
+    expect_exit 0 "${run[@]}" "${half[@]}" --accum 2 --steps 2 --save h1.st
+    expect_exit 0 mpi 2 "${run[@]}" "${half[@]}" --zero 1 --steps 4 --resume h1.st --log from1.csv
+    same_losses from1.csv half.csv 1e-6 3
+    # What does not train is refused when the run starts, with the reason, resumed or not.
+    for flags in "adafactor --zero 1" "adafactor --zero 2" "adamw8bit --zero 3" "adafactor --zero 3"; do
+      # shellcheck disable=SC2086
+      expect_exit 2 mpi 2 "${run[@]}" --optimizer $flags --accum 3 --steps 6 --resume s1-${flags%% *}.st
+      expect_output "does not run under --zero"
+      no_training
+    done
     ;;
   sizes)
     # Each size alone: no device holds one tensor of it (more than 2^57 B), or no int64 counts it.

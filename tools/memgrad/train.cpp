@@ -178,6 +178,7 @@ void TrainRun::set_up() {
     throw mg::IOError("rank " + std::to_string(rank) + ": cannot silence its output");
   step_flags = f.step;
   step_flags.world_size = ranks, step_flags.rank = rank, step_flags.offload_params = offload_params;
+  step_options(step_flags);  // a combination that does not train is refused first, before any file is read
 
   try {
     const int local = ranks > 1 ? dist::local_rank() % std::max(1, mg::cuda_device_count()) : 0;
@@ -263,6 +264,9 @@ void TrainRun::build() {
   options.units = chain->unit_names();  // --zero 3, --offload params: each block a unit
   trainer.emplace(
       model, options, [this](const mg::nn::NamedTensors& params) { return make_optimizer(f, params); }, group);
+  if (!trainer->optimizer())
+    throw UsageError("rank " + std::to_string(rank) + " of " + std::to_string(ranks) +
+                     " holds no piece of any parameter (more processes than the model's units share out): use fewer");
   mg::optim::Optimizer& opt = *trainer->optimizer();
   scaler = trainer->scaler();
   dp = trainer->data_parallel();
@@ -274,8 +278,10 @@ void TrainRun::build() {
   auto load_optimizer = [&](const mg::optim::StateDict& o) {
     dp ? dp->load_state_dict(opt, o) : opt.load_state_dict(o);
   };
-  first = saved ? apply_state(read_state(f.resume, signature), f.resume, load_model, load_optimizer,
-                              dp ? nullptr : trainer->masters(), scaler) +
+  std::vector<std::string> names;  // the parameters in DataParallel's order: its masters' ("master.<i>")
+  for (auto& [name, t] : model.named_parameters()) names.push_back(name);
+  first = saved ? apply_state(read_state(f.resume, signature), f.resume, names, load_model, load_optimizer,
+                              dp ? nullptr : trainer->masters(), dp && dp->masters(), scaler) +
                       1
                 : 1;
   if (saved) mg::empty_cache(device);                            // the file's tensors are freed: their segments go too
@@ -398,9 +404,6 @@ int run_train(const TrainFlags& f) {
   // Files written later (the state at the end, the timeline after a few steps) are checked first,
   // against each other and the files the run reads (paths.h).
   check_run_files(f);
-  if (!f.save.empty() && f.step.zero > 0 && f.step.optimizer.find("8bit") != std::string::npos)
-    throw UsageError("--save with --zero " + std::to_string(f.step.zero) + " and --optimizer " + f.step.optimizer +
-                     ": ZeRO gathers only optimizer state shaped like its parameter, not 8-bit blocks; use --zero 0");
   TrainRun run(f);
   run.set_up();
   run.build();

@@ -43,12 +43,21 @@ std::string run_signature(const TrainFlags& f, const mg::plan::ModelSpec& spec, 
 }
 
 void save_state(const std::string& path, int64_t step, const std::string& signature, const mg::nn::StateDict& model,
-                const mg::optim::StateDict& optimizer, const mg::amp::MasterWeights* masters,
-                const mg::amp::GradScaler* scaler, mg::nn::Metadata metadata) {
+                mg::optim::StateDict optimizer, const std::vector<std::string>& names,
+                const mg::amp::MasterWeights* masters, const mg::amp::GradScaler* scaler, mg::nn::Metadata metadata) {
   mg::nn::StateDict all;
   for (auto& [k, t] : model) all["model." + k] = t;
   if (masters)
     for (auto& [k, t] : masters->named_parameters()) all["master." + k] = t.detach();
+  for (auto it = optimizer.begin(); it != optimizer.end();) {  // a data-parallel run's: by name too
+    const auto i = it->first.rfind("master.", 0) == 0 ? parse_integer<int64_t>(it->first.substr(7)) : std::nullopt;
+    if (!i || *i < 0 || size_t(*i) >= names.size()) {
+      ++it;
+      continue;
+    }
+    all["master." + names[size_t(*i)]] = it->second;
+    it = optimizer.erase(it);
+  }
   for (auto& [k, t] : optimizer) all["optim." + k] = t;
   if (scaler)
     for (auto& [k, v] : scaler->state_dict()) all["scaler." + k] = mg::scalar_tensor(v, mg::kFloat64);
@@ -94,10 +103,10 @@ SavedState read_state(const std::string& path, const std::string& signature) {
   return s;
 }
 
-int64_t apply_state(const SavedState& s, const std::string& path,
+int64_t apply_state(const SavedState& s, const std::string& path, const std::vector<std::string>& names,
                     const std::function<void(const mg::nn::StateDict&)>& load_model,
                     const std::function<void(const mg::optim::StateDict&)>& load_optimizer,
-                    mg::amp::MasterWeights* masters, mg::amp::GradScaler* scaler) {
+                    mg::amp::MasterWeights* masters, bool indexed_masters, mg::amp::GradScaler* scaler) {
   try {
     mg::nn::StateDict m, o, saved_masters;
     std::map<std::string, double> sc;
@@ -107,6 +116,22 @@ int64_t apply_state(const SavedState& s, const std::string& path,
       if (k.rfind("optim.", 0) == 0) o[k.substr(6)] = t;
       if (k.rfind("scaler.", 0) == 0) sc[k.substr(7)] = t.item<double>();
     }
+    // A data-parallel run of an earlier memgrad kept its masters in optim.master.<i>: by name, as now.
+    for (auto it = o.begin(); it != o.end();) {
+      const auto i = it->first.rfind("master.", 0) == 0 ? parse_integer<int64_t>(it->first.substr(7)) : std::nullopt;
+      if (!i || *i < 0 || size_t(*i) >= names.size()) {
+        ++it;
+        continue;
+      }
+      saved_masters[names[size_t(*i)]] = it->second;
+      it = o.erase(it);
+    }
+    if (indexed_masters)
+      for (size_t i = 0; i < names.size(); ++i) {
+        auto it = saved_masters.find(names[i]);
+        if (it == saved_masters.end()) throw mg::IOError(path + ": no float32 master of '" + names[i] + "'");
+        o["master." + std::to_string(i)] = it->second;
+      }
     load_model(m);
     if (masters) {
       mg::NoGradGuard no_grad;

@@ -8,6 +8,7 @@
 #   sizes        a size whose bytes no device can hold, or int64 count, is a usage error naming its flags
 #   address      expandable segments under ulimit -v and under --memory-limit
 #   non_finite   a NaN in a state file is refused naming the tensor; a diverging run stops at the step
+#   environment  every MG_* variable checked the same way, in one short line; range errors stay short
 set -uo pipefail
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -205,6 +206,29 @@ raw[o:o + 4] = struct.pack('<f', float('$value')); open(sys.argv[1], 'wb').write
     expect_exit 0 "$bin" train "${small[@]}" --steps 3 --precision fp16
     expect_exit 1 "$bin" train "${small[@]}" --steps 30 --precision fp16 --optimizer sgd --lr 1e30 --clip 0 --warmup 0
     expect_output "^memgrad: step 9: the loss is nan \(8 steps in a row\)"
+    ;;
+  environment)
+    long=$(head -c 100000 /dev/zero | tr '\0' x)
+    for var in "MG_COLLECTIVE_TIMEOUT=abc|expected seconds" "MG_COLLECTIVE_TIMEOUT=-5|expected seconds" \
+      "MG_KERNEL_VARIANTS=garbage|not device:op=variant" "MG_KERNEL_VARIANTS=cpu:matmul=fast|has no variant 'fast'" \
+      "MG_KERNEL_VARIANTS=cpu:nosuch=x|has no kernel 'nosuch'" "MG_CPU_ISA=bogus|expected baseline, avx2 or avx512" \
+      "MG_MEMORY_LIMIT=lots|expected a byte count" "MG_ALLOC_CONF=garbage|unknown key" \
+      "MG_ALLOC_CONF=$long|unknown key"; do
+      expect_exit 2 env "${var%%|*}" "$bin" train "${small[@]}" --steps 1
+      expect_output "^memgrad: ${var%%=*}=.{1,80}: .*${var#*|}"
+      no_training
+      [ "$(wc -c <out.txt)" -lt 600 ] || fail "${var%%=*}: a message of $(wc -c <out.txt) bytes"
+      expect_exit 2 env "${var%%|*}" "$bin" plan --no-compare
+    done
+    expect_exit 0 env MG_KERNEL_VARIANTS=cpu:matmul=eigen MG_COLLECTIVE_TIMEOUT=30 "$bin" train "${small[@]}" --steps 1
+    # Range errors print their bounds readably (CLI11 printed DBL_MAX with 309 digits).
+    for flags in "train --bucket-cap 0" "plan --rank -1" "plan --world-size 0" "plan --zero 9" "train --bucket-cap -3"; do
+      # shellcheck disable=SC2086
+      expect_exit 2 "$bin" $flags
+      grep -qE '[0-9]{20}' out.txt && fail "$flags: a number of 20 digits or more in the message"
+    done
+    expect_exit 2 "$bin" train --bucket-cap 0
+    expect_output "expected a byte count > 0, got 0"
     ;;
   *)
     fail "unknown case $case_name"

@@ -225,14 +225,13 @@ void add_data_parallel_flags(CLI::App& app, StepFlags& s) {
                  "data parallelism: ZeRO stage 0 (all-reduce gradients), 1 (shard optimizer state), 2 (shard "
                  "gradients too) or 3 (shard the parameters: each block gathered for its forward and backward only); "
                  "train runs the ranks mpirun starts")
-      ->check(CLI::Range(0, 3))
+      ->transform(integer_in(0, 3))
       ->capture_default_str();
   app.add_flag("!--no-unit-prefetch", s.unit_prefetch,
                "--zero 3 and --offload params: gather each block only when it runs, not while the one before runs "
                "(shows what prefetching hides)");
-  app.add_option("--bucket-cap", s.bucket_cap, "data parallelism: gradient bucket size, e.g. 25MiB")
-      ->transform(CLI::AsSizeValue(true))
-      ->check(CLI::PositiveNumber);
+  byte_size(app.add_option("--bucket-cap", s.bucket_cap, "data parallelism: gradient bucket size, e.g. 25MiB"))
+      ->check(CLI::Validator([](std::string& v) { return v == "0" ? "expected a byte count > 0, got 0" : ""; }, ""));
 }
 
 mg::plan::ModelSpec model_spec(const ModelFlags& m, int64_t seq) {

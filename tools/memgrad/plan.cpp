@@ -24,10 +24,10 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
       ->capture_default_str();
   app.add_option("--world-size", f.step.world_size,
                  "data parallelism: plan one rank of this many processes (meta simulates it: no MPI needed)")
-      ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
+      ->transform(integer_in(1, int64_t(1) << 20))
       ->capture_default_str();
   app.add_option("--rank", f.step.rank, "data parallelism: the rank planned (0 holds the largest slices)")
-      ->check(CLI::NonNegativeNumber)
+      ->transform(integer_in(0, (int64_t(1) << 20) - 1))
       ->capture_default_str();
   app.add_flag("!--no-compare", f.compare, "skip the side-by-side tables of precisions and policies");
   app.add_option("--plan", f.plan,

@@ -63,3 +63,6 @@
 #include <memgrad/optim/sgd.h>
 #include <memgrad/plan/planner.h>
 #include <memgrad/plan/zero.h>
+#include <memgrad/train/model.h>
+#include <memgrad/train/policy.h>
+#include <memgrad/train/trainer.h>

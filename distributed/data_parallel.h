@@ -32,7 +32,7 @@
 //              name); the all-gather after the step runs on one bucket-sized Workspace buffer at a
 //              time ("zero.all_gather.<k>").
 //
-// A training step (what plan::train_step does):
+// A training step (what train::train_step does):
 //   dp.zero_grad();
 //   for each micro-batch i of A: dp.prepare_forward(); forward (the units through dp.run_unit);
 //                                loss / (A * world); dp.prepare_backward(i == A - 1);

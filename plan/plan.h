@@ -11,7 +11,7 @@
 
 #include <memgrad/core/budget/budget.h>
 #include <memgrad/core/memory.h>
-#include <memgrad/plan/policy.h>
+#include <memgrad/train/policy.h>
 
 namespace mg::plan {
 
@@ -20,7 +20,7 @@ namespace mg::plan {
 struct StepContext {
   Device device;
   int64_t batch = 1;
-  Policy policy;
+  train::Policy policy;
 };
 // A training program: builds its model, optimizer and whatever else it keeps on ctx.device, and
 // returns one training step (forward, backward, optimizer step), which the planner calls

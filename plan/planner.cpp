@@ -13,62 +13,6 @@
 
 namespace mg::plan {
 
-Policy Policy::none() { return {}; }
-Policy Policy::every_block(int64_t n) {
-  Policy p{"every block", {}, false};
-  for (int64_t i = 0; i < n; ++i) p.segments.push_back({i, i + 1});
-  return p;
-}
-Policy Policy::uniform(int64_t n, int64_t k) {
-  MG_CHECK(k >= 1 && k <= std::max<int64_t>(n, 1), ValueError, "plan::Policy::uniform: expected 1 <= k <= ", n,
-           " segments, got ", k);
-  Policy p{std::to_string(k) + " segments", {}, false};
-  for (int64_t j = 0; j < k && n > 0; ++j) p.segments.push_back({j * n / k, (j + 1) * n / k});
-  return p;
-}
-Policy Policy::sqrt_n(int64_t n) {
-  Policy p = uniform(n, std::max<int64_t>(1, std::llround(std::sqrt(double(n)))));
-  p.name = "sqrt(n)";
-  return p;
-}
-Policy Policy::selective_only() { return {"selective", {}, true}; }
-Policy Policy::parse(const std::string& name, int64_t n) {
-  if (name == "none") return none();
-  if (name == "sqrt") return sqrt_n(n);
-  if (name == "selective") return selective_only();
-  const std::string k_text = name.rfind("every-", 0) == 0 ? name.substr(6) : "";
-  MG_CHECK(!k_text.empty() && k_text.size() <= 18 && k_text.find_first_not_of("0123456789") == std::string::npos,
-           ValueError, "checkpoint ", name, ": expected none, every-K (K >= 1 blocks per segment), sqrt or selective");
-  const int64_t k = std::stoll(k_text);
-  MG_CHECK(k >= 1 && k <= n, ValueError, "checkpoint ", name, ": the model has only ", n, " blocks");
-  Policy p{"every " + std::to_string(k), {}, false};
-  for (int64_t b = 0; b < n; b += k) p.segments.push_back({b, std::min(n, b + k)});
-  return p;
-}
-int64_t Policy::recomputed_blocks() const {
-  int64_t r = 0;
-  for (auto& s : segments) r += s.end - s.begin;
-  return r;
-}
-std::string Policy::str() const {
-  if (segments.empty()) return selective ? "selective" : "-";
-  std::ostringstream os;
-  for (size_t i = 0; i < segments.size(); ++i)
-    os << (i ? " " : "") << "[" << segments[i].begin << "," << segments[i].end << ")";
-  return os.str();
-}
-
-ModelSpec ModelSpec::mlp(int64_t layers, int64_t width) {
-  ModelSpec m;
-  m.kind = Kind::MLP, m.mlp_layers = layers, m.mlp_width = width;
-  return m;
-}
-ModelSpec ModelSpec::gpt_model(const nn::GPTConfig& config) {
-  ModelSpec m;
-  m.kind = Kind::GPT, m.gpt = config;
-  return m;
-}
-
 // ---- running steps
 
 namespace {
@@ -254,13 +198,36 @@ std::string StepReport::str() const {
 
 // ---- the built-in models
 
-StepReport plan(const ModelSpec& model, const InputShape& input, const StepOptions& step, const Policy& policy,
-                const PlanOptions& options) {
+Program program(const train::ModelSpec& model, const train::InputShape& input, const train::StepOptions& step) {
+  return [model, input, step](const StepContext& ctx) -> Step {
+    auto chain = std::make_shared<train::ChainModel>(model, ctx.device);
+    train::StepOptions o = step;
+    o.units = chain->unit_names();
+    auto trainer = std::make_shared<train::Trainer>(chain->module(), o);
+    train::InputShape shape = input;
+    shape.batch = ctx.batch;
+    const train::Policy policy = ctx.policy;
+    return [chain, trainer, shape, policy] {
+      train::train_step(
+          *chain, *trainer, [&](int64_t) { return chain->zero_inputs(shape); }, policy);
+    };
+  };
+}
+
+StepContext context(const train::InputShape& input, const train::Policy& policy) {
+  StepContext ctx;
+  ctx.batch = input.batch;
+  ctx.policy = policy;
+  return ctx;
+}
+
+StepReport plan(const train::ModelSpec& model, const train::InputShape& input, const train::StepOptions& step,
+                const train::Policy& policy, const PlanOptions& options) {
   return plan(program(model, input, step), context(input, policy), options);
 }
 
-StepReport run_step(const ModelSpec& model, const InputShape& input, const StepOptions& step, const Policy& policy,
-                    const Device& device) {
+StepReport run_step(const train::ModelSpec& model, const train::InputShape& input, const train::StepOptions& step,
+                    const train::Policy& policy, const Device& device) {
   StepContext ctx = context(input, policy);
   ctx.device = device;
   return measure(program(model, input, step), ctx);
@@ -270,12 +237,13 @@ struct StepRunner::Impl {
   Device device;
   MemoryStats before;
   std::map<std::string, int64_t> owners_before;
-  std::optional<ChainModel> chain;
-  std::optional<Trainer> trainer;
-  InputShape input;
+  std::optional<train::ChainModel> chain;
+  std::optional<train::Trainer> trainer;
+  train::InputShape input;
 };
 
-StepRunner::StepRunner(const ModelSpec& model, const InputShape& input, const StepOptions& step, const Device& device)
+StepRunner::StepRunner(const train::ModelSpec& model, const train::InputShape& input, const train::StepOptions& step,
+                       const Device& device)
     : impl_(std::make_unique<Impl>()) {
   impl_->device = device;
   impl_->before = memory_stats(device);
@@ -287,11 +255,11 @@ StepRunner::StepRunner(const ModelSpec& model, const InputShape& input, const St
 
 StepRunner::~StepRunner() = default;
 
-StepReport StepRunner::step(const Policy& policy) {
+StepReport StepRunner::step(const train::Policy& policy) {
   Impl& m = *impl_;
   reset_peak(m.device);
   FlopCounter flops;
-  train_step(
+  train::train_step(
       *m.chain, *m.trainer, [&m](int64_t) { return m.chain->zero_inputs(m.input); }, policy);
   StepReport r;
   r.device = m.device;
@@ -333,8 +301,8 @@ int64_t largest_batch(const Program& program, const StepContext& ctx, int64_t bu
   return lo;
 }
 
-int64_t largest_batch(const ModelSpec& model, const InputShape& input, const StepOptions& step, const Policy& policy,
-                      int64_t budget, const PlanOptions& options, int64_t max_batch) {
+int64_t largest_batch(const train::ModelSpec& model, const train::InputShape& input, const train::StepOptions& step,
+                      const train::Policy& policy, int64_t budget, const PlanOptions& options, int64_t max_batch) {
   return largest_batch(program(model, input, step), context(input, policy), budget, options, max_batch);
 }
 

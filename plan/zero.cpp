@@ -6,13 +6,13 @@
 
 namespace mg::plan {
 
-ModelStates model_states(const ModelSpec& model, const InputShape& input, const StepOptions& step,
+ModelStates model_states(const train::ModelSpec& model, const train::InputShape& input, const train::StepOptions& step,
                          bool half_parameters) {
   GeneratorStateGuard rng;  // meta runs draw counters too: give them back
   const MemoryStats before = memory_stats(kMeta);
   ModelStates r;
   {
-    ChainModel chain(model, kMeta);
+    train::ChainModel chain(model, kMeta);
     if (half_parameters) chain.module().to(kFloat16);
     r.parameters = chain.module().num_parameters();
     auto group = distributed::simulated_group(int(step.rank), int(step.world_size));
@@ -22,13 +22,14 @@ ModelStates model_states(const ModelSpec& model, const InputShape& input, const 
                                      .bucket_bytes(step.bucket_bytes)
                                      .units(chain.unit_names())
                                      .offload_parameters(step.offload_params));
-    auto opt = make_optimizer(step.optimizer, dp.optimizer_parameters());
-    StepOptions o = step;
-    if (half_parameters) o.precision = Precision::Float32, o.grad_scaler = false;  // the model computes in float16
+    auto opt = train::make_optimizer(step.optimizer, dp.optimizer_parameters());
+    train::StepOptions o = step;
+    if (half_parameters)
+      o.precision = train::Precision::Float32, o.grad_scaler = false;  // the model computes in float16
     const auto batch = chain.zero_inputs(input);
     for (int s = 0; s < 2; ++s)
-      train_step(
-          chain, opt.get(), nullptr, [&](int64_t) { return batch; }, Policy::none(), o, &dp);
+      train::train_step(
+          chain, opt.get(), nullptr, [&](int64_t) { return batch; }, train::Policy::none(), o, &dp);
     const MemoryStats m = memory_stats(kMeta);
     auto held = [&](Category c) { return m.category(c) - before.category(c); };
     r.parameter = held(Category::Parameter), r.gradient = held(Category::Gradient);
@@ -42,15 +43,16 @@ double zero_bytes_per_parameter(double p, double g, double k, int stage, int64_t
   return (stage >= 3 ? p / n : p) + (stage >= 2 ? g / n : g) + (stage >= 1 ? k / n : k);
 }
 
-double optimizer_state_bytes_per_parameter(OptimizerKind kind, bool masters) {
-  const double own = kind == OptimizerKind::Adam || kind == OptimizerKind::AdamW           ? 8
-                     : kind == OptimizerKind::Adam8bit || kind == OptimizerKind::AdamW8bit ? 2 + 8.0 / 256
-                     : kind == OptimizerKind::SGDMomentum                                  ? 4
-                                                                                           : 0;
+double optimizer_state_bytes_per_parameter(train::OptimizerKind kind, bool masters) {
+  const double own = kind == train::OptimizerKind::Adam || kind == train::OptimizerKind::AdamW           ? 8
+                     : kind == train::OptimizerKind::Adam8bit || kind == train::OptimizerKind::AdamW8bit ? 2 + 8.0 / 256
+                     : kind == train::OptimizerKind::SGDMomentum                                         ? 4
+                                                                                                         : 0;
   return own + (masters ? 4 : 0);
 }
 
-std::string zero_table(const ModelSpec& model, const InputShape& input, const StepOptions& step, const Policy& policy) {
+std::string zero_table(const train::ModelSpec& model, const train::InputShape& input, const train::StepOptions& step,
+                       const train::Policy& policy) {
   std::string out;
   char line[256];
   auto add = [&out, &line](int n) { out.append(line, size_t(std::max(0, std::min(n, int(sizeof line) - 1)))); };
@@ -59,7 +61,7 @@ std::string zero_table(const ModelSpec& model, const InputShape& input, const St
   add(std::snprintf(line, sizeof line, "  %-7s %14s %14s %14s %14s %14s\n", "stage", "peak B", "Parameter", "Gradient",
                     "OptState", "Workspace"));
   for (int stage = 0; stage <= 3; ++stage) {
-    StepOptions o = step;
+    train::StepOptions o = step;
     o.zero_stage = stage, o.offload_params = false;
     const StepReport r = plan(model, input, o, policy);
     add(std::snprintf(
@@ -85,7 +87,7 @@ std::string zero_table(const ModelSpec& model, const InputShape& input, const St
                              std::to_string(p) + "+" + kt + ")";
     add(std::snprintf(line, sizeof line, "  %-34s", name.c_str()));
     for (int stage = 0; stage <= 3; ++stage) {
-      StepOptions o = step;
+      train::StepOptions o = step;
       o.zero_stage = stage, o.offload_params = false;
       const ModelStates m = model_states(model, input, o, half);
       const std::string cell = [&] {

@@ -20,7 +20,7 @@ struct ModelStates {
 // rank, ZeRO stage and buckets, on meta. half_parameters: the model stored in float16 and stepped
 // through float32 masters (ZeRO's mixed precision); otherwise in float32 (autocast, if `step` asks for
 // it, changes only activations).
-ModelStates model_states(const ModelSpec& model, const InputShape& input, const StepOptions& step,
+ModelStates model_states(const train::ModelSpec& model, const train::InputShape& input, const train::StepOptions& step,
                          bool half_parameters);
 
 // The paper's bytes per parameter on one of `world` ranks: parameter `p` + gradient `g` + optimizer
@@ -31,10 +31,11 @@ double zero_bytes_per_parameter(double p, double g, double k, int stage, int64_t
 // k for an optimizer: its own state (SGD 0, momentum 4, Adam and AdamW 8, the 8-bit Adams 2 + 8/256
 // for the tensors they quantize, Adafactor 0 in the limit: its factors grow with rows + columns),
 // plus 4 for float32 masters.
-double optimizer_state_bytes_per_parameter(OptimizerKind kind, bool masters);
+double optimizer_state_bytes_per_parameter(train::OptimizerKind kind, bool masters);
 
 // What `memgrad plan --world-size N --zero S` adds: the planned peak of one rank at each stage under
 // `policy`, and the bytes per parameter (ledger against the paper) for float32 and for float16 with masters.
-std::string zero_table(const ModelSpec& model, const InputShape& input, const StepOptions& step, const Policy& policy);
+std::string zero_table(const train::ModelSpec& model, const train::InputShape& input, const train::StepOptions& step,
+                       const train::Policy& policy);
 
 }  // namespace mg::plan

@@ -7,9 +7,6 @@
 #include <doctest/doctest.h>
 
 #include "emulated_device.h"
-// The kernels' static __shared__ arrays: one per kernel, which the fibers of a block share.
-#undef __shared__
-#define __shared__ static
 // after the emulation's definitions:
 #include <memgrad/kernels/cuda/adafactor.cuh>
 
@@ -32,21 +29,20 @@ double relative_error(const std::vector<double>& got, const std::vector<double>&
 
 // Runs the kernels as adafactor.cu's step_tensor does, on small grids of 64 threads.
 template <class T>
-void emulated_step(const Tensors<T>& t, int64_t n, const Scalars& s, std::vector<double>& scratch) {
-  const Scratch k(scratch.data(), n, s);
-  unsigned char unused[1];
+void emulated_step(const Tensors<T>& t, int64_t n, const Scalars& s, double* scratch) {
+  const Scratch k(scratch, n, s);
   const unsigned threads = 64;
+  const dim3 block(threads);
   if (s.rows) {
-    emu::launch(7, threads, unused, 0, [&] { rows_kernel<T>(t, s, k.batch * s.rows); });
+    emu::launch<rows_kernel<T>>({dim3(7), block}, t, s, k.batch * s.rows);
     const dim3 grid(unsigned((s.cols + threads - 1) / threads), 1, 2);  // y: one chunk at a time; z: 2 matrices
-    emu::launch(grid, dim3(threads, 1, 1), unused, 0,
-                [&] { column_partials_kernel<T>(t, s, k.column_partials, k.batch, k.chunks); });
-    emu::launch(3, threads, unused, 0, [&] { columns_kernel<T>(t, s, k.column_partials, k.chunks, k.batch * s.cols); });
-    emu::launch(unsigned(k.batch), threads, unused, 0, [&] { mean_row_kernel<T>(t, s, k.mean); });
+    emu::launch<column_partials_kernel<T>>({grid, block}, t, s, k.column_partials, k.batch, k.chunks);
+    emu::launch<columns_kernel<T>>({dim3(3), block}, t, s, k.column_partials, k.chunks, k.batch * s.cols);
+    emu::launch<mean_row_kernel<T>>({dim3(unsigned(k.batch)), block}, t, s, k.mean);
   }
-  emu::launch(unsigned(k.blocks), threads, unused, 0, [&] { sums_kernel<T>(t, s, k.mean, k.partial, n); });
-  emu::launch(1, 32, unused, 0, [&] { totals_kernel(k.partial, k.blocks, k.totals); });
-  emu::launch(5, threads, unused, 0, [&] { update_kernel<T>(t, s, k.mean, k.totals, n); });
+  emu::launch<sums_kernel<T>>({dim3(unsigned(k.blocks)), block}, t, s, k.mean, k.partial, n);
+  emu::launch<totals_kernel>({dim3(1), dim3(32)}, k.partial, k.blocks, k.totals);
+  emu::launch<update_kernel<T>>({dim3(5), block}, t, s, k.mean, k.totals, n);
 }
 
 template <class T>
@@ -61,23 +57,27 @@ void check(const Shape& shape, double beta1, bool maximize) {
   const int64_t n = numel_of(shape);
   Tensor p = randn(shape).to(dt), r = zeros(factored ? row_shape : shape, dt);
   Tensor c = factored ? zeros(col_shape, dt) : Tensor(), m = beta1 > 0 ? zeros(shape, dt) : Tensor();
-  std::vector<T> ps = p.to_vector<T>(), rs = r.to_vector<T>(), cs = factored ? c.to_vector<T>() : std::vector<T>();
-  std::vector<T> ms = beta1 > 0 ? m.to_vector<T>() : std::vector<T>();
+  emu::Buffer<T> ps("param", p.to_vector<T>()), rs("row_var", r.to_vector<T>());
+  emu::Buffer<T> cs("col_var", factored ? c.to_vector<T>() : std::vector<T>());
+  emu::Buffer<T> ms("exp_avg", beta1 > 0 ? m.to_vector<T>() : std::vector<T>());
   Scalars s{};
   s.lr = 0.05, s.eps1 = dt == kFloat64 ? 2.2e-16 : 1.2e-7, s.eps2 = 1e-3, s.d = 1.0, s.weight_decay = 0.01;
   s.beta1 = beta1, s.maximize = maximize;
   if (factored) s.rows = shape[shape.size() - 2], s.cols = shape.back();
-  std::vector<double> scratch(static_cast<size_t>(scratch_elements(n, s.rows, s.cols)));
+  emu::Buffer<double> scratch("scratch", static_cast<size_t>(scratch_elements(n, s.rows, s.cols)));
   for (int step = 1; step <= 3; ++step) {
     CAPTURE(step);
     s.rho = std::min(s.lr, 1 / std::sqrt(double(step))), s.weight = std::pow(double(step), -0.8);
     Tensor g = randn(shape).to(dt);
-    std::vector<T> gs = g.to_vector<T>();
+    const emu::Buffer<T> gs("grad", g.to_vector<T>());
     detail::adafactor_update_({{p}, {g}, {r}, {c}, {m}}, {s});
     emulated_step<T>({ps.data(), gs.data(), rs.data(), factored ? cs.data() : nullptr, beta1 > 0 ? ms.data() : nullptr},
-                     n, s, scratch);
+                     n, s, scratch.data());
     const double tol = dt == kFloat64 ? 1e-12 : 2e-5;
-    auto as_double = [](const std::vector<T>& v) { return std::vector<double>(v.begin(), v.end()); };
+    auto as_double = [](const emu::Buffer<T>& b) {
+      const std::vector<T> v = b.to_vector();
+      return std::vector<double>(v.begin(), v.end());
+    };
     CHECK(relative_error(as_double(ps), p.to_vector<double>()) < tol);
     CHECK(relative_error(as_double(rs), r.to_vector<double>()) < tol);
     if (factored) CHECK(relative_error(as_double(cs), c.to_vector<double>()) < tol);

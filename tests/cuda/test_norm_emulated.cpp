@@ -6,9 +6,6 @@
 #include <doctest/doctest.h>
 
 #include "emulated_device.h"
-// The kernels' static __shared__ arrays: one per kernel, which the fibers of a block share.
-#undef __shared__
-#define __shared__ static
 // after the emulation's definitions:
 #include <memgrad/kernels/cuda/cuda_kernels.h>  // layer_norm_wb_slices
 #include <memgrad/kernels/cuda/layer_norm.cuh>
@@ -48,39 +45,41 @@ void check(int64_t rows, int64_t n, unsigned grid) {
   Tensor y = kCenter ? layer_norm(x, {n}, w, b, eps) : rms_norm(x, {n}, w, eps);
   y.backward(up);
 
-  const std::vector<T> xs = x.detach().to_vector<T>(), ws = w.detach().to_vector<T>(), gs = up.to_vector<T>();
-  const std::vector<T> bs = kCenter ? b.detach().to_vector<T>() : std::vector<T>();
-  std::vector<T> ys(xs.size()), gx(xs.size()), gw(static_cast<size_t>(n)), gb(static_cast<size_t>(n));
-  std::vector<A> mean(static_cast<size_t>(rows)), rstd(static_cast<size_t>(rows));
-  unsigned char unused[1];
-  emu::launch(grid, kThreads, unused, 0, [&] {
-    layer_norm_kernel<kWarp, T, kCenter>(xs.data(), ws.data(), kCenter ? bs.data() : nullptr, ys.data(),
-                                         kCenter ? mean.data() : nullptr, rstd.data(), rows, n, eps);
-  });
-  emu::launch(grid, kThreads, unused, 0, [&] {
-    layer_norm_grad_x_kernel<T, kCenter>(gs.data(), xs.data(), kCenter ? mean.data() : nullptr, rstd.data(), ws.data(),
-                                         gx.data(), rows, n);
-  });
+  const emu::Buffer<T> xs("x", x.detach().to_vector<T>()), ws("weight", w.detach().to_vector<T>());
+  const emu::Buffer<T> gs("grad", up.to_vector<T>());
+  const emu::Buffer<T> bs("bias", kCenter ? b.detach().to_vector<T>() : std::vector<T>());
+  emu::Buffer<T> ys("out", xs.size()), gx("grad_x", xs.size()), gw("grad_weight", size_t(n)),
+      gb("grad_bias", size_t(n));
+  emu::Buffer<A> mean("mean", size_t(rows)), rstd("rstd", size_t(rows));
+  A* const mp = kCenter ? mean.data() : nullptr;
+  const dim3 block(kThreads);
+  emu::launch<layer_norm_kernel<kWarp, T, kCenter>>({dim3(grid), block}, xs.data(), ws.data(),
+                                                    kCenter ? bs.data() : nullptr, ys.data(), mp, rstd.data(), rows, n,
+                                                    eps);
+  emu::launch<layer_norm_grad_x_kernel<T, kCenter>>({dim3(grid), block}, gs.data(), xs.data(), mp, rstd.data(),
+                                                    ws.data(), gx.data(), rows, n);
   const int64_t slices = cuda::layer_norm_wb_slices(rows, n), sums = kCenter ? 2 : 1;
-  std::vector<A> part(slices > 1 ? size_t(slices * sums * n) : 0);
+  emu::Buffer<A> part("part", slices > 1 ? size_t(slices * sums * n) : 0);
   const unsigned col_blocks = unsigned(std::min<int64_t>((n + 31) / 32, 3));  // fewer than the columns' 32-wide tiles
-  emu::launch(dim3(col_blocks, unsigned(slices), 1), dim3(32, 8, 1), unused, 0, [&] {
-    layer_norm_grad_wb_kernel<T, kCenter>(gs.data(), xs.data(), kCenter ? mean.data() : nullptr, rstd.data(), gw.data(),
-                                          kCenter ? gb.data() : nullptr, slices > 1 ? part.data() : nullptr, rows, n);
-  });
+  emu::launch<layer_norm_grad_wb_kernel<T, kCenter>>(
+      {dim3(col_blocks, unsigned(slices), 1), dim3(32, 8, 1)}, gs.data(), xs.data(), mp, rstd.data(), gw.data(),
+      kCenter ? gb.data() : nullptr, slices > 1 ? part.data() : nullptr, rows, n);
   if (slices > 1)
-    emu::launch(2, 64, unused, 0, [&] {
-      layer_norm_wb_sum_kernel<T, kCenter>(part.data(), gw.data(), kCenter ? gb.data() : nullptr, slices, n);
-    });
+    emu::launch<layer_norm_wb_sum_kernel<T, kCenter>>({dim3(2), dim3(64)}, part.data(), gw.data(),
+                                                      kCenter ? gb.data() : nullptr, slices, n);
 
   const double tol = dt == kFloat64 ? 1e-12 : 2e-5;
-  auto as_double = [](const auto& v) { return std::vector<double>(v.begin(), v.end()); };
+  auto as_double = [](const auto& buffer) {
+    const auto v = buffer.to_vector();
+    return std::vector<double>(v.begin(), v.end());
+  };
   CHECK(relative_error(as_double(ys), y.detach().to_vector<double>()) < tol);
   std::vector<double> want_rstd(static_cast<size_t>(rows));  // 1 / sqrt(mean((x - mean)^2) + eps), in float64
+  const std::vector<T> xv = xs.to_vector();
   for (int64_t i = 0; i < rows; ++i) {
     double mu = 0, ss = 0;
-    for (int64_t j = 0; kCenter && j < n; ++j) mu += double(xs[size_t(i * n + j)]) / double(n);
-    for (int64_t j = 0; j < n; ++j) ss += std::pow(double(xs[size_t(i * n + j)]) - mu, 2) / double(n);
+    for (int64_t j = 0; kCenter && j < n; ++j) mu += double(xv[size_t(i * n + j)]) / double(n);
+    for (int64_t j = 0; j < n; ++j) ss += std::pow(double(xv[size_t(i * n + j)]) - mu, 2) / double(n);
     want_rstd[size_t(i)] = 1 / std::sqrt(ss + eps);
   }
   CHECK(relative_error(as_double(rstd), want_rstd) < tol);

@@ -12,12 +12,12 @@ namespace mg_test {
 
 using namespace mg;
 
-inline plan::ModelSpec tiny_gpt(double dropout = 0.1) {
+inline train::ModelSpec tiny_gpt(double dropout = 0.1) {
   nn::GPTConfig c;
   c.vocab_size = 64, c.block_size = 8, c.n_layer = 2, c.n_head = 2, c.n_embd = 16, c.dropout = dropout;
-  return plan::ModelSpec::gpt_model(c);
+  return train::ModelSpec::gpt_model(c);
 }
-inline const plan::InputShape kShape{2, 8};
+inline const train::InputShape kShape{2, 8};
 
 // Micro-batch g of step s: token ids drawn from (s, g) alone, so every process builds the same one.
 inline std::pair<Tensor, Tensor> batch(int64_t s, int64_t g) {

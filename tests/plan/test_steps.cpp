@@ -8,10 +8,10 @@
 using namespace mg;
 
 namespace {
-plan::ModelSpec tiny_gpt() {
+train::ModelSpec tiny_gpt() {
   nn::GPTConfig c;
   c.vocab_size = 64, c.block_size = 16, c.n_layer = 2, c.n_head = 2, c.n_embd = 32, c.dropout = 0.1;
-  return plan::ModelSpec::gpt_model(c);
+  return train::ModelSpec::gpt_model(c);
 }
 }  // namespace
 
@@ -30,7 +30,7 @@ TEST_CASE("plan: planning does not move the default generator") {
 }
 
 TEST_CASE("plan: a plan runs to the steady state, equal to the measured CPU steps") {
-  const plan::InputShape in{2, 16};
+  const train::InputShape in{2, 16};
   plan::PlanOptions two;
   two.steps = 2, two.smallest_limit = false;
   const plan::StepReport steady = plan::plan(tiny_gpt(), in), p2 = plan::plan(tiny_gpt(), in, {}, {}, two);
@@ -42,7 +42,7 @@ TEST_CASE("plan: a plan runs to the steady state, equal to the measured CPU step
   CHECK(steady.peak == p2.peak);  // every step after the first allocates the same
   CHECK(steady.first_peak == p2.first_peak);
   plan::StepRunner cpu(tiny_gpt(), in, {}, kCPU);
-  const plan::StepReport m1 = cpu.step(plan::Policy::none()), m2 = cpu.step(plan::Policy::none());
+  const plan::StepReport m1 = cpu.step(train::Policy::none()), m2 = cpu.step(train::Policy::none());
   CHECK(m1.peak == p2.first_peak);
   CHECK(m2.peak == p2.peak);
   CHECK(m2.at_peak == p2.at_peak);
@@ -57,7 +57,7 @@ TEST_CASE("plan: a plan runs to the steady state, equal to the measured CPU step
 TEST_CASE("plan: the reserved peak is the smallest memory limit the steps run under, to the granule") {
   // The steps run on the CPU under a limit of exactly the planned reserved peak, and one granule less
   // raises OutOfMemoryError. Without a limit the cache grows further (segments of 2 and 20 MiB).
-  const plan::InputShape in{4, 16};
+  const train::InputShape in{4, 16};
   const plan::StepReport p = plan::plan(tiny_gpt(), in);
   REQUIRE(p.smallest_limit > 0);
   CHECK(p.smallest_limit % plan::kGranule == 0);
@@ -84,17 +84,17 @@ TEST_CASE("plan: accumulation, clipping and loss scaling planned on meta equal t
   // Micro-batches keep the gradients of the earlier ones alive; clip_grad_norm_ makes temporaries;
   // a GradScaler allocates its found-inf flag: meta must make them all. (A scale small enough that
   // no CPU step overflows: a skipped step would create no optimizer state, and meta cannot know.)
-  const plan::InputShape in{2, 16};
-  for (auto precision : {plan::Precision::Float32, plan::Precision::Float16, plan::Precision::Float16Storage}) {
-    CAPTURE(plan::precision_name(precision));
-    plan::StepOptions o;
+  const train::InputShape in{2, 16};
+  for (auto precision : {train::Precision::Float32, train::Precision::Float16, train::Precision::Float16Storage}) {
+    CAPTURE(train::precision_name(precision));
+    train::StepOptions o;
     o.precision = precision, o.accum = 2, o.clip_norm = 0.5, o.grad_scaler = true;
     o.scaler.init_scale(4.0);
     const auto program = plan::program(tiny_gpt(), in, o);
     plan::PlanOptions peaks;
     peaks.smallest_limit = false;
-    const plan::StepReport m = plan::plan(program, plan::context(in, plan::Policy::sqrt_n(2)), peaks);
-    plan::StepContext ctx = plan::context(in, plan::Policy::sqrt_n(2));
+    const plan::StepReport m = plan::plan(program, plan::context(in, train::Policy::sqrt_n(2)), peaks);
+    plan::StepContext ctx = plan::context(in, train::Policy::sqrt_n(2));
     ctx.device = kCPU;
     peaks.steps = m.steps;
     const plan::StepReport c = plan::measure(program, ctx, peaks);
@@ -104,15 +104,15 @@ TEST_CASE("plan: accumulation, clipping and loss scaling planned on meta equal t
     CHECK(c.at_peak == m.at_peak);
     CHECK(c.at_peak_by_owner == m.at_peak_by_owner);
   }
-  plan::StepOptions one, two;  // steady-state steps: their peak is in backward, not in the update
+  train::StepOptions one, two;  // steady-state steps: their peak is in backward, not in the update
   two.accum = 2;
   CHECK(plan::plan(tiny_gpt(), in, two).peak > plan::plan(tiny_gpt(), in, one).peak);  // gradients held across
 }
 
 TEST_CASE("plan: a ChainModel policy does not change the GPT's own selective-recompute setting") {
-  plan::ChainModel chain(tiny_gpt(), kMeta);
+  train::ChainModel chain(tiny_gpt(), kMeta);
   auto& gpt = dynamic_cast<nn::GPT&>(chain.module());
   auto [x, y] = chain.zero_inputs({2, 16});
-  chain.loss(x, y, plan::Policy::selective_only());
+  chain.loss(x, y, train::Policy::selective_only());
   for (size_t i = 0; i < gpt.h->size(); ++i) CHECK_FALSE((*gpt.h)[i].attn->selective_recompute);
 }

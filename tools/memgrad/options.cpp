@@ -234,8 +234,8 @@ void add_data_parallel_flags(CLI::App& app, StepFlags& s) {
       ->check(CLI::Validator([](std::string& v) { return v == "0" ? "expected a byte count > 0, got 0" : ""; }, ""));
 }
 
-mg::plan::ModelSpec model_spec(const ModelFlags& m, int64_t seq) {
-  if (m.model == "mlp") return mg::plan::ModelSpec::mlp(m.layers, m.width);
+mg::train::ModelSpec model_spec(const ModelFlags& m, int64_t seq) {
+  if (m.model == "mlp") return mg::train::ModelSpec::mlp(m.layers, m.width);
   Preset p = kPresets.at(m.model == "custom" ? "tiny" : m.model);
   mg::nn::GPTConfig c;
   c.n_layer = m.n_layer ? m.n_layer : p.n_layer;
@@ -252,11 +252,11 @@ mg::plan::ModelSpec model_spec(const ModelFlags& m, int64_t seq) {
   if (c.n_embd % c.n_head != 0)
     throw UsageError("--n-embd " + std::to_string(c.n_embd) + " must be a multiple of --n-head " +
                      std::to_string(c.n_head));
-  return mg::plan::ModelSpec::gpt_model(c);
+  return mg::train::ModelSpec::gpt_model(c);
 }
 
-std::string model_str(const mg::plan::ModelSpec& spec) {
-  if (spec.kind == mg::plan::ModelSpec::Kind::MLP)
+std::string model_str(const mg::train::ModelSpec& spec) {
+  if (spec.kind == mg::train::ModelSpec::Kind::MLP)
     return "MLP of " + std::to_string(spec.mlp_layers) + " Linear(" + std::to_string(spec.mlp_width) + ", " +
            std::to_string(spec.mlp_width) + ")+ReLU blocks";
   const auto& c = spec.gpt;
@@ -266,12 +266,12 @@ std::string model_str(const mg::plan::ModelSpec& spec) {
          (c.fused_elementwise ? "" : ", unfused element-wise ops");
 }
 
-mg::plan::StepOptions step_options(const StepFlags& s) {
-  using mg::plan::OptimizerKind;
-  mg::plan::StepOptions o;
+mg::train::StepOptions step_options(const StepFlags& s) {
+  using mg::train::OptimizerKind;
+  mg::train::StepOptions o;
   o.accum = s.accum;
   o.clip_norm = s.clip;
-  o.precision = mg::plan::parse_precision(s.precision);
+  o.precision = mg::train::parse_precision(s.precision);
   o.grad_scaler = s.precision.rfind("fp16", 0) == 0;
   o.world_size = s.world_size, o.rank = s.rank, o.zero_stage = s.zero, o.bucket_bytes = int64_t(s.bucket_cap);
   o.offload_params = s.offload_params, o.unit_prefetch = s.unit_prefetch;
@@ -299,7 +299,7 @@ mg::plan::StepOptions step_options(const StepFlags& s) {
   return o;
 }
 
-mg::plan::InputShape input_shape(const StepFlags& s) { return {s.batch, s.seq}; }
+mg::train::InputShape input_shape(const StepFlags& s) { return {s.batch, s.seq}; }
 
 mg::data::DataLoaderOptions loader_options(const StepFlags& s, const mg::Device& device) {
   const bool cuda = device.is_cuda() || (device.is_meta() && mg::meta_target() == mg::DeviceType::CUDA);
@@ -313,15 +313,15 @@ mg::data::DataLoaderOptions loader_options(const StepFlags& s, const mg::Device&
       .device(device);
 }
 
-std::pair<mg::data::Field, mg::data::Field> example_fields(const mg::plan::ModelSpec& spec, const StepFlags& s) {
-  if (spec.kind == mg::plan::ModelSpec::Kind::MLP)
+std::pair<mg::data::Field, mg::data::Field> example_fields(const mg::train::ModelSpec& spec, const StepFlags& s) {
+  if (spec.kind == mg::train::ModelSpec::Kind::MLP)
     return {{{spec.mlp_width}, mg::kFloat32}, {{spec.mlp_width}, mg::kFloat32}};
   return {{{s.seq}, mg::kInt64}, {{s.seq}, mg::kInt64}};
 }
 
-mg::plan::Program train_program(const mg::plan::ModelSpec& spec, const StepFlags& s) {
+mg::plan::Program train_program(const mg::train::ModelSpec& spec, const StepFlags& s) {
   const mg::plan::Program model = mg::plan::program(spec, input_shape(s), step_options(s));
-  const int64_t n = spec.kind == mg::plan::ModelSpec::Kind::MLP ? spec.mlp_width : 0;
+  const int64_t n = spec.kind == mg::train::ModelSpec::Kind::MLP ? spec.mlp_width : 0;
   const auto fields = example_fields(spec, s);
   return [model, n, fields, s](const mg::plan::StepContext& ctx) -> mg::plan::Step {
     auto teacher = std::make_shared<mg::Tensor>();
@@ -336,9 +336,9 @@ mg::plan::Program train_program(const mg::plan::ModelSpec& spec, const StepFlags
   };
 }
 
-mg::plan::Policy policy(const StepFlags& s, const mg::plan::ModelSpec& spec, bool table,
-                        const mg::plan::PlanOptions& plan_options) {
-  using mg::plan::Policy;
+mg::train::Policy policy(const StepFlags& s, const mg::train::ModelSpec& spec, bool table,
+                         const mg::plan::PlanOptions& plan_options) {
+  using mg::train::Policy;
   const int64_t n = spec.num_blocks();
   const std::string& c = s.checkpoint;
   if (c == "auto") {
@@ -383,8 +383,8 @@ mg::plan::Policy policy(const StepFlags& s, const mg::plan::ModelSpec& spec, boo
   }
 }
 
-int64_t parameter_count(const mg::plan::ModelSpec& spec) {
-  return mg::plan::ChainModel(spec, mg::kMeta).module().num_parameters();
+int64_t parameter_count(const mg::train::ModelSpec& spec) {
+  return mg::train::ChainModel(spec, mg::kMeta).module().num_parameters();
 }
 
 std::string thousands(int64_t n) {

@@ -60,10 +60,11 @@ mg::plan::StepReport planned(mg::plan::StepReport r) {
   return r;
 }
 
-// --plan mixed and --pareto: plans timed by the cost model (plan/mixed.h).
-int run_timed_plans(const PlanFlags& f, const mg::plan::ModelSpec& spec, const mg::plan::InputShape& shape,
+// --plan mixed and --pareto: plans timed by the cost model (plan/timed.h, plan/mixed.h).
+int run_timed_plans(const PlanFlags& f, const mg::train::ModelSpec& spec, const mg::train::InputShape& shape,
                     const mg::plan::PlanOptions& options) {
   using namespace mg::plan;
+  using namespace mg::train;
   if (!f.plan.empty() && !f.step.budget) throw UsageError("--plan mixed needs --budget (e.g. --budget 20MiB)");
   const bool cpu = f.device == "cpu";
   if (f.cost_model == "fit" && !cpu) throw UsageError("--cost-model fit runs steps on the cpu: use --device cpu");
@@ -129,8 +130,8 @@ int run_timed_plans(const PlanFlags& f, const mg::plan::ModelSpec& spec, const m
 // Each optimizer's plan in the chosen precision and policy, stepping after backward and inside it:
 // the peak, the Gradient category's own peak, the optimizer state and the bytes per parameter
 // (ZeRO's accounting: mixed-precision Adam holds 2 + 2 + K = 16 with K = 12).
-void print_optimizers(const StepFlags& flags, const mg::plan::ModelSpec& spec, const mg::plan::InputShape& shape,
-                      const mg::plan::Policy& policy, const mg::plan::PlanOptions& options, int64_t params) {
+void print_optimizers(const StepFlags& flags, const mg::train::ModelSpec& spec, const mg::train::InputShape& shape,
+                      const mg::train::Policy& policy, const mg::plan::PlanOptions& options, int64_t params) {
   std::printf("\noptimizers side by side (batch %lld x %lld, %s, checkpoint %s; bytes at the steady-state peak):\n",
               static_cast<long long>(flags.batch), static_cast<long long>(flags.seq), flags.precision.c_str(),
               policy.name.c_str());
@@ -166,9 +167,10 @@ void print_optimizers(const StepFlags& flags, const mg::plan::ModelSpec& spec, c
 
 // What each precision mode stores (no checkpointing), and each policy in the chosen precision; all
 // on meta. For a GPT, a layer's activations in units of s*b*h (sequence x batch x width).
-void print_comparison(const StepFlags& flags, const mg::plan::ModelSpec& spec, const mg::plan::InputShape& shape,
-                      const mg::plan::Policy& chosen, const mg::plan::PlanOptions& options, int64_t params) {
+void print_comparison(const StepFlags& flags, const mg::train::ModelSpec& spec, const mg::train::InputShape& shape,
+                      const mg::train::Policy& chosen, const mg::plan::PlanOptions& options, int64_t params) {
   using namespace mg::plan;
+  using namespace mg::train;
   const int64_t n = spec.num_blocks();
   const bool gpt = spec.kind == ModelSpec::Kind::GPT, fused = gpt && spec.gpt.fused_attention;
   const double sbh = gpt ? double(flags.seq * flags.batch * spec.gpt.n_embd) : 0.0;
@@ -242,6 +244,7 @@ void print_comparison(const StepFlags& flags, const mg::plan::ModelSpec& spec, c
 
 int run_plan(const PlanFlags& f) {
   using namespace mg::plan;
+  using namespace mg::train;
   const auto t0 = std::chrono::steady_clock::now();
   if (!f.pareto.empty()) check_writable("--pareto", f.pareto);  // before the curve's minutes of work
   const ModelSpec spec = model_spec(f.model, f.step.seq);

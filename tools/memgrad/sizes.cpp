@@ -20,11 +20,11 @@ int64_t checked_product(const std::vector<Factor>& factors, const std::string& w
   return *p;
 }
 
-void check_sizes(const mg::plan::ModelSpec& spec, const StepFlags& s) {
+void check_sizes(const mg::train::ModelSpec& spec, const StepFlags& s) {
   const int64_t most = int64_t(mg::memory::kMaxRequest);
   const Factor f32{"bytes per float32", 4};
   const Factor ranks{"processes", s.world_size};
-  if (spec.kind == mg::plan::ModelSpec::Kind::MLP) {
+  if (spec.kind == mg::train::ModelSpec::Kind::MLP) {
     const Factor layers{"--layers", spec.mlp_layers}, width{"--width", spec.mlp_width}, batch{"--batch", s.batch};
     checked_product({batch, {"--accum", s.accum}, ranks}, "rows per step");
     checked_product({width, width, f32}, "a layer's weight", most);

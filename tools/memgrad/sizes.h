@@ -24,6 +24,6 @@ int64_t checked_product(const std::vector<Factor>& factors, const std::string& w
 // tokens per step, each large tensor (a weight, the logits, the attention scores, a block's
 // activations) against the largest request any device takes (mg::memory::kMaxRequest, 2^57 B), and the sum
 // of parameters and activations against int64. UsageError naming the flags of the first that fails.
-void check_sizes(const mg::plan::ModelSpec& spec, const StepFlags& s);
+void check_sizes(const mg::train::ModelSpec& spec, const StepFlags& s);
 
 }  // namespace memgrad_cli

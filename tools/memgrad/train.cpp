@@ -65,12 +65,12 @@ class Progress {
 // What the planner says about a run that ran out of memory under --memory-limit: the limit its step
 // needs, and what fits under this one (the largest batch; --checkpoint auto's choice). Under a
 // budget: the floor of its mode, planned on meta for the whole step, and of the other modes.
-std::string oom_advice(const TrainFlags& f, const mg::plan::ModelSpec& spec, const mg::plan::Policy& policy,
+std::string oom_advice(const TrainFlags& f, const mg::train::ModelSpec& spec, const mg::train::Policy& policy,
                        const mg::Device& device) {
   mg::plan::PlanOptions o;
   o.device = device.type;
   const int64_t limit = mg::memory_stats(device).limit;
-  const mg::plan::InputShape shape = input_shape(f.step);
+  const mg::train::InputShape shape = input_shape(f.step);
   const mg::plan::Program program = train_program(spec, f.step);
   if (mg::budget::enabled(device)) {
     const mg::budget::Options b = mg::budget::options(device);
@@ -223,7 +223,7 @@ void TrainRun::set_up() {
   mg::plan::PlanOptions target;
   target.device = device.type;
   policy = memgrad_cli::policy(step_flags, spec, rank == 0, target);
-  tokens = f.step.batch * (spec.kind == mg::plan::ModelSpec::Kind::GPT ? f.step.seq : 1) * f.step.accum;
+  tokens = f.step.batch * (spec.kind == mg::train::ModelSpec::Kind::GPT ? f.step.seq : 1) * f.step.accum;
   signature = run_signature(f, spec, f.step.accum * ranks);
   if (!f.resume.empty()) saved = read_state(f.resume, signature);
   if (saved && saved->step >= f.steps)
@@ -336,7 +336,7 @@ void TrainRun::run_steps() {
       if (timeline) mg::annotate_memory("step " + std::to_string(step), device);
       mg::reset_peak(device);  // as the planner does: the step (gradients cleared first) is measured whole
       const int64_t skipped = scaler ? scaler->skipped_steps() : 0;
-      loss = mg::plan::train_step(
+      loss = mg::train::train_step(
           *chain, *trainer, [&](int64_t) { return data.next(); }, policy);
       // A non-finite loss stops the run, unless fp16's scaler skipped the step (the parameters unchanged)
       // and has not skipped every step since: a skipped step does not fix a loss computed before it.

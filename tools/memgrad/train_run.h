@@ -33,9 +33,9 @@ struct TrainRun {
   StepFlags step_flags;  // this rank's
   mg::Device device = mg::kCPU;
   bool budgeted = false;
-  mg::plan::ModelSpec spec;
-  mg::plan::InputShape shape;
-  mg::plan::Policy policy;
+  mg::train::ModelSpec spec;
+  mg::train::InputShape shape;
+  mg::train::Policy policy;
   std::optional<int64_t> tokens;  // per step, this rank's (mlp: rows)
   std::string signature;
   std::optional<SavedState> saved;
@@ -45,9 +45,9 @@ struct TrainRun {
   std::optional<mg::cuda::DeviceMemory> driver_before;  // cuda: the driver's view, for the bytes outside the ledger
   std::unique_ptr<dist::ProcessGroup> nccl;
   dist::ProcessGroup* group = nullptr;
-  std::optional<mg::plan::ChainModel> chain;
-  mg::plan::StepOptions options;
-  std::optional<mg::plan::Trainer> trainer;
+  std::optional<mg::train::ChainModel> chain;
+  mg::train::StepOptions options;
+  std::optional<mg::train::Trainer> trainer;
   mg::amp::GradScaler* scaler = nullptr;
   dist::DataParallel* dp = nullptr;
   std::optional<mg::optim::LinearWarmupLR> warmup;  // made before a resume overwrites the lr with its scheduled value

@@ -30,7 +30,7 @@ std::pair<int64_t, const char*> first_non_finite(const mg::Tensor& t) {
 }
 }  // namespace
 
-std::string run_signature(const TrainFlags& f, const mg::plan::ModelSpec& spec, int64_t accum) {
+std::string run_signature(const TrainFlags& f, const mg::train::ModelSpec& spec, int64_t accum) {
   char buf[512];
   std::snprintf(
       buf, sizeof buf,

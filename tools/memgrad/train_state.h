@@ -13,7 +13,7 @@ namespace memgrad_cli {
 // The flags a saved state must agree with to be resumed (steps, logging and limits may change).
 // `accum` is the step's micro-batches over all data-parallel ranks: N ranks with accum A resume
 // what one process with accum N * A saved, and the other way round.
-std::string run_signature(const TrainFlags& f, const mg::plan::ModelSpec& spec, int64_t accum);
+std::string run_signature(const TrainFlags& f, const mg::train::ModelSpec& spec, int64_t accum);
 
 // One training run's state, as a safetensors file: model.*, master.<parameter name> (the float32
 // masters of a storage precision, whole, however many processes stepped them), optim.* (with data

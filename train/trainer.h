@@ -15,7 +15,7 @@
 #include <memgrad/optim/in_backward.h>
 #include <memgrad/optim/optimizer.h>
 
-namespace mg::plan {
+namespace mg::train {
 
 enum class OptimizerKind { None, SGD, SGDMomentum, Adam, AdamW, Adam8bit, AdamW8bit, Adafactor };
 // Float32. Float16 and BFloat16: autocast (float32 parameters, gradients and optimizer state;
@@ -43,13 +43,13 @@ struct StepOptions {
   amp::GradScalerOptions scaler{};
   // Data parallelism (distributed::DataParallel): the step of rank `rank` of `world_size` processes,
   // each running `accum` micro-batches, with ZeRO stage `zero_stage` and buckets of `bucket_bytes`.
-  // plan() simulates that rank on meta (no processes needed); world_size 1 with stage 0 is no data
+  // plan::plan() simulates that rank on meta (no processes needed); world_size 1 with stage 0 is no data
   // parallelism at all.
   int64_t world_size = 1, rank = 0;
   int zero_stage = 0;
   int64_t bucket_bytes = int64_t(25) << 20;
   // ZeRO stage 3 (distributed::ParameterUnits): the module paths whose parameters form a unit each
-  // (a ChainModel's blocks, ChainModel::unit_names(), which program() and the memgrad command fill
+  // (a ChainModel's blocks, ChainModel::unit_names(), which plan::program() and the memgrad command fill
   // in), and whether the next unit is gathered while one runs. offload_params: the parameters,
   // their gradients and optimizer state live in host memory and visit the device unit by unit,
   // stage 3's schedule at any world size (zero_stage must be 0 or 3); the optimizer steps on the host.
@@ -110,7 +110,7 @@ class Trainer {
   const StepOptions& options() const { return options_; }
   // Its hooks with options.step_in_backward, else null.
   optim::StepInBackward* in_backward() const;
-  struct InBackward;  // the hooks and the step's factors (plan/chain.cpp)
+  struct InBackward;  // the hooks and the step's factors (train/trainer.cpp)
 
  private:
   nn::Module& model_;
@@ -125,4 +125,4 @@ class Trainer {
 // Philox counters reserved for each micro-batch of a training step (see Trainer).
 inline constexpr uint64_t kMicroBatchCounters = uint64_t(1) << 40;
 
-}  // namespace mg::plan
+}  // namespace mg::train

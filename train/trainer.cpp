@@ -1,242 +1,24 @@
-// Chains of blocks, precision modes and the training step: the code a plan runs on meta and the
-// memgrad command runs for real.
+// Precision modes and the training step (Trainer): the code a plan runs on meta and the memgrad
+// command runs for real.
+#include <memgrad/train/trainer.h>
+
 #include <cmath>
 #include <limits>
 #include <optional>
 
-#include <memgrad/autograd/checkpoint.h>
 #include <memgrad/core/autocast.h>
 #include <memgrad/core/error.h>
-#include <memgrad/core/flops.h>
 #include <memgrad/core/host_memory.h>
 #include <memgrad/core/random.h>
-#include <memgrad/nn/loss.h>
+#include <memgrad/ops/ops.h>
 #include <memgrad/optim/adafactor.h>
 #include <memgrad/optim/adam.h>
 #include <memgrad/optim/adam8bit.h>
 #include <memgrad/optim/clip.h>
 #include <memgrad/optim/sgd.h>
-#include <memgrad/plan/probe_impl.h>
+#include <memgrad/train/step_impl.h>
 
-namespace mg::plan {
-
-// ---- chains
-
-Chain chain_of(int64_t n, std::function<Tensor(int64_t, const Tensor&)> forward) {
-  return {n, [forward](int64_t i, const Tensor& x, bool selective) -> Tensor {
-            MemoryScope scope(std::to_string(i));
-            if (!selective) return forward(i, x);
-            return checkpoint([forward, i](const Tensor& in) { return forward(i, in); }, x,
-                              CheckpointPolicy::keep_matmuls());
-          }};
-}
-
-Chain chain_of(const nn::Sequential& blocks) {
-  const nn::Sequential* seq = &blocks;
-  return chain_of(int64_t(blocks.size()), [seq](int64_t i, const Tensor& x) { return (*seq)[size_t(i)]->forward(x); });
-}
-
-Tensor run_chain(const Chain& chain, const Tensor& x, const Policy& policy) {
-  if (detail::ChainProbe* probe = detail::active_probe()) return probe->run(chain, x);
-  const int64_t n = chain.n;
-  std::vector<int64_t> segment_end(size_t(n), -1);
-  for (auto& s : policy.segments) {
-    MG_CHECK(s.begin >= 0 && s.begin < s.end && s.end <= n, ValueError, "plan: expected segments inside [0, ", n,
-             "), got ", policy.str());
-    segment_end[size_t(s.begin)] = s.end;
-  }
-  Tensor h = x;
-  for (int64_t i = 0; i < n;) {
-    const int64_t end = segment_end[size_t(i)];
-    if (end < 0) {
-      h = chain.block(i, h, policy.selective);
-      ++i;
-      continue;
-    }
-    auto block = chain.block;  // the checkpoint runs again in backward: it keeps its own copy
-    h = checkpoint(
-        [block, i, end](const Tensor& in) {
-          Tensor y = in;
-          for (int64_t k = i; k < end; ++k) y = block(k, y, false);
-          return y;
-        },
-        h);
-    i = end;
-  }
-  return h;
-}
-
-namespace detail {
-
-namespace {
-thread_local ChainProbe* t_probe = nullptr;
-int64_t rounded_bytes(const Tensor& t) {
-  return (t.numel() * int64_t(dtype_size(t.dtype())) + kGranule - 1) / kGranule * kGranule;
-}
-}  // namespace
-
-ChainProbe* active_probe() { return t_probe; }
-ChainProbe::ChainProbe(bool one_segment) : one_segment_(one_segment), previous_(t_probe) { t_probe = this; }
-ChainProbe::~ChainProbe() { t_probe = previous_; }
-
-int64_t ChainProbe::mark() {
-  const int64_t v = memory_stats(kMeta).peak_allocated;
-  reset_peak(kMeta);
-  return v;
-}
-
-// The hook on block i's output closes the phase before block i's backward: block i + 1's backward
-// (with its recompute, in a segment), or the tail for the last block.
-void ChainProbe::close_before(Tensor& out, int64_t i) {
-  out.register_hook([this, i](const Tensor&) {
-    close(i + 1 == phases.n ? phases.tail : phases.backward[size_t(i + 1)]);
-    return Tensor();
-  });
-}
-
-Tensor ChainProbe::run(const Chain& chain, const Tensor& x) {
-  Phases& p = phases;
-  const int64_t n = chain.n;
-  MG_CHECK(n >= 1 && (p.n == 0 || p.n == n), ValueError,
-           "plan: expected one chain of blocks per forward, got chains of ", p.n, " and ", n, " blocks");
-  if (p.n == 0) {
-    p.n = n;
-    p.forward.assign(size_t(n), 0), p.backward.assign(size_t(n), 0), p.recompute.assign(size_t(n), 0);
-  }
-  close(p.head);
-  p.input_bytes = rounded_bytes(x);
-  Tensor h = x;
-  if (h.requires_grad()) {
-    p.backward0_hooked = true;
-    h.register_hook([this](const Tensor&) {
-      close(phases.backward[0]);
-      return Tensor();
-    });
-  }
-  if (!one_segment_) {
-    const int64_t before = memory_stats(kMeta).allocated;
-    for (int64_t i = 0; i < n; ++i) {
-      FlopCounter flops;
-      h = chain.block(i, h, false);
-      if (i == 0) p.forward_flops = flops.total();
-      close(p.forward[size_t(i)]);
-      if (i == 0) p.block_bytes = memory_stats(kMeta).allocated - before;
-      close_before(h, i);
-    }
-    p.output_bytes = rounded_bytes(h);
-    return h;
-  }
-  auto calls = std::make_shared<int>(0);  // the segment's runs: the forward, then its recompute in backward
-  auto block = chain.block;
-  return checkpoint(
-      [this, block, n, calls](const Tensor& in) {
-        const bool first = ++*calls == 1;
-        Tensor y = in;
-        for (int64_t j = 0; j < n; ++j) {
-          y = block(j, y, false);
-          close((first ? phases.forward : phases.recompute)[size_t(j)]);
-          if (first) close_before(y, j);
-        }
-        return y;
-      },
-      h);
-}
-
-}  // namespace detail
-
-// ---- the built-in models
-
-namespace {
-// The MLP's module: n Linear(width, width) layers.
-class MLPChain : public nn::Module {
- public:
-  MLPChain(int64_t n, int64_t width, const TensorOptions& o) : nn::Module("MLPChain") {
-    layers = register_module<nn::ModuleList<nn::Linear>>("layers");
-    for (int64_t i = 0; i < n; ++i) layers->emplace_back(width, width, true, o);
-  }
-  std::shared_ptr<nn::ModuleList<nn::Linear>> layers;
-};
-
-// An MLP block: relu(layers[i](x)); selective runs it as a segment keeping the matmul's output.
-Chain mlp_chain(const std::shared_ptr<nn::ModuleList<nn::Linear>>& layers) {
-  auto block = [layers](int64_t i, const Tensor& x) {
-    MemoryScope scope("layers." + std::to_string(i));
-    return relu((*layers)[size_t(i)].forward(x));
-  };
-  return {int64_t(layers->size()), [block](int64_t i, const Tensor& x, bool selective) -> Tensor {
-            if (!selective) return block(i, x);
-            return checkpoint([block, i](const Tensor& in) { return block(i, in); }, x,
-                              CheckpointPolicy::keep_matmuls());
-          }};
-}
-
-// A GPT block; selective checkpoints its attention core for this call only (the model's own
-// setting, GPTConfig::selective_recompute, is put back after).
-Chain gpt_chain(const std::shared_ptr<nn::GPT>& g) {
-  return {g->config.n_layer, [g](int64_t i, const Tensor& x, bool selective) {
-            MemoryScope scope("h." + std::to_string(i));
-            nn::Block& b = (*g->h)[size_t(i)];
-            struct Restore {
-              bool& flag;
-              bool saved;
-              ~Restore() { flag = saved; }
-            } restore{b.attn->selective_recompute, b.attn->selective_recompute};
-            b.attn->selective_recompute = selective;
-            return b.forward(x);
-          }};
-}
-}  // namespace
-
-ChainModel::ChainModel(const ModelSpec& s, const Device& device) : spec_(s), device_(device) {
-  if (s.kind == ModelSpec::Kind::MLP) {
-    auto m = std::make_shared<MLPChain>(s.mlp_layers, s.mlp_width, TensorOptions(device));
-    mlp_ = m->layers;
-    module_ = m;
-    chain_ = mlp_chain(mlp_);
-  } else {
-    nn::GPTConfig c = s.gpt;
-    c.options = c.options.device(device);
-    module_ = gpt_ = std::make_shared<nn::GPT>(c);
-    chain_ = gpt_chain(gpt_);
-  }
-}
-
-Tensor ChainModel::head(const Tensor& input) const {
-  if (!gpt_) return input.to((*mlp_)[0].weight.dtype());  // a half model takes a half copy of the float32 data
-  MemoryScope scope("embedding");
-  Tensor pos = arange(input.size(1), TensorOptions(kInt64).device(input.device()));
-  return gpt_->drop->forward(gpt_->wte->forward(input) + gpt_->wpe->forward(pos));
-}
-
-// The loss runs in float32 (a half model's output is widened first, as Megatron does): a float16
-// loss times the GradScaler's 2^16 would overflow, and so would its gradient.
-Tensor ChainModel::tail(const Tensor& x, const Tensor& target) const {
-  MemoryScope scope("head");
-  if (!gpt_) return mse_loss(x.to(kFloat32), target);
-  return nn::lm_loss(linear(gpt_->ln_f->forward(x), gpt_->wte->weight).to(kFloat32), target);
-}
-
-Tensor ChainModel::loss(const Tensor& input, const Tensor& target, const Policy& policy,
-                        distributed::DataParallel* dp) const {
-  if (!dp || !dp->units()) return tail(run_chain(chain_, head(input), policy), target);
-  Chain units = chain_;  // each block gathered around its run (a recompute's too)
-  units.block = [dp, block = chain_.block](int64_t i, const Tensor& x, bool selective) {
-    return dp->run_unit(size_t(i), [&] { return block(i, x, selective); });
-  };
-  return tail(run_chain(units, head(input), policy), target);
-}
-
-std::vector<std::string> ChainModel::unit_names() const {
-  std::vector<std::string> names;
-  for (int64_t i = 0; i < chain_.n; ++i) names.push_back((gpt_ ? "h." : "layers.") + std::to_string(i));
-  return names;
-}
-
-std::pair<Tensor, Tensor> ChainModel::zero_inputs(const InputShape& s) const {
-  if (!gpt_) return {zeros({s.batch, spec_.mlp_width}, device_), zeros({s.batch, spec_.mlp_width}, device_)};
-  TensorOptions o = TensorOptions(kInt64).device(device_);
-  return {zeros({s.batch, s.seq_len}, o), zeros({s.batch, s.seq_len}, o)};
-}
+namespace mg::train {
 
 // ---- precision
 
@@ -266,7 +48,7 @@ const char* precision_name(Precision p) {
 Precision parse_precision(const std::string& name) {
   for (auto& [q, n] : kPrecisionNames)
     if (name == n) return q;
-  throw ValueError("plan: expected a precision fp32, fp16, bf16, fp16-storage or bf16-storage, got '" + name + "'");
+  throw ValueError("train: expected a precision fp32, fp16, bf16, fp16-storage or bf16-storage, got '" + name + "'");
 }
 
 // ---- the training step
@@ -355,16 +137,14 @@ struct Trainer::InBackward {
   }
 };
 
-namespace {
+namespace detail {
 
-// One training step (Trainer::step and the ChainModel train_step run it), rank r of N with `dp`;
-// with `in_backward` (Trainer's step_in_backward) the optimizer steps inside the last backward.
 double run_step(nn::Module& model, optim::Optimizer* opt, amp::GradScaler* scaler, amp::MasterWeights* masters,
                 const std::function<Tensor(int64_t)>& forward, const StepOptions& options,
-                distributed::DataParallel* dp, Trainer::InBackward* in_backward = nullptr) {
-  MG_CHECK(options.accum >= 1, ValueError, "plan::train_step: expected accum >= 1, got ", options.accum);
+                distributed::DataParallel* dp, Trainer::InBackward* in_backward) {
+  MG_CHECK(options.accum >= 1, ValueError, "train::train_step: expected accum >= 1, got ", options.accum);
   MG_CHECK(!options.step_in_backward || in_backward, ValueError,
-           "plan::train_step: step_in_backward needs a plan::Trainer (its hooks), got the step's pieces");
+           "train::train_step: step_in_backward needs a train::Trainer (its hooks), got the step's pieces");
   model.zero_grad();
   // A step that fails (out of memory, say) leaves no trace, so that it can be retried or run
   // smaller: gradients cleared again, the generator rewound, the scaler as it was. The optimizer's
@@ -417,7 +197,7 @@ double run_step(nn::Module& model, optim::Optimizer* opt, amp::GradScaler* scale
         stepped = in_backward->backward(std::move(scaled), again, scaler, masters, options);
       }
       if (dp) dp->finish_backward();
-      MG_CHECK(rng.offset() - start <= kMicroBatchCounters, ValueError, "plan::train_step: a micro-batch drew ",
+      MG_CHECK(rng.offset() - start <= kMicroBatchCounters, ValueError, "train::train_step: a micro-batch drew ",
                rng.offset() - start, " random numbers, more than the ", kMicroBatchCounters, " reserved for each");
     }
     rng.set_offset(step_offset + uint64_t(micro_batches) * kMicroBatchCounters);
@@ -456,34 +236,34 @@ double run_step(nn::Module& model, optim::Optimizer* opt, amp::GradScaler* scale
   }
 }
 
-}  // namespace
+}  // namespace detail
 
 Trainer::Trainer(nn::Module& model, const StepOptions& options, const OptimizerFactory& make,
                  distributed::ProcessGroup* group)
     : model_(model), options_(options) {
-  MG_CHECK(options.accum >= 1, ValueError, "plan::Trainer: expected accum >= 1, got ", options.accum);
+  MG_CHECK(options.accum >= 1, ValueError, "train::Trainer: expected accum >= 1, got ", options.accum);
   MG_CHECK(!options.step_in_backward || !options.data_parallel(), ValueError,
-           "plan::Trainer: step_in_backward does not run with data parallelism (a parameter could be stepped only "
+           "train::Trainer: step_in_backward does not run with data parallelism (a parameter could be stepped only "
            "once its bucket's reduction had finished), got world size ",
            options.world_size, " and ZeRO stage ", options.zero_stage);
   if (auto half = storage_dtype(options.precision)) model.to(*half);
   nn::NamedTensors params = model.named_parameters();
   MG_CHECK(!options.offload_params || options.zero_stage == 0 || options.zero_stage == 3, ValueError,
-           "plan::Trainer: parameter offload runs ZeRO-3's schedule; expected zero_stage 0 or 3 with it, got ",
+           "train::Trainer: parameter offload runs ZeRO-3's schedule; expected zero_stage 0 or 3 with it, got ",
            options.zero_stage);
   const bool pieces = options.sharding_stage() == 3;  // a rank steps 1-D pieces of its units' flat chunks
   MG_CHECK(!pieces || make ||
                (options.optimizer != OptimizerKind::Adam8bit && options.optimizer != OptimizerKind::AdamW8bit &&
                 options.optimizer != OptimizerKind::Adafactor),
            ValueError,
-           "plan::Trainer: ZeRO stage 3 and parameter offload step 1-D pieces of parameters, whose 8-bit blocks or "
+           "train::Trainer: ZeRO stage 3 and parameter offload step 1-D pieces of parameters, whose 8-bit blocks or "
            "factored moments would not be one rank's; expected SGD, Adam or AdamW, got ",
            options.optimizer == OptimizerKind::Adafactor ? "Adafactor" : "8-bit Adam");
   if (options.data_parallel()) {  // the masters of half parameters are dp's, sliced by rank
     const bool eight_bit =
         options.optimizer == OptimizerKind::Adam8bit || options.optimizer == OptimizerKind::AdamW8bit;
     MG_CHECK(options.world_size >= 1 && options.rank >= 0 && options.rank < options.world_size, ValueError,
-             "plan: expected 0 <= rank < world_size, got rank ", options.rank, " of ", options.world_size);
+             "train::Trainer: expected 0 <= rank < world_size, got rank ", options.rank, " of ", options.world_size);
     if (!group) {
       own_group_ = distributed::simulated_group(int(options.rank), int(options.world_size));
       group = own_group_.get();
@@ -508,12 +288,12 @@ Trainer::Trainer(nn::Module& model, const StepOptions& options, const OptimizerF
   // ZeRO's slices are flat pieces of parameters: Adafactor would factor nothing and take its
   // relative step and clipping over a piece instead of the parameter.
   MG_CHECK(!opt_ || options.zero_stage == 0 || opt_->type() != "Adafactor", ValueError,
-           "plan::Trainer: Adafactor does not run under ZeRO stage ", options.zero_stage,
+           "train::Trainer: Adafactor does not run under ZeRO stage ", options.zero_stage,
            " (its moments are factored and its step scaled per parameter, and a rank holds flat slices); use ZeRO "
            "stage 0");
   if (options.grad_scaler) scaler_.emplace(options.scaler);
   if (!options.step_in_backward) return;
-  MG_CHECK(opt_, ValueError, "plan::Trainer: step_in_backward needs an optimizer, got OptimizerKind::None");
+  MG_CHECK(opt_, ValueError, "train::Trainer: step_in_backward needs an optimizer, got OptimizerKind::None");
   in_backward_ = std::make_unique<InBackward>();
   if (!masters_) {
     in_backward_->hooks = std::make_unique<optim::StepInBackward>(*opt_);
@@ -542,54 +322,7 @@ amp::MasterWeights* Trainer::masters() const {
 }
 
 double Trainer::step(const std::function<Tensor(int64_t)>& forward) {
-  return run_step(model_, opt_.get(), scaler(), masters(), forward, options_, dp_.get(), in_backward_.get());
+  return detail::run_step(model_, opt_.get(), scaler(), masters(), forward, options_, dp_.get(), in_backward_.get());
 }
 
-double train_step(const ChainModel& model, optim::Optimizer* opt, amp::GradScaler* scaler,
-                  const std::function<std::pair<Tensor, Tensor>(int64_t)>& batch, const Policy& policy,
-                  const StepOptions& options, distributed::DataParallel* dp) {
-  Tensor x, y;  // live until the next micro-batch replaces them
-  return run_step(
-      model.module(), opt, scaler, dp ? dp->masters() : nullptr,
-      [&](int64_t g) {
-        std::tie(x, y) = batch(g);
-        return model.loss(x, y, policy, dp);
-      },
-      options, dp);
-}
-
-double train_step(const ChainModel& model, Trainer& trainer,
-                  const std::function<std::pair<Tensor, Tensor>(int64_t)>& batch, const Policy& policy) {
-  Tensor x, y;  // live until the next micro-batch replaces them
-  int64_t drawn = -1;
-  return trainer.step([&](int64_t i) {
-    // step_in_backward runs the last micro-batch's forward twice (clipping, the scaler): draw it once
-    if (i != drawn) std::tie(x, y) = batch(i), drawn = i;
-    return model.loss(x, y, policy, trainer.data_parallel());
-  });
-}
-
-Program program(const ModelSpec& model, const InputShape& input, const StepOptions& step) {
-  return [model, input, step](const StepContext& ctx) -> Step {
-    auto chain = std::make_shared<ChainModel>(model, ctx.device);
-    StepOptions o = step;
-    o.units = chain->unit_names();
-    auto trainer = std::make_shared<Trainer>(chain->module(), o);
-    InputShape shape = input;
-    shape.batch = ctx.batch;
-    const Policy policy = ctx.policy;
-    return [chain, trainer, shape, policy] {
-      train_step(
-          *chain, *trainer, [&](int64_t) { return chain->zero_inputs(shape); }, policy);
-    };
-  };
-}
-
-StepContext context(const InputShape& input, const Policy& policy) {
-  StepContext ctx;
-  ctx.batch = input.batch;
-  ctx.policy = policy;
-  return ctx;
-}
-
-}  // namespace mg::plan
+}  // namespace mg::train

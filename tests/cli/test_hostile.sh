@@ -93,6 +93,23 @@ case $case_name in
     expect_exit 2 "$bin" plan --pareto ''
     # --timeline '' still means no page.
     expect_exit 0 "$bin" train "${small[@]}" --steps 1 --timeline ''
+    # Outputs apart from each other and from the inputs: --log over a --data file truncated the mapped
+    # data (SIGBUS); two outputs that are one file lost one of them.
+    expect_exit 2 "$bin" train "${small[@]}" --steps 1 --data folder/a.txt --log folder/a.txt
+    expect_output "^memgrad: --log folder/a.txt is --data folder/a.txt, a file this run reads"
+    [ "$(wc -c <folder/a.txt)" -gt 1000 ] || fail "the data file was truncated"
+    expect_exit 2 "$bin" train "${small[@]}" --steps 1 --timeline t.html --snapshot link.csv --log log_link
+    expect_output "are one file"
+    # A name with no room for its temporary file's suffix is refused before training, not after it.
+    expect_exit 2 "$bin" train "${small[@]}" --steps 1 --save "$(printf 'x%.0s' $(seq 250))"
+    expect_output "leaves no room for its temporary file"
+    no_training
+    # A pattern that matches a FIFO, and view -o FIFO: refused, not waited on.
+    mkfifo folder/c.txt
+    expect_exit 2 timeout 20 "$bin" train "${small[@]}" --steps 1 --data 'folder/*.txt'
+    expect_output "folder/c.txt: is a FIFO"
+    expect_exit 2 timeout 20 "$bin" view good.json -o folder/c.txt
+    [ -p folder/c.txt ] || fail "view -o replaced the FIFO"
     ;;
   ranks)
     [ -n "${MG_MPIEXEC:-}" ] || { echo "SKIPPED: memgrad was built without MPI"; exit 77; }

@@ -84,9 +84,9 @@ size_t expandable_range(const DeviceState& s) {
   size_t range = 0;
   switch (s.device.type) {
     case DeviceType::CPU: {  // the machine's memory and an eighth, as PyTorch reserves for a GPU's
-      static const size_t memory = [page] {
+      static const size_t memory = [] {
         const size_t bytes = size_t(sysconf(_SC_PHYS_PAGES)) * size_t(sysconf(_SC_PAGESIZE));
-        return (bytes + bytes / 8 + page - 1) / page * page;
+        return (bytes + bytes / 8 + kExpandablePage - 1) / kExpandablePage * kExpandablePage;
       }();
       range = memory;
       break;

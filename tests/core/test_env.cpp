@@ -47,7 +47,9 @@ TEST_CASE("env: a bad value is one short line naming the variable, its value cut
       {"MG_MEMORY_LIMIT", "lots", "expected a byte count"},
       {"MG_MEMORY_LIMIT", "gpu=1G", "expected a device type"},
   };
-  for (auto& [name, value, message] : cases) {
+  for (const auto& c : cases) {
+    const char* name = std::get<0>(c);  // (a lambda cannot capture a binding)
+    const std::string &value = std::get<1>(c), &message = std::get<2>(c);
     CAPTURE(name);
     CAPTURE(value);
     Env e(name, value.c_str());

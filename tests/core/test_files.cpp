@@ -12,21 +12,11 @@
 #include <vector>
 
 #include "expect_error.h"
+#include "temp_dir.h"
 
 using namespace mg;
 
 namespace {
-
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char name[] = "/tmp/mg_files_XXXXXX";
-    REQUIRE(::mkdtemp(name));
-    path = name;
-  }
-  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
-  std::string operator/(const std::string& name) const { return path + "/" + name; }
-};
 
 std::string read(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -95,7 +85,8 @@ TEST_CASE("files: folders, FIFOs, devices, loops and empty paths are refused bef
       {dir / "missing/x", "does not exist"},
       {"", "an empty path"},
   };
-  for (auto& [path, message] : cases) {
+  for (const auto& c : cases) {
+    const std::string &path = c.first, &message = c.second;  // (a lambda cannot capture a binding)
     CAPTURE(path);
     expect_error<IOError>([&] { output_file(path, "--save"); }, {"--save", message});
     expect_error<IOError>([&] { write_file_atomically(path, "x", "--save"); }, {message});

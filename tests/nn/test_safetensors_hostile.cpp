@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "expect_error.h"
+#include "temp_dir.h"
 
 using namespace mg;
 
@@ -64,18 +65,6 @@ extern "C" ssize_t pread64(int fd, void* buf, size_t n, off_t offset) {
 }
 
 namespace {
-
-// A fresh folder under /tmp, removed with everything in it at the end.
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char name[] = "/tmp/mg_hostile_XXXXXX";
-    REQUIRE(::mkdtemp(name));
-    path = name;
-  }
-  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
-  std::string operator/(const std::string& name) const { return path + "/" + name; }
-};
 
 void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;

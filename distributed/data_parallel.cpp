@@ -48,6 +48,8 @@ DataParallel::DataParallel(const nn::NamedTensors& named, ProcessGroup& group, c
            options.zero_stage_);
   MG_CHECK(options.bucket_bytes_ > 0, ValueError, "DataParallel: expected bucket_bytes > 0, got ",
            options.bucket_bytes_);
+  MG_CHECK(options.slice_multiple_ >= 1 && options.slice_multiple_ <= (int64_t(1) << 40), ValueError,
+           "DataParallel: expected slice_multiple in [1, 2^40], got ", options.slice_multiple_);
   MG_CHECK(!named.empty(), ValueError, "DataParallel: expected parameters, got none");
   m.group = &group, m.options = options, m.rank = group.rank(), m.size = group.size();
   int halves = 0;
@@ -59,7 +61,9 @@ DataParallel::DataParallel(const nn::NamedTensors& named, ProcessGroup& group, c
       MG_CHECK(!p.tensor.is_same(t), ValueError, "DataParallel: parameter '", name, "' appears twice");
     Impl::Param p;
     p.name = name, p.tensor = t, p.index = m.params.size(), p.numel = t.numel();
+    const int64_t k = options.slice_multiple_;  // (ZeRO-3's units cut their own pieces: k plays no part there)
     p.chunk = std::max<int64_t>(1, (p.numel + m.size - 1) / m.size);
+    if (options.zero_stage_ == 1 || options.zero_stage_ == 2) p.chunk = (p.chunk + k - 1) / k * k;
     halves += is_half(t.dtype());
     m.params.push_back(std::move(p));
   }
@@ -105,7 +109,7 @@ DataParallel::DataParallel(const nn::NamedTensors& named, ProcessGroup& group, c
   for (auto& p : m.params) {
     if (m.units) {
       p.slice = m.units->piece_view(p.index);
-      p.chunk = std::max(p.chunk, m.longest_piece(p));
+      p.chunk = std::max(p.chunk, m.units->longest_piece(p.index));
       continue;
     }
     const auto [begin, end] = m.slice(p, m.rank);

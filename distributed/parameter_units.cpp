@@ -483,6 +483,22 @@ std::pair<int64_t, int64_t> ParameterUnits::piece(size_t i, int rank) const {
   return {begin, std::max(begin, end)};
 }
 
+int64_t ParameterUnits::longest_piece(size_t i) const {
+  const Impl& m = *impl_;
+  const Impl::Param& p = m.params.at(i);
+  const int64_t c = m.units[p.unit].chunk, n = p.tensor.numel();
+  if (n == 0) return 0;
+  // The ranks whose chunks meet [offset, offset + n): the first, the last, and the one after the
+  // first, whose chunk (if it is not the last) lies inside whole.
+  const int first = int(p.offset / c), last = int(std::min<int64_t>(m.size - 1, (p.offset + n - 1) / c));
+  int64_t most = 0;
+  for (int r : {first, std::min(first + 1, last), last}) {
+    const auto [begin, end] = piece(i, r);
+    most = std::max(most, end - begin);
+  }
+  return most;
+}
+
 Tensor ParameterUnits::piece_view(size_t i) const { return impl_->params.at(i).piece; }
 
 void ParameterUnits::prepare_forward() {

@@ -97,6 +97,8 @@ class ParameterUnits {
   // Rank `rank`'s piece of parameter i: elements [first, second) of the flattened parameter (first ==
   // second: none). Pieces of consecutive ranks are consecutive.
   std::pair<int64_t, int64_t> piece(size_t i, int rank) const;
+  // The most elements of parameter i any rank's piece holds (without visiting every rank).
+  int64_t longest_piece(size_t i) const;
   // This rank's piece of parameter i, a 1-D view of its shard (undefined when empty).
   Tensor piece_view(size_t i) const;
 

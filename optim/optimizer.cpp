@@ -112,6 +112,19 @@ const Hyperparameters& Optimizer::options_of(const Tensor& param) const {
   throw ValueError(detail::str(type_, ": expected one of the optimizer's parameters, got another tensor"));
 }
 
+void Optimizer::set_slice(const Tensor& param, int64_t offset, int64_t whole) {
+  options_of(param);  // one of ours
+  MG_CHECK(param.dim() == 1 && offset >= 0 && whole >= 0 && offset <= whole && param.numel() <= whole - offset,
+           ValueError, type_, ".set_slice: expected a 1-D parameter inside [0, ", whole, ") from offset ", offset,
+           ", got ", param.numel(), " elements of shape ", shape_str(param.shape()));
+  whole_[param.impl()] = whole;
+}
+
+int64_t Optimizer::whole_numel(const Tensor& param) const {
+  auto it = whole_.find(param.impl());
+  return it == whole_.end() ? param.numel() : it->second;
+}
+
 void Optimizer::step() {
   step_if([](const Tensor&) { return true; });
 }

@@ -248,6 +248,7 @@ Trainer::Trainer(nn::Module& model, const StepOptions& options, const OptimizerF
   };
   if (!make && !options.optimizer.is_none()) check_shards(optim::optimizer_entry(options.optimizer.name));
   if (options.data_parallel()) {  // the masters of half parameters are dp's, sliced by rank
+    const int64_t block = options.optimizer.is_none() ? 1 : optim::optimizer_entry(options.optimizer.name).block;
     MG_CHECK(options.world_size >= 1 && options.rank >= 0 && options.rank < options.world_size, ValueError,
              "train::Trainer: expected 0 <= rank < world_size, got rank ", options.rank, " of ", options.world_size);
     if (!group) {
@@ -261,14 +262,18 @@ Trainer::Trainer(nn::Module& model, const StepOptions& options, const OptimizerF
                                                           .units(options.units)
                                                           .offload_parameters(options.offload_params)
                                                           .prefetch(options.unit_prefetch)
-                                                          .deferred(deferred));
+                                                          .deferred(deferred)
+                                                          .slice_multiple(block));
     params = dp_->optimizer_parameters();
   } else if (storage_dtype(options.precision)) {
     masters_.emplace(params);
     params = masters_->named_parameters();
   }
-  opt_ = make ? make(params) : optim::make_optimizer(options.optimizer, params);
+  // A rank whose slices or pieces are all empty (more ranks than a unit has elements to share) steps
+  // nothing: it has no optimizer, as OptimizerSpec::none().
+  if (!params.empty()) opt_ = make ? make(params) : optim::make_optimizer(options.optimizer, params);
   if (const optim::OptimizerEntry* e = opt_ ? optim::entry_of(*opt_) : nullptr) check_shards(*e);
+  if (dp_ && opt_) dp_->attach(*opt_);  // ZeRO-1/2: 8-bit state in the whole parameter's blocks, sliced
   if (options.grad_scaler) scaler_.emplace(options.scaler);
   if (!options.step_in_backward) return;
   MG_CHECK(opt_, ValueError, "train::Trainer: step_in_backward needs an optimizer, got none");

@@ -8,6 +8,7 @@
 #include "data_source.h"
 #include "plan_file.h"
 #include "report.h"
+#include "sizes.h"
 
 namespace memgrad_cli {
 
@@ -25,10 +26,10 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
       ->capture_default_str();
   app.add_option("--world-size", f.step.world_size,
                  "data parallelism: plan one rank of this many processes (meta simulates it: no MPI needed)")
-      ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
+      ->transform(integer_in(1, int64_t(1) << 20))
       ->capture_default_str();
   app.add_option("--rank", f.step.rank, "data parallelism: the rank planned (0 holds the largest slices)")
-      ->check(CLI::NonNegativeNumber)
+      ->transform(integer_in(0, (int64_t(1) << 20) - 1))
       ->capture_default_str();
   app.add_flag("!--no-compare", f.compare, "skip the side-by-side tables of precisions and policies");
   app.add_option("--plan", f.plan,
@@ -40,7 +41,8 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
                  "--plan mixed: write the chosen plan to this file, which memgrad train --plan FILE carries out");
   app.add_option("--pareto", f.pareto,
                  "write the memory-time curve (none, sqrt, selective, DP, ILP, mixed and dynamic remat; predicted, and "
-                 "measured once on the cpu) to this HTML file (.svg: the picture alone)");
+                 "measured once on the cpu) to this HTML file (.svg: the picture alone)")
+      ->check(non_empty("a file name"));
   app.add_option("--cost-model", f.cost_model,
                  "fit: the kernels' rates fitted to a few steps run on the cpu (--device cpu); fixed: 100 GFLOP/s, "
                  "10 GB/s on any machine")
@@ -52,6 +54,15 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
 }
 
 namespace {
+
+// A plan that ran out of memory on meta, with no limit, has no numbers to show (its peaks would read
+// 0 B): no device could run the step. Its sizes fit int64 (sizes.h), but not together.
+mg::plan::StepReport planned(mg::plan::StepReport r) {
+  if (r.out_of_memory)
+    throw mg::OutOfMemoryError("no device can run this step (planned on meta, with no limit): " +
+                               r.oom_message.substr(0, r.oom_message.find('\n')));  // (no cache would help)
+  return r;
+}
 
 // --plan mixed and --pareto: plans timed by the cost model (plan/timed.h, plan/mixed.h).
 int run_timed_plans(const PlanFlags& f, const mg::train::ModelSpec& spec, const mg::train::InputShape& shape,
@@ -113,16 +124,13 @@ int run_timed_plans(const PlanFlags& f, const mg::train::ModelSpec& spec, const 
   const std::string title = name + ", batch " + std::to_string(f.step.batch) + " x " + std::to_string(f.step.seq) +
                             ", " + f.step.optimizer + ": step time against planned peak";
   const std::string svg = pareto_svg(points, title);
-  std::FILE* out = std::fopen(f.pareto.c_str(), "w");
-  if (!out) throw UsageError("--pareto " + f.pareto + ": cannot write the file");
   const bool svg_only = f.pareto.size() > 4 && f.pareto.substr(f.pareto.size() - 4) == ".svg";
-  if (svg_only)
-    std::fputs(svg.c_str(), out);
-  else
-    std::fprintf(out,
-                 "<!doctype html><meta charset='utf-8'><title>memgrad: memory-time curve</title>\n%s<pre>%s</pre>\n",
-                 svg.c_str(), pareto_table(points).c_str());
-  std::fclose(out);
+  mg::write_file_atomically(f.pareto,
+                            svg_only
+                                ? svg
+                                : "<!doctype html><meta charset='utf-8'><title>memgrad: memory-time curve</title>\n" +
+                                      svg + "<pre>" + pareto_table(points) + "</pre>\n",
+                            "--pareto");
   std::printf("the curve: %s\n", f.pareto.c_str());
   return 0;
 }
@@ -134,11 +142,12 @@ class PlanMemo {
  public:
   const mg::plan::StepReport& get(const mg::train::ModelSpec& spec, const StepFlags& s, const mg::train::Policy& p,
                                   const mg::train::InputShape& shape, const mg::plan::PlanOptions& options) {
-    auto [it, fresh] = plans_.try_emplace(key(spec, s, p, options));
-    if (fresh) {
+    const std::string k = key(spec, s, p, options);
+    auto it = plans_.find(k);
+    if (it == plans_.end()) {
       mg::plan::PlanOptions quick = options;
       quick.settle_reserved = false;
-      it->second = plan(train_program(spec, s), mg::plan::context(shape, p), quick);
+      it = plans_.emplace(k, planned(plan(train_program(spec, s), mg::plan::context(shape, p), quick))).first;
     }
     return it->second;
   }
@@ -281,7 +290,7 @@ void print_rank_classes(const mg::train::ModelSpec& spec, const mg::train::Input
     one.rank = c.first();
     mg::plan::PlanOptions quick = options;
     quick.smallest_limit = false;
-    const mg::plan::StepReport q = plan(train_program(spec, one), mg::plan::context(shape, chosen), quick);
+    const mg::plan::StepReport q = planned(plan(train_program(spec, one), mg::plan::context(shape, chosen), quick));
     std::printf("  %s %s: %s (%lld B), reserved %s (%lld B)\n", c.count == 1 ? "rank" : "ranks", c.str().c_str(),
                 mg::format_bytes(q.peak).c_str(), static_cast<long long>(q.peak), mg::format_bytes(q.reserved).c_str(),
                 static_cast<long long>(q.reserved));
@@ -294,7 +303,9 @@ int run_plan(const PlanFlags& f) {
   using namespace mg::plan;
   using namespace mg::train;
   const auto t0 = std::chrono::steady_clock::now();
+  if (!f.pareto.empty()) check_writable("--pareto", f.pareto);  // before the curve's minutes of work
   const ModelSpec spec = model_spec(f.model, f.step.seq);
+  check_sizes(spec, f.step);  // sizes.h: a size no device can hold is a usage error naming its flags
   const InputShape shape = input_shape(f.step);
   const int64_t params = parameter_count(spec);
   PlanOptions options;
@@ -331,7 +342,7 @@ int run_plan(const PlanFlags& f) {
   const Policy chosen = policy(flags, spec, true, options);
   const StepOptions step = step_options(flags);
   mg::reset_host_peak(mg::kMeta);
-  const StepReport r = plan(train_program(spec, flags), context(shape, chosen), options);
+  const StepReport r = planned(plan(train_program(spec, flags), context(shape, chosen), options));
   const int64_t host_peak = mg::host_memory_stats(mg::kMeta).peak;
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf(

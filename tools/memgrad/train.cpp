@@ -5,13 +5,14 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <optional>
 
+#include "paths.h"
 #include "plan_file.h"
 #include "report.h"
 #include "sharding.h"
+#include "sizes.h"
 #include "train_run.h"
 #include "train_state.h"
 #include "view.h"
@@ -27,6 +28,8 @@ constexpr bool kBuiltWithCuda = true;
 constexpr bool kBuiltWithCuda = false;
 #endif
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+// Steps in a row whose loss is not finite, each skipped by fp16's loss scaler, that stop a run.
+constexpr int64_t kSkippedNonFinite = 8;
 
 // The optimizer of --optimizer with the command's --lr (and --momentum) over `params`.
 std::unique_ptr<mg::optim::Optimizer> make_optimizer(const TrainFlags& f, const mg::nn::NamedTensors& params) {
@@ -141,16 +144,18 @@ void add_train_flags(CLI::App& app, TrainFlags& f) {
   app.add_option("--seed", f.seed, "seed of parameters, data and dropout")
       ->transform(any_uint64())
       ->capture_default_str();
-  app.add_option("--save", f.save, "write the training state (safetensors) here at the end");
+  app.add_option("--save", f.save, "write the training state (safetensors) here at the end")
+      ->check(non_empty("a file name"));
   app.add_option("--resume", f.resume, "continue from a state written by --save (same model and step flags)")
-      ->check(CLI::ExistingFile);
+      ->check(input_file());
   app.add_option("--timeline", f.timeline, "HTML memory timeline of the first steps ('' for none)")
       ->capture_default_str();
-  app.add_option("--snapshot", f.snapshot, "the same steps' memory snapshot (JSON) for `memgrad view`");
+  app.add_option("--snapshot", f.snapshot, "the same steps' memory snapshot (JSON) for `memgrad view`")
+      ->check(non_empty("a file name"));
   app.add_option("--timeline-steps", f.timeline_steps, "steps the timeline covers")
       ->transform(integer_in(1, kMaxCount))
       ->capture_default_str();
-  app.add_option("--log", f.log, "CSV of step, loss, tokens/s and allocated bytes");
+  app.add_option("--log", f.log, "CSV of step, loss, tokens/s and allocated bytes")->check(non_empty("a file name"));
   app.add_option("--log-every", f.log_every, "print a line every N steps when not on a terminal (0: about 20 lines)")
       ->transform(integer_in(0, kMaxCount));
   app.add_option("--sample", f.sample, "GPT: bytes of text to generate at the end (0: none)")
@@ -180,6 +185,7 @@ void TrainRun::set_up() {
     throw mg::IOError("rank " + std::to_string(rank) + ": cannot silence its output");
   step_flags = f.step;
   step_flags.world_size = ranks, step_flags.rank = rank, step_flags.offload_params = offload_params;
+  step_options(step_flags);  // a combination that does not train is refused first, before any file is read
 
   try {
     const int local = ranks > 1 ? dist::local_rank() % std::max(1, mg::cuda_device_count()) : 0;
@@ -225,6 +231,7 @@ void TrainRun::set_up() {
     mg::set_memory_limit(device, int64_t(f.memory_limit));
   }
   spec = model_spec(data.model_flags(f.model), f.step.seq);
+  check_sizes(spec, step_flags);  // sizes.h: tokens per step (all ranks), tensors and totals the flags make
   shape = input_shape(f.step);
   mg::plan::PlanOptions target;
   target.device = device.type;
@@ -282,6 +289,9 @@ void TrainRun::build() {
   options.units = chain->unit_names();  // --zero 3, --offload params: each block a unit
   trainer.emplace(
       model, options, [this](const mg::nn::NamedTensors& params) { return make_optimizer(f, params); }, group);
+  if (!trainer->optimizer())
+    throw UsageError("rank " + std::to_string(rank) + " of " + std::to_string(ranks) +
+                     " holds no piece of any parameter (more processes than the model's units share out): use fewer");
   mg::optim::Optimizer& opt = *trainer->optimizer();
   scaler = trainer->scaler();
   dp = trainer->data_parallel();
@@ -293,8 +303,10 @@ void TrainRun::build() {
   auto load_optimizer = [&](const mg::optim::StateDict& o) {
     dp ? dp->load_state_dict(opt, o) : opt.load_state_dict(o);
   };
-  first = saved ? apply_state(read_state(f.resume, signature), f.resume, load_model, load_optimizer,
-                              dp ? nullptr : trainer->masters(), scaler) +
+  std::vector<std::string> names;  // the parameters in DataParallel's order: its masters' ("master.<i>")
+  for (auto& [name, t] : model.named_parameters()) names.push_back(name);
+  first = saved ? apply_state(read_state(f.resume, signature), f.resume, names, load_model, load_optimizer,
+                              dp ? nullptr : trainer->masters(), dp && dp->masters(), scaler) +
                       1
                 : 1;
   if (saved) mg::empty_cache(device);                            // the file's tensors are freed: their segments go too
@@ -328,13 +340,12 @@ void TrainRun::build() {
 }
 
 void TrainRun::run_steps() {
-  std::ofstream log;
-  timeline = (!f.timeline.empty() || !f.snapshot.empty()) && rank == 0;  // files: rank 0 writes them
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> log(nullptr, std::fclose);  // --log: written as the steps run
+  timeline = (!f.timeline.empty() || !f.snapshot.empty()) && rank == 0;       // files: rank 0 writes them
   if (!f.log.empty() && rank == 0) {
-    log.open(f.log);
-    if (!log) throw mg::IOError("--log: cannot write " + f.log);
-    log << "step,loss,tokens_per_s,allocated" << (f.plan.empty() ? "" : ",step_ms,predicted_ms,peak,planned_peak")
-        << "\n";
+    log.reset(mg::open_output_stream(f.log, "--log"));  // core/files.h: a link followed, a FIFO refused
+    std::fprintf(log.get(), "step,loss,tokens_per_s,allocated%s\n",
+                 f.plan.empty() ? "" : ",step_ms,predicted_ms,peak,planned_peak");
   }
   if (timeline) mg::record_history(true, 1000000);
   tokens_per_step = *tokens * ranks;
@@ -343,6 +354,7 @@ void TrainRun::run_steps() {
                     f.quiet, data.is_gpt() ? "tok" : "rows");
   std::optional<mg::KernelProfile> profile;  // --profile: the steps after the first (all of a 1-step run)
   double profiled_seconds = 0;
+  int64_t unfinished = 0;  // steps in a row whose loss was not finite (each one skipped by fp16's scaler)
   try {
     for (int64_t step = first; step <= f.steps; ++step) {
       if (f.profile && !profile && (step > first || first == f.steps)) profile.emplace();
@@ -350,8 +362,16 @@ void TrainRun::run_steps() {
       if (timeline) mg::annotate_memory("step " + std::to_string(step), device);
       mg::reset_peak(device);  // as the planner does: the step (gradients cleared first) is measured whole
       if (timed) mg::budget::begin_step(device);  // a per-tensor plan's storages are counted per step
+      const int64_t skipped = scaler ? scaler->skipped_steps() : 0;
       loss = mg::train::train_step(
           *chain, *trainer, [&](int64_t) { return data.next(); }, policy);
+      // A non-finite loss stops the run, unless fp16's scaler skipped the step (the parameters unchanged)
+      // and has not skipped every step since: a skipped step does not fix a loss computed before it.
+      unfinished = std::isfinite(loss) ? 0 : unfinished + 1;
+      if (unfinished && (!scaler || scaler->skipped_steps() == skipped || unfinished == kSkippedNonFinite))
+        throw mg::ValueError("step " + std::to_string(step) + ": the loss is " + (std::isnan(loss) ? "nan" : "inf") +
+                             (unfinished > 1 ? " (" + std::to_string(unfinished) + " steps in a row)" : "") +
+                             ": training diverged (try a lower --lr, --clip, --warmup or --precision bf16)");
       if (warmup) warmup->step();
       if (device.is_cuda()) mg::cuda::synchronize(device.index);
       const double dt = seconds_since(t0);
@@ -378,12 +398,14 @@ void TrainRun::run_steps() {
         char line[128];
         std::snprintf(line, sizeof line, "%lld,%.9g,%.1f,%lld", static_cast<long long>(step), loss,
                       double(tokens_per_step) / dt, static_cast<long long>(m.allocated));
-        log << line;
-        if (timed)  // each step's time and peak beside the plan's (its first step, or the steady one)
+        std::fputs(line, log.get());
+        if (timed) {  // each step's time and peak beside the plan's (its first step, or the steady one)
           std::snprintf(line, sizeof line, ",%.3f,%.3f,%lld,%lld", dt * 1e3, timed->predicted * 1e3,
                         static_cast<long long>(peak),
                         static_cast<long long>(step == 1 ? timed->planned.first_peak : timed->planned.peak));
-        log << (timed ? line : "") << "\n";
+          std::fputs(line, log.get());
+        }
+        std::fputs("\n", log.get());
       }
       if (timeline && step == std::min(first + f.timeline_steps - 1, f.steps)) {  // once: off clears it
         write_memory_files(f.timeline, f.snapshot, device,
@@ -414,15 +436,9 @@ void TrainRun::run_steps() {
 }
 
 int run_train(const TrainFlags& f) {
-  // Files written later (the state at the end, the timeline after a few steps) are checked first.
-  if (!f.save.empty()) check_writable("--save", f.save);
-  const mg::optim::OptimizerEntry& optimizer = mg::optim::optimizer_entry(f.step.optimizer);
-  if (!f.save.empty() && f.step.zero > 0 && optimizer.runs_sharded(f.step.zero) && !optimizer.gathers_sharded())
-    throw UsageError("--save with --zero " + std::to_string(f.step.zero) + " and --optimizer " + f.step.optimizer +
-                     ": ZeRO gathers only optimizer state shaped like its parameter, not 8-bit blocks; use --zero 0");
-  if (!f.log.empty()) check_writable("--log", f.log);
-  if (!f.timeline.empty()) check_writable("--timeline", f.timeline);
-  if (!f.snapshot.empty()) check_writable("--snapshot", f.snapshot);
+  // Files written later (the state at the end, the timeline after a few steps) are checked first,
+  // against each other and the files the run reads (paths.h).
+  check_run_files(f);
   TrainRun run(f);
   run.set_up();
   run.build();

@@ -231,8 +231,11 @@ void TrainRun::report_ranks_and_state() {
     metadata["memgrad.saved_by"] = std::to_string(ranks) + " process" + (ranks > 1 ? "es" : "") +
                                    (dp ? ", ZeRO stage " + std::to_string(dp->zero_stage()) : "") +
                                    (offload_params ? ", --offload params" : "");
+    std::vector<std::string> names;  // DataParallel's order of the parameters: its masters' ("master.<i>")
+    for (auto& [name, t] : model.named_parameters()) names.push_back(name);
     if (rank == 0)
-      save_state(f.save, f.steps, signature, whole, optimizer, dp ? nullptr : trainer->masters(), scaler, metadata);
+      save_state(f.save, f.steps, signature, whole, optimizer, names, dp ? nullptr : trainer->masters(), scaler,
+                 metadata);
     if (world) world->barrier();  // the file exists when any rank returns
     std::printf("training state (step %lld): %s\n", static_cast<long long>(f.steps), f.save.c_str());
   }

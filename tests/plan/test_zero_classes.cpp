@@ -3,6 +3,7 @@
 // are all padding included.
 #include <doctest/doctest.h>
 
+#include <memgrad/plan/fits.h>
 #include <memgrad/plan/planner.h>
 #include <memgrad/plan/zero.h>
 
@@ -55,4 +56,23 @@ TEST_CASE("ZeRO plans: every world size plans, up to 2^20 ranks, those holding o
       CHECK_FALSE(last.out_of_memory);
       CHECK(last.peak > 0);
     }
+}
+
+TEST_CASE("what fits: the largest model of a family runs under the budget, the next one does not") {
+  const train::InputShape in{1, 16};
+  train::StepOptions step;
+  step.zero_stage = 3, step.world_size = 4;
+  const int64_t budget = int64_t(3) << 20;
+  for (plan::Family family : {plan::Family::Layers, plan::Family::Width}) {
+    const plan::LargestModel m = plan::largest_model(tiny_gpt(), family, in, step, budget, 64);
+    REQUIRE(m.k >= 1);
+    CHECK_FALSE(m.capped);
+    const train::ModelSpec fits = plan::scaled(tiny_gpt(), family, m.k),
+                           over = plan::scaled(tiny_gpt(), family, m.k + 1);
+    CHECK(plan::fits(plan::program(fits, in, step), plan::context(in), budget));
+    CHECK_FALSE(plan::fits(plan::program(over, in, step), plan::context(in), budget));
+    CHECK(m.parameters == train::ChainModel(fits, kMeta).module().num_parameters());  // the count by formula
+    // ZeRO's formula counts model states alone: never a smaller model than the plan.
+    CHECK(plan::largest_by_formula(tiny_gpt(), family, step, budget).k >= m.k);
+  }
 }

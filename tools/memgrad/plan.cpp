@@ -290,9 +290,9 @@ int run_what_fits(const PlanFlags& f, const mg::train::ModelSpec& spec, const mg
   const Family family = f.what_fits == "layers" ? Family::Layers : Family::Width;
   const int64_t budget = int64_t(f.step.budget);
   std::printf(
-      "what fits under %s (%lld B) on each of %lld ranks: the largest GPT by %s (%s), batch %lld x %lld, %s, %s\n",
+      "what fits under %s (%lld B) on each of %lld rank%s: the largest GPT by %s (%s), batch %lld x %lld, %s, %s\n",
       mg::format_bytes(budget).c_str(), static_cast<long long>(budget), static_cast<long long>(f.step.world_size),
-      family == Family::Layers ? "blocks" : "heads",
+      f.step.world_size == 1 ? "" : "s", family == Family::Layers ? "blocks" : "heads",
       family == Family::Layers ? ("n_embd " + std::to_string(spec.gpt.n_embd)).c_str()
                                : (std::to_string(spec.gpt.n_embd / spec.gpt.n_head) + " wide each, " +
                                   std::to_string(spec.gpt.n_layer) + " blocks")

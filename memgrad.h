@@ -62,6 +62,7 @@
 #include <memgrad/optim/registry.h>
 #include <memgrad/optim/scheduler.h>
 #include <memgrad/optim/sgd.h>
+#include <memgrad/plan/fits.h>
 #include <memgrad/plan/planner.h>
 #include <memgrad/plan/zero.h>
 #include <memgrad/train/model.h>

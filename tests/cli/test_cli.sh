@@ -391,6 +391,22 @@ case $case_name in
     expect_output "ZeRO stage 3 with the parameters in host memory"
     expect_output "host memory \\(parameters, gradients and optimizer state off the device\\): peak"
     grep -q "OptimizerState" <(sed -n '/^  category/,/^  total/p' out.txt) && fail "optimizer state on the device"
+    # What fits: the largest GPT of the family under --budget per stage and with --offload params, beside
+    # ZeRO's formula. The tiny GPT at 8 x 64 under 24 MiB: 3 blocks at stages 0-2 (and the formula's 7,
+    # model states alone), 2 at stage 3 (a gathered unit beside the shards), 4 with the states in host memory.
+    expect_exit 0 "$bin" plan --model tiny -t 64 --budget 24MiB --what-fits layers
+    expect_output "on each of 1 rank: the largest GPT by blocks \\(n_embd 128\\)"
+    expect_output "^  ZeRO stage 0 +3 +636,032 +7: 1,429,120$"
+    expect_output "^  ZeRO stage 3 +2 +437,760 +7: 1,429,120$"
+    expect_output "^  --offload params +4 +834,304 +- "
+    expect_exit 0 "$bin" plan --model tiny --budget 1KiB --what-fits width
+    expect_output "^  ZeRO stage 3 +none +- +none$"
+    expect_exit 2 "$bin" plan --model tiny --what-fits layers
+    expect_output "--what-fits needs --budget"
+    expect_exit 2 "$bin" plan --model mlp --budget 1GiB --what-fits layers
+    expect_output "not with --model mlp"
+    expect_exit 2 "$bin" plan --model tiny --budget 1GiB --what-fits depth
+    expect_output "--what-fits"
     ;;
   data_parallel)  # mpirun -np 2: the losses of one process with --accum 2, every rank's planned peak exact
     [ -n "${MG_MPIEXEC:-}" ] || { echo "SKIPPED: memgrad was built without MPI"; exit 77; }

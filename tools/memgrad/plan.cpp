@@ -39,6 +39,11 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
       ->check(CLI::IsMember({"mixed"}));
   app.add_option("--save-plan", f.save_plan,
                  "--plan mixed: write the chosen plan to this file, which memgrad train --plan FILE carries out");
+  app.add_option("--what-fits", f.what_fits,
+                 "layers or width: the largest GPT of the model's family (more blocks, or more heads of the same "
+                 "width) whose step runs under --budget on each rank, at every ZeRO stage and with --offload params, "
+                 "planned exactly on meta, beside ZeRO's formula for model states alone")
+      ->check(CLI::IsMember({"layers", "width"}));
   app.add_option("--pareto", f.pareto,
                  "write the memory-time curve (none, sqrt, selective, DP, ILP, mixed and dynamic remat; predicted, and "
                  "measured once on the cpu) to this HTML file (.svg: the picture alone)")
@@ -276,6 +281,54 @@ void print_comparison(const StepFlags& flags, const mg::train::ModelSpec& spec, 
   print_optimizers(flags, spec, shape, chosen, options, params, plans);
 }
 
+// --what-fits: the largest model of the family per ZeRO stage and offload mode, planned on meta (the
+// reserved peak of a whole step), beside ZeRO's formula for model states alone.
+int run_what_fits(const PlanFlags& f, const mg::train::ModelSpec& spec, const mg::plan::PlanOptions& options) {
+  using namespace mg::plan;
+  if (!f.step.budget) throw UsageError("--what-fits needs --budget (e.g. --budget 32GiB)");
+  if (spec.kind != mg::train::ModelSpec::Kind::GPT) throw UsageError("--what-fits grows a GPT: not with --model mlp");
+  const Family family = f.what_fits == "layers" ? Family::Layers : Family::Width;
+  const int64_t budget = int64_t(f.step.budget);
+  std::printf(
+      "what fits under %s (%lld B) on each of %lld rank%s: the largest GPT by %s (%s), batch %lld x %lld, %s, %s\n",
+      mg::format_bytes(budget).c_str(), static_cast<long long>(budget), static_cast<long long>(f.step.world_size),
+      f.step.world_size == 1 ? "" : "s", family == Family::Layers ? "blocks" : "heads",
+      family == Family::Layers ? ("n_embd " + std::to_string(spec.gpt.n_embd)).c_str()
+                               : (std::to_string(spec.gpt.n_embd / spec.gpt.n_head) + " wide each, " +
+                                  std::to_string(spec.gpt.n_layer) + " blocks")
+                                     .c_str(),
+      static_cast<long long>(f.step.batch), static_cast<long long>(f.step.seq), f.step.precision.c_str(),
+      f.step.optimizer.c_str());
+  std::printf("  %-22s %8s %18s   %-34s\n", "mode", family == Family::Layers ? "blocks" : "heads", "parameters",
+              "ZeRO's formula (model states only)");
+  const auto t0 = std::chrono::steady_clock::now();
+  PlanOptions o = options;
+  o.progress = [t0](const std::string& what) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s > 3) std::fprintf(stderr, "memgrad: what fits, %.0f s: trying %s\n", s, what.c_str());
+  };
+  for (int mode = 0; mode <= 4; ++mode) {  // stages 0-3, then --offload params
+    StepFlags s = f.step;
+    s.zero = mode == 4 ? 0 : mode, s.offload_params = mode == 4;
+    const mg::train::StepOptions step = step_options(s);
+    const LargestModel exact = largest_model(spec, family, input_shape(s), step, budget, 4096, o);
+    const LargestModel formula = mode == 4 ? LargestModel{} : largest_by_formula(spec, family, step, budget);
+    auto cell = [](const LargestModel& m) {
+      return m.k ? std::to_string(m.k) + (m.capped ? "+" : "") + ": " + thousands(m.parameters) : std::string("none");
+    };
+    const std::string name = mode == 4 ? "--offload params" : "ZeRO stage " + std::to_string(mode);
+    std::printf("  %-22s %8s %18s   %s\n", name.c_str(),
+                exact.k ? (std::to_string(exact.k) + (exact.capped ? "+" : "")).c_str() : "none",
+                exact.k ? thousands(exact.parameters).c_str() : "-",
+                mode == 4 ? "- (the model states are in host memory)" : cell(formula).c_str());
+  }
+  std::printf(
+      "  (the planner's: the reserved peak of a whole step within the budget, activations, gathered units, buckets\n"
+      "   and the cache included; the formula's: parameters x ZeRO's bytes per parameter within it; + the search's "
+      "cap)\n");
+  return 0;
+}
+
 // Every rank's planned peaks: one plan per class of ranks whose shares have the same sizes (the same
 // plan), so that any world size plans in the time of a few ranks.
 void print_rank_classes(const mg::train::ModelSpec& spec, const mg::train::InputShape& shape, const StepFlags& flags,
@@ -331,6 +384,7 @@ int run_plan(const PlanFlags& f) {
                     ? "each block a unit gathered for its forward and backward"
                     : ("buckets of " + mg::format_bytes(int64_t(flags.bucket_cap))).c_str());
   print_loader_plan(spec, flags, options.device);
+  if (!f.what_fits.empty()) return run_what_fits(f, spec, options);
   if (!f.plan.empty() || !f.pareto.empty()) {
     if (data_parallel)  // the budget's runtime does not run with the units' or ranks' own schedules
       throw UsageError(

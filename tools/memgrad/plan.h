@@ -16,6 +16,7 @@ struct PlanFlags {
   int top = 10;                    // owners listed
   std::string plan;                // mixed: keep/recompute/offload for --budget
   std::string save_plan;           // the mixed plan's file, for memgrad train --plan FILE
+  std::string what_fits;           // layers | width: the largest model of that family under --budget
   std::string pareto;              // the memory-time curve's HTML or SVG file
   std::string cost_model = "fit";  // fit (cpu: on this machine) | fixed
 };

@@ -11,11 +11,17 @@
 # Each training workload runs ROUNDS times, the two sides alternating, so that a burst of load on a
 # shared machine hits both; the table reports the median of the per-round medians and the best
 # single step of all rounds (the figure least inflated by other processes).
+# WORKLOADS (default all six: mlp gpt gpt-256 gpt-512 gpt-512f gpt2) picks some; gpt2 (GPT-2 124M,
+# batch 4 x 64) runs GPT2_STEPS steps (default 5: a step takes seconds).
+# AVX2=1: every program on its AVX2 code, on an AVX-512 machine the proxy for an AVX2-only CPU (said
+# as such wherever it is reported): memgrad MG_CPU_ISA=avx2 (its kernels, and the oneDNN and OpenBLAS
+# paths it sets: core/openblas_defaults.cpp); torch ATEN_CPU_CAPABILITY=avx2 (ATen's kernels and
+# torch.compile's generated code), MKL_ENABLE_INSTRUCTIONS=AVX2, ONEDNN_MAX_CPU_ISA=AVX2 and, for
+# Debian's torch 1.13, OPENBLAS_CORETYPE=Haswell; JAX XLA_FLAGS=--xla_cpu_max_isa=AVX2.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${MG_BUILD_DIR:-$root/build-bench}
 threads=${THREADS:-2}
-steps=${STEPS:-10}
 rounds=${ROUNDS:-2}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
@@ -36,17 +42,29 @@ cmake --build "$build" -j"$(nproc)" --target bench_op_overhead bench_train_step 
 
 # One thread count for every library on both sides (OpenMP for memgrad and ATen, OpenBLAS's own pool).
 export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads MKL_NUM_THREADS=$threads
+if [ "${AVX2:-0}" = 1 ]; then
+  export MG_CPU_ISA=avx2 ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 \
+    OPENBLAS_CORETYPE=Haswell XLA_FLAGS="${XLA_FLAGS:+$XLA_FLAGS }--xla_cpu_max_isa=AVX2"
+fi
 
 # Workloads: name, then the arguments both programs take after the workload kind and step count.
 # gpt-512f: memgrad's fused attention against torch's F.scaled_dot_product_attention, or against
 # its explicit attention where torch (Debian's 1.13) has none; the config column says which.
-workloads=("mlp mlp 256 784 1024 2 10" "gpt gpt 4 4 128 2048 8 128" "gpt-256 gpt 4 4 256 4096 8 128"
-  "gpt-512 gpt 4 4 256 4096 4 512" "gpt-512f gpt-fused 4 4 256 4096 4 512")
+# gpt2: GPT-2 124M (12 layers, 12 heads, n_embd 768, vocab 50257) on batch 4 x 64 (position table of
+# 64 rows, not GPT-2's 1024: the models build it for the sequence they run).
+all=("mlp mlp 256 784 1024 2 10" "gpt gpt 4 4 128 2048 8 128" "gpt-256 gpt 4 4 256 4096 8 128"
+  "gpt-512 gpt 4 4 256 4096 4 512" "gpt-512f gpt-fused 4 4 256 4096 4 512" "gpt2 gpt 12 12 768 50257 4 64")
+workloads=()
+for w in "${all[@]}"; do
+  [[ " ${WORKLOADS:-mlp gpt gpt-256 gpt-512 gpt-512f gpt2} " == *" ${w%% *} "* ]] && workloads+=("$w")
+done
 for r in $(seq "$rounds"); do
   for w in "${workloads[@]}"; do
     set -- $w
     name=$1 kind=$2
     shift 2
+    steps=${STEPS:-10}
+    [ "$name" != gpt2 ] || steps=${GPT2_STEPS:-5}
     "$build/bench/bench_train_step" "$kind" "$steps" "$@" >"$out/mg.$name.$r.json"
     "$py" "$root/bench/compare/train_step.py" "$kind" "$steps" "$@" >"$out/pt.$name.$r.json"
     if [ -n "$peer" ]; then
@@ -71,7 +89,8 @@ import json, os, statistics, sys
 out, rounds, workloads = sys.argv[1], int(sys.argv[2]), [w.split()[0] for w in sys.argv[3:]]
 load = open("/proc/loadavg").read().split()[:3]
 pt_version = json.load(open(f"{out}/pt.{workloads[0]}.1.json"))["torch"]
-print(f"threads {os.environ['OMP_NUM_THREADS']}, torch {pt_version}, load average after the run {' '.join(load)}")
+print(f"threads {os.environ['OMP_NUM_THREADS']}, torch {pt_version}, load average after the run {' '.join(load)}"
+      + (", AVX2 proxy (MG_CPU_ISA=avx2 and the peers' AVX2 paths)" if os.environ.get("MG_CPU_ISA") == "avx2" else ""))
 print(f"{'workload':9} {'config':55} {'memgrad ms':>10} {'torch ms':>9} {'ratio':>6} {'mg best':>8} {'pt best':>8} "
       f"{'ratio':>6} {'mg CPU ms':>9} {'pt CPU ms':>9} {'memgrad MiB':>11} {'torch MiB':>9} {'ratio':>6}")
 for name in workloads:

@@ -252,17 +252,9 @@ inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
 inline int __ffs(int x) { return __builtin_ffs(x); }
 inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz(unsigned(x)); }
-using std::erf;
-using std::exp;
-using std::isfinite;
+using std::isfinite;  // the rest (exp, min, ...) device_common.cuh takes from std:: for the kernels
 using std::isinf;
 using std::isnan;
-using std::log;
-using std::max;
-using std::min;
-using std::pow;
-using std::sqrt;
-using std::tanh;
 inline void emulated_mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, bool bf16) {
   emu::mma_16816(c, a, b0, b1, bf16);
 }

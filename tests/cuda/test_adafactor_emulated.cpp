@@ -3,7 +3,8 @@
 // matrices, a vector, the first moment, maximize, weight decay, several steps. The grids are smaller
 // than the work (every stride loop runs, the column sums' row chunks and matrices included); the
 // block sums' grid is the one adafactor.cu launches, whose size the partials' layout depends on.
-// Sums add in another order on each side: float32 within 2e-5 of the largest value, float64 1e-12.
+// Sums add in another order on each side: float32 within 2e-5 of the largest value, float64 1e-12,
+// float16 and bfloat16 two units of their last place.
 #include <doctest/doctest.h>
 
 #include "emulated_device.h"
@@ -13,8 +14,9 @@
 #include <cmath>
 #include <vector>
 
-#include <memgrad/memgrad.h>
 #include <memgrad/ops/multi_tensor.h>
+
+#include "emulated_harness.h"
 
 namespace {
 using namespace mg;
@@ -47,9 +49,10 @@ void emulated_step(const Tensors<T>& t, int64_t n, const Scalars& s, double* scr
 
 template <class T>
 void check(const Shape& shape, double beta1, bool maximize) {
+  const DType dt = dtype_of<T>::value;
   CAPTURE(shape_str(shape));
   CAPTURE(beta1);
-  const DType dt = std::is_same_v<T, double> ? kFloat64 : kFloat32;
+  CAPTURE(dt);
   const bool factored = shape.size() > 1;
   Shape row_shape(shape.begin(), shape.end() - 1), col_shape = shape;
   if (factored) col_shape.erase(col_shape.end() - 2);
@@ -57,31 +60,28 @@ void check(const Shape& shape, double beta1, bool maximize) {
   const int64_t n = numel_of(shape);
   Tensor p = randn(shape).to(dt), r = zeros(factored ? row_shape : shape, dt);
   Tensor c = factored ? zeros(col_shape, dt) : Tensor(), m = beta1 > 0 ? zeros(shape, dt) : Tensor();
-  emu::Buffer<T> ps("param", p.to_vector<T>()), rs("row_var", r.to_vector<T>());
-  emu::Buffer<T> cs("col_var", factored ? c.to_vector<T>() : std::vector<T>());
-  emu::Buffer<T> ms("exp_avg", beta1 > 0 ? m.to_vector<T>() : std::vector<T>());
+  // the emulated side's state: host copies that its device tensors download into
+  const Tensor pe = p.clone(), re = r.clone(), ce = factored ? c.clone() : Tensor(),
+               me = beta1 > 0 ? m.clone() : Tensor();
+  const emu::DeviceTensor dp("param", pe), dr("row_var", re), dc("col_var", ce), dm("exp_avg", me);
   Scalars s{};
   s.lr = 0.05, s.eps1 = dt == kFloat64 ? 2.2e-16 : 1.2e-7, s.eps2 = 1e-3, s.d = 1.0, s.weight_decay = 0.01;
   s.beta1 = beta1, s.maximize = maximize;
   if (factored) s.rows = shape[shape.size() - 2], s.cols = shape.back();
   emu::Buffer<double> scratch("scratch", static_cast<size_t>(scratch_elements(n, s.rows, s.cols)));
+  const double tol = dt == kFloat64 ? 1e-12 : dt == kFloat32 ? 2e-5 : emu::rtol_for(dt, 2);
   for (int step = 1; step <= 3; ++step) {
     CAPTURE(step);
     s.rho = std::min(s.lr, 1 / std::sqrt(double(step))), s.weight = std::pow(double(step), -0.8);
     Tensor g = randn(shape).to(dt);
-    const emu::Buffer<T> gs("grad", g.to_vector<T>());
+    const emu::DeviceTensor dg("grad", g);
     detail::adafactor_update_({{p}, {g}, {r}, {c}, {m}}, {s});
-    emulated_step<T>({ps.data(), gs.data(), rs.data(), factored ? cs.data() : nullptr, beta1 > 0 ? ms.data() : nullptr},
-                     n, s, scratch.data());
-    const double tol = dt == kFloat64 ? 1e-12 : 2e-5;
-    auto as_double = [](const emu::Buffer<T>& b) {
-      const std::vector<T> v = b.to_vector();
-      return std::vector<double>(v.begin(), v.end());
-    };
-    CHECK(relative_error(as_double(ps), p.to_vector<double>()) < tol);
-    CHECK(relative_error(as_double(rs), r.to_vector<double>()) < tol);
-    if (factored) CHECK(relative_error(as_double(cs), c.to_vector<double>()) < tol);
-    if (beta1 > 0) CHECK(relative_error(as_double(ms), m.to_vector<double>()) < tol);
+    emulated_step<T>({dp.ptr<T>(), dg.ptr<T>(), dr.ptr<T>(), dc.ptr<T>(), dm.ptr<T>()}, n, s, scratch.data());
+    for (const emu::DeviceTensor* d : {&dp, &dr, &dc, &dm}) d->download();
+    CHECK(relative_error(pe.to_vector<double>(), p.to_vector<double>()) < tol);
+    CHECK(relative_error(re.to_vector<double>(), r.to_vector<double>()) < tol);
+    if (factored) CHECK(relative_error(ce.to_vector<double>(), c.to_vector<double>()) < tol);
+    if (beta1 > 0) CHECK(relative_error(me.to_vector<double>(), m.to_vector<double>()) < tol);
   }
 }
 
@@ -92,4 +92,6 @@ TEST_CASE("Adafactor's cuda kernels emulated on the host match the cpu kernel") 
   check<float>({1000}, 0.9, false);      // a vector: its variance, the first moment
   check<double>({517, 5}, 0.9, true);    // maximize
   check<float>({2, 5, 300}, 0, true);    // rows below a chunk, 5 column tiles
+  check<Half>({70, 33}, 0.9, false);     // 16-bit parameters and state, float64 sums
+  check<BFloat16>({300}, 0, false);
 }

@@ -33,13 +33,14 @@ const Conv2dGeometry kGeometries[] = {geometry(2, 3, 7, 9, 3, 1, 1, 1), geometry
 
 TEST_CASE("im2col_kernel and col2im_kernel") {
   for (const Conv2dGeometry& g : kGeometries)
-    for (DType t : {kFloat32, kFloat16, kBFloat16, kFloat64}) {
+    for (DType t : {kFloat32, kFloat16, kBFloat16, kFloat64, kInt32}) {
       const Shape xs{g.n, g.c, g.h, g.w}, cs{g.n, g.c * g.kh * g.kw, g.oh * g.ow};
-      const Tensor x = emu::uniform(xs, t, -1, 1, 1), col = empty(cs, t), got = empty(cs, t);
+      const Tensor x = is_floating(t) ? emu::uniform(xs, t, -1, 1, 1) : emu::ints(xs, t, -9, 9, 1);
+      const Tensor col = empty(cs, t), got = empty(cs, t);
       cpu(&Backend::im2col, x, Out(col), g);
       const Tensor back = zeros(xs, t), got_back = zeros(xs, t);
       cpu(&Backend::col2im, col, Out(back), g);
-      dispatch_floating(t, "test", [&](auto tag) {
+      dispatch(t, [&](auto tag) {
         using T = typename decltype(tag)::type;
         const emu::DeviceTensor dx("x", x), dcol = emu::DeviceTensor::output("col", got), dcol_in("col", col);
         emu::launch<im2col_kernel<T>>(kGrid, dx.ptr<T>(), dcol.ptr<T>(), g);
@@ -49,8 +50,45 @@ TEST_CASE("im2col_kernel and col2im_kernel") {
         dback.download();
       });
       emu::check_equal(got, col, "im2col, " + emu::name_of(t));
-      emu::check_close(got_back, back, emu::rtol_for(t, 2), emu::rtol_for(t, 2), "col2im, " + emu::name_of(t));
+      const double tol = is_floating(t) ? emu::rtol_for(t, 2) : 0;
+      emu::check_close(got_back, back, tol, tol, "col2im, " + emu::name_of(t));
     }
+}
+
+TEST_CASE("conv2d lowered as on cuda without cuDNN: im2col emulated, the CPU's GEMM in cuBLAS's place") {
+  for (const Conv2dGeometry& g : kGeometries)
+    for (DType t : {kFloat32, kBFloat16}) {
+      const int64_t O = 5, K = g.c * g.kh * g.kw;
+      const Tensor x = emu::uniform({g.n, g.c, g.h, g.w}, t, -1, 1, 2),
+                   w = emu::uniform({O, g.c, g.kh, g.kw}, t, -1, 1, 3);
+      const Tensor want = conv2d(x, w, Tensor(), {g.sh, g.sw}, {g.ph, g.pw}, {g.dh, g.dw});
+      const Tensor col = empty({g.n, K, g.oh * g.ow}, t);
+      dispatch_floating(t, "test", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const emu::DeviceTensor dx("x", x), dcol = emu::DeviceTensor::output("col", col);
+        emu::launch<im2col_kernel<T>>(kGrid, dx.ptr<T>(), dcol.ptr<T>(), g);
+        dcol.download();
+      });
+      const Tensor got = matmul(w.view({O, K}), col).view({g.n, O, g.oh, g.ow});  // cuBLAS's product on the gpu
+      emu::check_close(got, want, emu::rtol_for(t, 8), emu::rtol_for(t, 8), "conv2d, " + emu::name_of(t));
+    }
+}
+
+TEST_CASE("max_pool_kernel on integers") {
+  for (const Conv2dGeometry& g : kGeometries) {
+    if (g.ph * 2 > g.kh) continue;
+    const Shape xs{g.n, g.c, g.h, g.w}, os{g.n, g.c, g.oh, g.ow};
+    const Tensor x = emu::ints(xs, kInt64, -5, 5, 6);  // ties: the earliest tap
+    const Tensor out = empty(os, kInt64), idx = empty(os, kInt64), got = empty(os, kInt64), got_idx = empty(os, kInt64);
+    cpu(&Backend::max_pool2d, x, Out(out), Out(idx), g);
+    const emu::DeviceTensor dx("x", x), dout = emu::DeviceTensor::output("out", got);
+    const emu::DeviceTensor didx = emu::DeviceTensor::output("indices", got_idx);
+    emu::launch<max_pool_kernel<int64_t>>(kGrid, dx.ptr<int64_t>(), dout.ptr<int64_t>(), didx.ptr<int64_t>(), g);
+    dout.download();
+    didx.download();
+    emu::check_equal(got, out, "max_pool2d, int64");
+    emu::check_equal(got_idx, idx, "max_pool2d indices, int64");
+  }
 }
 
 TEST_CASE("max_pool_kernel, max_pool_backward_kernel and avg_pool_kernel, forward and backward") {
@@ -123,7 +161,7 @@ TEST_CASE("batch_norm_kernel and batch_norm_backward_kernel, training and evalua
   for (DType t : emu::floating_dtypes())
     for (bool training : {true, false})
       for (bool affine : {true, false})
-        for (Shape s : {Shape{4, 3, 33}, Shape{2, 5, 1}, Shape{1, 2, 1025}}) {
+        for (Shape s : {Shape{4, 3, 33}, Shape{2, 5, 1}, Shape{1, 2, 1025}, Shape{0, 3, 4}}) {
           CAPTURE(training);
           CAPTURE(affine);
           const int64_t N = s[0], C = s[1], S = s[2];

@@ -28,16 +28,19 @@ void check_fill(const char* what, const Tensor& want, F f) {
 }  // namespace
 
 TEST_CASE("fill_indexed_kernel: ranges and random fills, bit for bit") {
-  for (DType t : {kFloat32, kFloat16, kBFloat16, kFloat64, kInt64, kInt32})
+  for (DType t : {kFloat32, kFloat16, kBFloat16, kFloat64, kInt64, kInt32, kUInt8, kInt8})
     for (int64_t n : kSizes) {
+      if (dtype_size(t) == 1 && n > 33) continue;  // a range past 8 bits: no value to compare
       CAPTURE(n);
       dispatch(t, [&](auto tag) {
         using T = typename decltype(tag)::type;
         const Tensor range = empty({n}, t), uni = empty({n}, t), nor = empty({n}, t), ri = empty({n}, t);
-        cpu(&Backend::fill_range, Out(range), -3.0, 0.5);
-        check_fill<T>("fill_range", range, RangeFn{-3.0, 0.5});
-        cpu(&Backend::randint, Out(ri), 77, 6, -5, 100);
-        check_fill<T>("randint", ri, RandintFn{77, 6, 105, -5});
+        const double start = t == kUInt8 ? 3.0 : -3.0, step = is_floating(t) ? 0.5 : 1.0;  // values the dtype holds
+        cpu(&Backend::fill_range, Out(range), start, step);
+        check_fill<T>("fill_range", range, RangeFn{start, step});
+        const int64_t lo = t == kUInt8 ? 0 : -5, hi = t == kUInt8 || t == kInt8 ? 100 : 1000;
+        cpu(&Backend::randint, Out(ri), 77, 6, lo, hi);
+        check_fill<T>("randint", ri, RandintFn{77, 6, uint64_t(hi - lo), lo});
         if (!is_floating(t)) return;
         cpu(&Backend::uniform, Out(uni), 77, 5, -2.0, 3.0);
         check_fill<T>("uniform", uni, UniformFn{77, 5, -2.0, 3.0});

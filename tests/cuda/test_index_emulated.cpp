@@ -27,7 +27,7 @@ void by_width(size_t bytes, F&& f) {
   f(Tag<uint64_t>{});
 }
 
-const DType kAll[] = {kFloat32, kFloat16, kBFloat16, kFloat64, kInt32, kInt64, kUInt8, kBool};
+const DType kAll[] = {kFloat32, kFloat16, kBFloat16, kFloat64, kInt32, kInt64, kUInt8, kInt8, kBool};
 
 Tensor values(const Shape& s, DType t, uint64_t seed) {
   return is_floating(t) ? emu::uniform(s, t, -2, 2, seed) : emu::ints(s, t, 0, t == kBool ? 2 : 5, seed);

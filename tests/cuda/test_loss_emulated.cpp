@@ -18,7 +18,8 @@ TEST_CASE("cross_entropy_kernel and cross_entropy_backward_kernel against the cp
   const std::pair<DType, DType> types[] = {
       {kFloat32, kFloat32}, {kFloat16, kFloat32}, {kBFloat16, kFloat32}, {kFloat64, kFloat64}};
   for (int64_t C : {int64_t(1), int64_t(31), int64_t(33), int64_t(1025)})
-    for (auto [t, lt] : types)
+    for (const auto& pair : types) {
+      const DType t = pair.first, lt = pair.second;  // (clang 14: lambdas capture no bindings)
       for (bool weighted : {false, true})
         for (double smoothing : {0.0, 0.1}) {
           CAPTURE(C);
@@ -57,4 +58,5 @@ TEST_CASE("cross_entropy_kernel and cross_entropy_backward_kernel against the cp
           emu::check_close(got_gx, gx, emu::rtol_for(t, 8), emu::rtol_for(t, 8) / 4,
                            "cross_entropy_backward, " + emu::name_of(t));
         }
+    }
 }

@@ -83,7 +83,8 @@ TEST_CASE("map kernels: copies and casts between dtypes, strided and flipped vie
       {kFloat32, kFloat64}, {kFloat16, kBFloat16}, {kFloat32, kFloat32},  {kInt64, kInt32},      {kInt32, kFloat32},
       {kUInt8, kInt64},     {kBool, kFloat32},     {kFloat32, kBool},     {kInt8, kFloat16},     {kFloat64, kInt64}};
   for (int64_t n : {int64_t(1), int64_t(33), int64_t(1025), int64_t(65537)})
-    for (auto [from, to] : casts) {
+    for (const auto& pair : casts) {
+      const DType from = pair.first, to = pair.second;  // (clang 14: lambdas capture no bindings)
       const bool floating = is_floating(from) && is_floating(to);
       Tensor src = floating ? emu::with_edges({n}, from, -3e4, 3e4, uint64_t(n))
                             : emu::ints({n}, from, from == kBool ? 0 : -100, from == kBool ? 2 : 100, uint64_t(n));

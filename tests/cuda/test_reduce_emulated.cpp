@@ -34,7 +34,8 @@ TEST_CASE("reduce_rows_kernel and reduce_cols_kernel: sum, max and min, into the
                                            {kFloat64, kFloat64}, {kInt32, kInt64},     {kBool, kInt64},
                                            {kUInt8, kUInt8},     {kInt64, kInt64}};
   for (const Layout& l : kLayouts)
-    for (auto [xt, ot] : types)
+    for (const auto& pair : types) {
+      const DType xt = pair.first, ot = pair.second;  // (clang 14: lambdas capture no bindings)
       for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min}) {
         if (l.r == 0 && op != ReduceOp::Sum) continue;  // max of nothing: the op refuses it
         if (xt == kBool && op != ReduceOp::Sum) continue;
@@ -62,6 +63,7 @@ TEST_CASE("reduce_rows_kernel and reduce_cols_kernel: sum, max and min, into the
         const double tol = is_floating(want.dtype()) && op == ReduceOp::Sum ? sum_tol(want.dtype(), l) : 0;
         emu::check_close(got, want, tol, tol, "reduce, " + emu::name_of(xt) + " -> " + emu::name_of(want.dtype()));
       }
+    }
 }
 
 TEST_CASE("logsumexp_rows_kernel and logsumexp_cols_kernel") {
@@ -123,7 +125,8 @@ TEST_CASE("scan_kernel and cumprod_backward_kernel") {
   const std::pair<DType, DType> types[] = {{kFloat32, kFloat32}, {kFloat16, kFloat16}, {kBFloat16, kBFloat16},
                                            {kFloat64, kFloat64}, {kInt32, kInt64},     {kBool, kInt64}};
   for (const Layout& l : kLayouts)
-    for (auto [xt, ot] : types)
+    for (const auto& pair : types) {
+      const DType xt = pair.first, ot = pair.second;  // (clang 14: lambdas capture no bindings)
       for (ScanOp op : {ScanOp::Sum, ScanOp::Prod}) {
         CAPTURE(l.r);
         CAPTURE(l.inner);
@@ -150,6 +153,7 @@ TEST_CASE("scan_kernel and cumprod_backward_kernel") {
         const double tol = is_floating(ot) ? sum_tol(ot, l) : 0;
         emu::check_close(got, want, tol, tol, "scan, " + emu::name_of(xt));
       }
+    }
   for (const Layout& l : kLayouts)
     for (DType t : emu::floating_dtypes()) {
       const Shape s{l.outer, l.r, l.inner};

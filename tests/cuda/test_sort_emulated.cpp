@@ -22,7 +22,7 @@ TEST_CASE("sort_kernel: the CPU's stable order, values and indices") {
   };
   const Layout layouts[] = {{1, 1, 1}, {3, 31, 1}, {2, 33, 3}, {1, 1025, 1}, {2, 64, 2}};
   for (const Layout& l : layouts)
-    for (DType t : {kFloat32, kFloat16, kBFloat16, kFloat64, kInt32, kInt64, kUInt8, kBool})
+    for (DType t : {kFloat32, kFloat16, kBFloat16, kFloat64, kInt32, kInt64, kUInt8, kInt8, kBool})
       for (bool descending : {false, true}) {
         CAPTURE(l.r);
         CAPTURE(l.inner);

@@ -45,7 +45,7 @@ void copy(const Tensor& src, const Out& dst) {
 void fill(const Out& dst, double value) {
   dispatch(dst.dtype(), [&](auto d) {
     using T = typename decltype(d)::type;
-    map<T>("fill", dst, Constant<opmath_t<T>>{opmath_t<T>(value)});
+    map<T>("fill", dst, Constant<opmath_t<T>>{scalar_as<opmath_t<T>>(value)});
   });
 }
 

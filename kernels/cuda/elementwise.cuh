@@ -155,11 +155,11 @@ using arith_t = std::conditional_t<std::is_same_v<T, bool>, int64_t, opmath_t<T>
 // The functors of unary, binary and comparison ops on T elements.
 template <class T, class A = arith_t<T>>
 As<A, UnaryFn<A>> unary_fn(UnaryOp op, const UnaryParams& p) {
-  return {{op, A(p.a), A(p.b), p.a}};
+  return {{op, scalar_as<A>(p.a), scalar_as<A>(p.b), p.a}};
 }
 template <class T, class A = arith_t<T>>
 As<A, BinaryFn<A>> binary_fn(BinaryOp op, double alpha) {
-  return {{op, A(alpha)}};
+  return {{op, scalar_as<A>(alpha)}};
 }
 template <class T, class A = arith_t<T>>
 As<A, CompareFn<A>> compare_fn(BinaryOp op) {

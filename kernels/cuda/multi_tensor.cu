@@ -1,6 +1,7 @@
 // Multi-tensor ops: an optimizer step (or the loss scaler's unscale + inf/NaN check) over many
 // tensors in one launch per batch, as PyTorch's fused/_foreach kernels and llm.c's AdamW kernel.
-// The batches and the kernel are multi_tensor.cuh's.
+// The batches and the kernel are multi_tensor.cuh's. The SGD and Adam steps also take half gradients
+// of float32 parameters (apex's FusedAdam's mixed dtypes): no float32 gradient copies.
 #include <vector>
 
 #include <memgrad/kernels/cuda/cuda_kernels.h>
@@ -43,7 +44,13 @@ void launch(const char* op, const TensorLists& lists, const std::vector<size_t>&
   flush();
 }
 
-// Runs launch<T> once per floating dtype present among the tensors lists[0].
+// Whether tensor j's gradient (operand 1) is half while its parameter is float32: the mixed-precision
+// step, which for_each_mixed launches.
+bool mixed(const TensorLists& lists, size_t j) {
+  return lists.size() > 1 && lists[1][j].defined() && lists[1][j].dtype() != lists[0][j].dtype();
+}
+
+// Runs launch<T> once per floating dtype present among the tensors lists[0] (the mixed ones aside).
 template <int D, class S, class F>
 void for_each_dtype(const char* op, const TensorLists& lists, const std::vector<S>& scalars, const F& f) {
   for (const Tensor& x : lists[0])
@@ -51,9 +58,28 @@ void for_each_dtype(const char* op, const TensorLists& lists, const std::vector<
   for (DType t : {kFloat32, kFloat16, kBFloat16, kFloat64}) {
     std::vector<size_t> which;
     for (size_t j = 0; j < lists[0].size(); ++j)
-      if (lists[0][j].dtype() == t) which.push_back(j);
+      if (lists[0][j].dtype() == t && !mixed(lists, j)) which.push_back(j);
     if (which.empty()) continue;
     dispatch_floating(t, op, [&](auto tag) { launch<typename decltype(tag)::type, D>(op, lists, which, scalars, f); });
+  }
+}
+
+// Runs launch<float> once per half gradient dtype among the mixed tensors, with make(Tag<G>{}) for
+// gradients of type G (their pointers travel as float*, the functor reads them as G).
+template <int D, class S, class Make>
+void for_each_mixed(const char* op, const TensorLists& lists, const std::vector<S>& scalars, const Make& make) {
+  for (DType g : {kFloat16, kBFloat16}) {
+    std::vector<size_t> which;
+    for (size_t j = 0; j < lists[0].size(); ++j)
+      if (mixed(lists, j)) {
+        MG_CHECK(lists[0][j].dtype() == kFloat32 && is_half(lists[1][j].dtype()), DTypeError, op,
+                 ": expected a gradient of the parameter's dtype, or a half gradient of a float32 parameter, got ",
+                 lists[0][j].dtype(), " and ", lists[1][j].dtype());
+        if (lists[1][j].dtype() == g) which.push_back(j);
+      }
+    if (which.empty()) continue;
+    auto go = [&](auto tag) { launch<float, D>(op, lists, which, scalars, make(tag)); };
+    g == kFloat16 ? go(Tag<Half>{}) : go(Tag<BFloat16>{});
   }
 }
 
@@ -62,11 +88,13 @@ void for_each_dtype(const char* op, const TensorLists& lists, const std::vector<
 void sgd_update(const TensorLists& lists, const std::vector<rules::SGDScalars>& scalars) {
   if (lists.empty() || lists[0].empty()) return;
   for_each_dtype<3>("SGD", lists, scalars, SGDElement{});
+  for_each_mixed<3>("SGD", lists, scalars, [](auto tag) { return SGDMixedElement<typename decltype(tag)::type>{}; });
 }
 
 void adam_update(const TensorLists& lists, const std::vector<rules::AdamScalars>& scalars) {
   if (lists.empty() || lists[0].empty()) return;
   for_each_dtype<5>("Adam", lists, scalars, AdamElement{});
+  for_each_mixed<5>("Adam", lists, scalars, [](auto tag) { return AdamMixedElement<typename decltype(tag)::type>{}; });
 }
 
 void non_finite_check_and_unscale(const std::vector<Tensor>& tensors, const Out& found_inf, double inv_scale) {

@@ -3,7 +3,8 @@
 // counts and per-tensor scalars of up to Batch::kMax tensors of one dtype. Each block walks chunks of
 // kChunk elements across the batch, so one launch covers tensors of any mix of sizes; the batch is a
 // __grid_constant__ argument, read in place rather than copied per thread. The element math is
-// kernels/update_rules.h, the same functions the CPU backend calls.
+// kernels/update_rules.h, the same functions the CPU backend calls; the SGD and Adam steps also read
+// half gradients of float32 parameters.
 #pragma once
 #include <memgrad/kernels/update_rules.h>
 #include <memgrad/kernels/cuda/device_common.cuh>
@@ -59,6 +60,41 @@ struct AdamElement {
     rules::adam<A>(x, dload(b.ptr[1][j][i]), mi, vi, wi, b.scalars[j]);
     p[i] = dstore<T>(x), m[i] = dstore<T>(mi), v[i] = dstore<T>(vi);
     if (vmax) vmax[i] = dstore<T>(wi);
+  }
+};
+
+// The steps of float32 parameters (and state) from half gradients G (apex's FusedAdam's mixed dtypes:
+// no float32 copy of the gradients), read with the scalars' factors: the gradient widened, then
+// multiplied by each factor with __fmul_rn (never fused into an FMA), as the float32 copy's mul_
+// kernels compute it; the rule then runs on it exactly as on a float32 gradient loaded from memory.
+// The gradient's pointer travels as float* and is read as G.
+__device__ __forceinline__ float scaled_grad(float g, const rules::GradFactors& f) {
+  return __fmul_rn(__fmul_rn(g, f.first), f.second);
+}
+
+template <class G>
+struct SGDMixedElement {
+  __device__ __forceinline__ void operator()(const Batch<float, 3, rules::SGDScalars>& b, int j, int64_t i) const {
+    float *p = b.ptr[0][j], *buf = b.ptr[2][j];
+    const G* g = reinterpret_cast<const G*>(b.ptr[1][j]);
+    const rules::SGDScalars& s = b.scalars[j];
+    float x = p[i], m = buf ? buf[i] : 0.0f;
+    rules::sgd<float>(x, scaled_grad(float(dload(g[i])), s.grad), m, s);
+    p[i] = x;
+    if (buf) buf[i] = m;
+  }
+};
+
+template <class G>
+struct AdamMixedElement {
+  __device__ __forceinline__ void operator()(const Batch<float, 5, rules::AdamScalars>& b, int j, int64_t i) const {
+    float *p = b.ptr[0][j], *m = b.ptr[2][j], *v = b.ptr[3][j], *vmax = b.ptr[4][j];
+    const G* g = reinterpret_cast<const G*>(b.ptr[1][j]);
+    const rules::AdamScalars& s = b.scalars[j];
+    float x = p[i], mi = m[i], vi = v[i], wi = vmax ? vmax[i] : 0.0f;
+    rules::adam<float>(x, scaled_grad(float(dload(g[i])), s.grad), mi, vi, wi, s);
+    p[i] = x, m[i] = mi, v[i] = vi;
+    if (vmax) vmax[i] = wi;
   }
 };
 

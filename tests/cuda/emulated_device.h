@@ -248,6 +248,10 @@ unsigned long long atomicXor(unsigned long long* p, unsigned long long v);
 inline float __expf(float x) { return std::exp(x); }
 inline float __logf(float x) { return std::log(x); }
 inline float __fdividef(float a, float b) { return a / b; }
+inline float __fmul_rn(float a, float b) {  // rounded, never contracted into an FMA with what follows
+  volatile float r = a * b;
+  return r;
+}
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
 inline int __ffs(int x) { return __builtin_ffs(x); }

@@ -61,13 +61,22 @@ using emu::detail::g_checked;
     return __atomic_##op(a, v, __ATOMIC_SEQ_CST);                              \
   }
 
-// ---- SanitizerCoverage's calls (clang -fsanitize-coverage=func,trace-loads,trace-stores)
-#define EMU_SANCOV_ACCESS(n)                          \
-  void __sanitizer_cov_load##n(void* p) {             \
-    if (g_checked) check_access(p, n, Access::Read);  \
-  }                                                   \
-  void __sanitizer_cov_store##n(void* p) {            \
-    if (g_checked) check_access(p, n, Access::Write); \
+// ---- SanitizerCoverage's calls (clang -fsanitize-coverage=func,trace-loads,trace-stores). They come
+// for the sanitizers' own loads too (AddressSanitizer's flags, UBSan's function signatures before an
+// indirect call's target), all in the program's image, which is not checked there.
+extern "C" char __executable_start[], _end[];  // the program's image (the linker's symbols)
+namespace {
+void check_instrumented(void* p, size_t n, Access kind) {
+  if (p >= static_cast<void*>(__executable_start) && p < static_cast<void*>(_end)) return;
+  check_access(p, n, kind);
+}
+}  // namespace
+#define EMU_SANCOV_ACCESS(n)                                \
+  void __sanitizer_cov_load##n(void* p) {                   \
+    if (g_checked) check_instrumented(p, n, Access::Read);  \
+  }                                                         \
+  void __sanitizer_cov_store##n(void* p) {                  \
+    if (g_checked) check_instrumented(p, n, Access::Write); \
   }
 
 extern "C" {

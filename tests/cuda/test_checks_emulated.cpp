@@ -60,7 +60,8 @@ __global__ void shared_faults_kernel(float* out, int which) {
   bytes[threadIdx.x] = 1;
   __syncthreads();
   float v = tile[threadIdx.x % 32];
-  if (which == 1 && threadIdx.x == 7) v = tile[threadIdx.x + 25];  // tile[32]
+  const float* row = tile;  // a pointer: the fault is the emulator's to find, not UBSan's bounds check
+  if (which == 1 && threadIdx.x == 7) v = row[threadIdx.x + 25];  // tile[32]
   if (which == 2 && threadIdx.x == 3) v = spare[5];
   if (which == 3 && threadIdx.x == 0) v = bytes[blockDim.x];
   out[threadIdx.x] = v;

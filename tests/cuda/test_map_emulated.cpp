@@ -108,16 +108,18 @@ TEST_CASE("map kernels: copies and casts between dtypes, strided and flipped vie
   check_map<float, float>("copy into a transposed view", Identity{}, want, {src}, 0, src.t());
 }
 
-TEST_CASE("map kernels: fill") {
+TEST_CASE("map kernels: fill, negative values into unsigned types wrapping as integers do") {
   for (DType t : {kFloat32, kFloat16, kBFloat16, kFloat64, kInt32, kInt64, kUInt8, kBool})
-    for (int64_t n : kSizes) {
-      const Tensor want = empty({n}, t);
-      cpu(&kernels::Backend::fill, Out(want), 2.5);
-      dispatch(t, [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        check_map<T>("fill", Constant<opmath_t<T>>{opmath_t<T>(2.5)}, want, {}, 0);
-      });
-    }
+    for (double value : {2.5, -1.0})
+      for (int64_t n : kSizes) {
+        const Tensor want = empty({n}, t);
+        cpu(&kernels::Backend::fill, Out(want), value);
+        if (t == kUInt8 && value < 0) CHECK(want.to_vector<int64_t>()[0] == 255);
+        dispatch(t, [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          check_map<T>("fill", Constant<opmath_t<T>>{scalar_as<opmath_t<T>>(value)}, want, {}, 0);
+        });
+      }
 }
 
 TEST_CASE("map kernels: every unary op and its gradient, floating dtypes, edge values") {
@@ -153,14 +155,17 @@ TEST_CASE("map kernels: every unary op and its gradient, floating dtypes, edge v
 }
 
 TEST_CASE("map kernels: unary ops on integers") {
-  const UnaryOp ops[] = {UnaryOp::Neg,       UnaryOp::Abs,       UnaryOp::Relu,       UnaryOp::Clamp,
-                         UnaryOp::AddScalar, UnaryOp::MulScalar, UnaryOp::RsubScalar, UnaryOp::Exp};
+  // the ops that keep integers (the float-only ones, exp and the like, promote them to float32 first)
+  const UnaryOp ops[] = {UnaryOp::Neg,       UnaryOp::Abs,       UnaryOp::Relu,      UnaryOp::Clamp,
+                         UnaryOp::AddScalar, UnaryOp::MulScalar, UnaryOp::RsubScalar};
   for (DType t : {kInt32, kInt64, kInt8, kUInt8})
     for (UnaryOp u : ops) {
       const Tensor x = emu::ints({33}, t, t == kUInt8 ? 0 : -6, 7, 4);
       const Tensor want = empty({33}, t);
-      const UnaryParams p{-2, 3};
+      const UnaryParams p{-2, 3};  // -2 in uint8: 254
       cpu(&kernels::Backend::unary, u, x, Out(want), p);
+      if (t == kUInt8 && u == UnaryOp::AddScalar)
+        CHECK(want.to_vector<int64_t>()[0] == (x.to_vector<int64_t>()[0] + 254) % 256);
       dispatch(t, [&](auto tag) {
         using T = typename decltype(tag)::type;
         if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)

@@ -129,3 +129,54 @@ TEST_CASE("multi_tensor_kernel: the loss scaler's inf/NaN check and unscale") {
       }
     }
 }
+
+TEST_CASE("multi_tensor_kernel: SGD and Adam read half gradients of float32 parameters as float32 copies") {
+  // The mixed-precision step (no float32 copy of the gradients): each half gradient widened and
+  // multiplied by the loss scaler's and clipping's factors must give the step a float32 copy scaled
+  // by mul_ gives, to the bit: the mixed functors against the float32 ones on those copies.
+  for (DType half : {kFloat16, kBFloat16})
+    for (rules::GradFactors f : {rules::GradFactors{}, rules::GradFactors{1.0f / 1024, 0.37f}}) {
+      CAPTURE(f.first);
+      const std::vector<Tensor> h = operand(half, -100, 100, 10);
+      std::vector<Tensor> copies;  // float(h) * first, then * second, each rounded to float32
+      for (const Tensor& g : h) copies.push_back(g.to(kFloat32) * double(f.first) * double(f.second));
+      rules::SGDScalars sgd{0.1, 0.9, 0.0, 0.01, false, false, false};
+      sgd.grad = f;
+      {
+        const TensorLists mixed = {operand(kFloat32, -1, 1, 11), h, operand(kFloat32, -1, 1, 12)};
+        TensorLists plain = clone(mixed);
+        plain[1] = copies;
+        const DeviceBatch<float, 3, rules::SGDScalars> dm(mixed, std::vector<rules::SGDScalars>(4, sgd));
+        const DeviceBatch<float, 3, rules::SGDScalars> dp(plain, std::vector<rules::SGDScalars>(4, sgd));
+        if (half == kFloat16)
+          emu::launch<multi_tensor_kernel<float, 3, rules::SGDScalars, SGDMixedElement<Half>>>(kGrid, dm.b,
+                                                                                               SGDMixedElement<Half>{});
+        else
+          emu::launch<multi_tensor_kernel<float, 3, rules::SGDScalars, SGDMixedElement<BFloat16>>>(
+              kGrid, dm.b, SGDMixedElement<BFloat16>{});
+        emu::launch<multi_tensor_kernel<float, 3, rules::SGDScalars, SGDElement>>(kGrid, dp.b, SGDElement{});
+        dm.download(), dp.download();
+        for (int k : {0, 2})
+          for (size_t j = 0; j < 4; ++j) emu::check_equal(mixed[size_t(k)][j], plain[size_t(k)][j], "SGD, mixed");
+      }
+      rules::AdamScalars adam{1e-2, 0.9, 0.999, 1e-8, 0.01, 0, 0, false, false, true};
+      adam.step_size = adam.lr / (1 - 0.9 * 0.9), adam.bias_correction2_sqrt = std::sqrt(1 - 0.999 * 0.999);
+      adam.grad = f;
+      const TensorLists mixed = {operand(kFloat32, -1, 1, 13), h, operand(kFloat32, -0.1, 0.1, 14),
+                                 operand(kFloat32, 0, 0.01, 15), std::vector<Tensor>(4)};
+      TensorLists plain = clone(mixed);
+      plain[1] = copies;
+      const DeviceBatch<float, 5, rules::AdamScalars> dm(mixed, std::vector<rules::AdamScalars>(4, adam));
+      const DeviceBatch<float, 5, rules::AdamScalars> dp(plain, std::vector<rules::AdamScalars>(4, adam));
+      if (half == kFloat16)
+        emu::launch<multi_tensor_kernel<float, 5, rules::AdamScalars, AdamMixedElement<Half>>>(
+            kGrid, dm.b, AdamMixedElement<Half>{});
+      else
+        emu::launch<multi_tensor_kernel<float, 5, rules::AdamScalars, AdamMixedElement<BFloat16>>>(
+            kGrid, dm.b, AdamMixedElement<BFloat16>{});
+      emu::launch<multi_tensor_kernel<float, 5, rules::AdamScalars, AdamElement>>(kGrid, dp.b, AdamElement{});
+      dm.download(), dp.download();
+      for (int k : {0, 2, 3})
+        for (size_t j = 0; j < 4; ++j) emu::check_equal(mixed[size_t(k)][j], plain[size_t(k)][j], "AdamW, mixed");
+    }
+}

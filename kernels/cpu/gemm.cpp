@@ -134,6 +134,23 @@ const char* onednn_isa_name(dnnl_cpu_isa_t isa) {
 }
 #endif
 
+#ifdef MG_WITH_OPENBLAS
+// Whether the OpenBLAS loaded is its pthreads build; then its own threads are turned off, once, as
+// libmemgrad loads (after OpenBLAS: it depends on it). Debian installs the pthreads, OpenMP and serial
+// builds under one soname, libopenblas.so.0, chosen by update-alternatives: the pthreads build (priority
+// 100) replaces the OpenMP one we link (95) as soon as it is installed (README advised it for Debian's
+// torch until issue 46). Its threads are a pool of its own: called from the threads of matmul's split it hands
+// each product's work to them, three threads or more on two cores, the idle ones spinning on
+// sched_yield (issue 46: a GPT step's CPU time 1.4 times as long at AVX-512, 3.1 times at AVX2). The
+// OpenMP build runs single-threaded inside our parallel regions by itself; its openblas_set_num_threads
+// would set OpenMP's own thread count, so it is left alone.
+const bool kOpenblasThreads = [] {
+  if (openblas_get_parallel() != OPENBLAS_THREAD) return false;
+  openblas_set_num_threads(1);  // gemm_serial: one thread's GEMM
+  return true;
+}();
+#endif
+
 std::string describe(const char* what, CpuIsa level) {
   std::string s = std::string(what) + " (" + to_string(level);
   if (level < cpu_isa()) s += std::string(", below this CPU's ") + to_string(cpu_isa());
@@ -152,8 +169,9 @@ std::vector<GemmLibrary> find_libraries() {
 #ifdef MG_WITH_OPENBLAS
   const std::string core = openblas_get_corename(), config = openblas_get_config();
   const std::string version = config.substr(0, config.find(' ', config.find(' ') + 1));  // "OpenBLAS 0.3.21"
+  const std::string flavour = kOpenblasThreads ? ", pthreads build: its own threads off" : "";
   libs.push_back({Gemm::OpenBLAS, "openblas", openblas_level(core),
-                  describe((version + ", core " + core).c_str(), openblas_level(core))});
+                  describe((version + flavour + ", core " + core).c_str(), openblas_level(core))});
 #endif
   const std::string eigen = "Eigen " + std::to_string(EIGEN_WORLD_VERSION) + "." + std::to_string(EIGEN_MAJOR_VERSION) +
                             "." + std::to_string(EIGEN_MINOR_VERSION);

@@ -2,12 +2,19 @@
 // every operand layout the kernel distinguishes (row- or column-major views, strides BLAS cannot
 // express, broadcast batches, one-row and one-column products, the parallel row and column
 // splits) against a float64 product of the same values, with the same ledger whatever the variant.
+#include <dirent.h>
 #include <doctest/doctest.h>
+#include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
 #include <functional>
+#include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <memgrad/core/variants_impl.h>
@@ -289,4 +296,58 @@ TEST_CASE("gemm: auto never picks a library that runs below another") {
       REQUIRE_MESSAGE(std::abs(got[i] - want[i]) <= 1e-4 * (1 + std::abs(want[i])), "element ", i);
   }
   mg::set_kernel_variant(DeviceType::CPU, "matmul", mg::kernel_variants(DeviceType::CPU, "matmul").front());
+}
+
+namespace {
+
+// Nanoseconds each thread of this process has run, by thread id (/proc/self/task/*/schedstat); empty
+// where the kernel keeps no schedstat.
+std::map<long, long long> thread_run_ns() {
+  std::map<long, long long> r;
+  DIR* dir = opendir("/proc/self/task");
+  if (!dir) return r;
+  while (dirent* e = readdir(dir)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream in(std::string("/proc/self/task/") + e->d_name + "/schedstat");
+    long long ns = 0;
+    if (in >> ns) r[std::atol(e->d_name)] = ns;
+  }
+  closedir(dir);
+  return r;
+}
+
+}  // namespace
+
+// matmul splits each product over OpenMP's team and runs one thread's GEMM in each part (gemm_serial):
+// no library may hand the work to threads of its own beside the team (issue 46: Debian's pthreads
+// OpenBLAS, which update-alternatives puts in place of the OpenMP one we link, ran its own pool inside
+// our split, a third thread spinning on two cores). The ctest entry gemm_threads runs it on two threads,
+// and gemm_threads_openblas_pthreads with that build of OpenBLAS where it is installed.
+TEST_CASE("gemm: no thread outside matmul's team runs a product") {
+  mg::NoGradGuard no_grad;
+  if (thread_run_ns().empty()) {
+    MESSAGE("no /proc/self/task/*/schedstat here: nothing to count");
+    return;
+  }
+  const std::string before = mg::kernel_variant(DeviceType::CPU, "matmul");
+  const Tensor a = mg::randn({512, 512}), b = mg::randn({512, 512});
+  for (const mg::cpu::GemmLibrary& l : mg::cpu::gemm_libraries()) {
+    INFO(std::string(l.name), ": ", l.detail);
+    if (l.library == mg::cpu::Gemm::OpenBLAS && std::getenv("MG_TEST_OPENBLAS_PTHREADS"))
+      REQUIRE(l.detail.find("pthreads build") != std::string::npos);  // the entry runs the build it names
+    mg::set_kernel_variant(DeviceType::CPU, "matmul", l.name);
+    mg::matmul(a, b);  // the team started, the library's buffers made
+    // A pthreads OpenBLAS's idle threads spin about 0.1 s (2^28 cycles) after they start, then sleep.
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const std::map<long, long long> t0 = thread_run_ns();
+    for (int i = 0; i < 8; ++i) mg::matmul(a, b);
+    const std::map<long, long long> t1 = thread_run_ns();
+    int ran = 0;
+    for (const auto& [tid, ns] : t1) {
+      auto it = t0.find(tid);
+      ran += it == t0.end() || ns > it->second;
+    }
+    CHECK(ran <= omp_get_max_threads());
+  }
+  mg::set_kernel_variant(DeviceType::CPU, "matmul", before);
 }

@@ -121,6 +121,8 @@ std::pair<Tensor, Tensor> ChainModel::zero_inputs(const InputShape& s) const {
       t.zero_();
     else if (!t.is_meta())
       std::memset(t.raw_data(), 0, t.nbytes());
+    else  // meta for the cpu: its pointer handed out as memset's is, so a budget keeps it where the cpu does
+      (void)t.storage()->data();
     return t;
   };
   if (!gpt_) return {zeroed({s.batch, spec_.mlp_width}, device_), zeroed({s.batch, spec_.mlp_width}, device_)};

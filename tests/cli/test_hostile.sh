@@ -181,9 +181,11 @@ sys.exit('differ: %s' % bad[:5] if bad else 0)" || fail "--zero $zero: the state
     done
     expect_exit 2 timeout 60 "$bin" train "${small[@]}" --steps 1 --accum 4611686018427387904
     expect_output "tokens per step: --batch 4 x --seq 16 x --accum 4611686018427387904"
-    # The largest world size plans in a moment (its last rank holds no piece of a block), as one of 8 does.
+    # The largest world size plans in a moment (its last rank holds no piece of a block), as one of 8 does:
+    # every rank's peaks, by class.
     expect_exit 0 timeout 60 "$bin" plan --world-size 1048576 --zero 3 --no-compare
-    expect_output "^  rank 1048575: "
+    expect_output "^every rank's planned peaks .*: 1048576 ranks in [0-9]+ classes"
+    grep -q "peak  *0 B" out.txt && fail "a peak of 0 B"
     # Sizes that fit one by one but not together: an error, not a plan of 0 bytes.
     expect_exit 3 timeout 120 "$bin" plan --model mlp --layers 100 --width 134217728 --batch 1 --no-compare
     expect_output "no device can run this step"

@@ -10,7 +10,7 @@ trap 'rm -rf "$out"' EXIT
 # Debian's torch needs Debian's python; a pyenv/venv python3 first on PATH may lack it.
 py=${PYTHON:-python3}
 "$py" -c "import torch" 2>/dev/null || py=/usr/bin/python3
-"$py" -c "import torch" || { echo "PyTorch not importable: apt-get install python3-torch libopenblas0-pthread" >&2; exit 1; }
+"$py" -c "import torch" || { echo "PyTorch not importable: apt-get install python3-torch libopenblas0-openmp" >&2; exit 1; }
 
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMG_NATIVE=OFF -DMG_CUDA=OFF -DMG_BUILD_BENCH=ON -DMG_BUILD_TESTS=OFF \
   -DMG_BUILD_EXAMPLES=OFF >/dev/null

@@ -1,7 +1,10 @@
 // One training step (zero_grad, forward, loss, backward, AdamW step) of an MLP or a GPT: the
 // median step time after warm-up and the ledger's peak over one steady-state step. Prints one JSON
 // object; bench/compare/train_step.py runs the same workloads in PyTorch. Then as many steps again
-// under a KernelProfile: time in the matmul kernels, in all kernels, and by kernel.
+// under a KernelProfile: time in the matmul kernels, in all kernels, and by kernel. Beside each timed
+// step, counts that load on a shared machine hardly changes (train_step.py reads the same): page faults,
+// voluntary and involuntary context switches of the whole process, its threads, and the machine's
+// steal time (a virtual CPU's time taken by the host: the machine's share of a step's swing).
 //   bench_train_step mlp [steps=20] [batch=256] [in=784] [hidden=1024] [layers=2] [classes=10]
 //   bench_train_step gpt [steps=10] [n_layer=4] [n_head=4] [n_embd=128] [vocab=2048] [batch=8] [seq=128]
 //   bench_train_step gpt-fused ...   the same GPT with fused attention (scaled_dot_product_attention)
@@ -22,6 +25,13 @@
 #include <string>
 #include <vector>
 
+#include <dirent.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
 #include <memgrad/memgrad.h>
 
 using namespace mg;
@@ -36,7 +46,32 @@ double cpu_seconds() {
   return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
 }
 
-std::string env(const char* name, const char* fallback) {
+// Counters of the whole process (all threads), and the machine's steal time, at one instant.
+struct Counters {
+  double faults = 0, voluntary = 0, involuntary = 0, steal_ms = 0;
+  int threads = 0;
+};
+Counters counters() {
+  Counters c;
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  c.faults = double(u.ru_minflt + u.ru_majflt), c.voluntary = double(u.ru_nvcsw), c.involuntary = double(u.ru_nivcsw);
+  if (DIR* d = opendir("/proc/self/task")) {
+    while (dirent* e = readdir(d)) c.threads += e->d_name[0] != '.';
+    closedir(d);
+  }
+  std::ifstream stat("/proc/stat");  // "cpu  user nice system idle iowait irq softirq steal ...", in ticks
+  std::string line, cpu;
+  std::getline(stat, line);
+  std::istringstream in(line);
+  double v[8] = {};
+  in >> cpu;
+  for (double& x : v) in >> x;
+  c.steal_ms = v[7] * 1e3 / double(sysconf(_SC_CLK_TCK));
+  return c;
+}
+
+std::string env_or(const char* name, const char* fallback) {
   const char* v = std::getenv(name);
   return v && *v ? v : fallback;
 }
@@ -112,8 +147,8 @@ int main(int argc, char** argv) try {
     std::fprintf(stderr, "usage: bench_train_step mlp|gpt|gpt-fused [steps] [sizes...]\n");
     return 2;
   }
-  const Device device(env("MG_DEVICE", "cpu"));
-  const std::string precision = env("MG_PRECISION", "fp32"), checkpoint = env("MG_CHECKPOINT", "none");
+  const Device device(env_or("MG_DEVICE", "cpu"));
+  const std::string precision = env_or("MG_PRECISION", "fp32"), checkpoint = env_or("MG_CHECKPOINT", "none");
   if (precision != "fp32" && precision != "tf32" && precision != "bf16" && precision != "fp16")
     throw ValueError("MG_PRECISION: expected fp32, tf32, bf16 or fp16, got " + precision);
   if (precision == "tf32") {
@@ -154,13 +189,19 @@ int main(int argc, char** argv) try {
     gemm_flops = flops.total();
   }
   MemoryStats s = memory_stats(device);
-  std::vector<double> ms, cpu_ms;
+  std::vector<double> ms, cpu_ms, faults, voluntary, involuntary, steal_ms;
+  int threads_max = 0;
   for (int i = 0; i < steps; ++i) {
+    const Counters k0 = counters();
     auto t0 = Clock::now();
     double c0 = cpu_seconds();
     step();
     ms.push_back(1e3 * std::chrono::duration<double>(Clock::now() - t0).count());
     cpu_ms.push_back(1e3 * (cpu_seconds() - c0));
+    const Counters k1 = counters();
+    faults.push_back(k1.faults - k0.faults), voluntary.push_back(k1.voluntary - k0.voluntary);
+    involuntary.push_back(k1.involuntary - k0.involuntary), steal_ms.push_back(k1.steal_ms - k0.steal_ms);
+    threads_max = std::max({threads_max, k0.threads, k1.threads});
   }
   // As many steps again under a KernelProfile each: the time inside the matmul kernels (GEMM), in all
   // kernels, and outside them (dispatch, allocation, autograd), per step. Kept apart from the timed
@@ -189,7 +230,13 @@ int main(int argc, char** argv) try {
       threads ? threads : "unset", steps, median(ms), *std::min_element(ms.begin(), ms.end()), median(cpu_ms),
       (long long)s.peak_requested, (long long)s.peak_allocated, gemm_flops * 1e-9, loss);
   for (size_t i = 0; i < ms.size(); ++i) std::printf("%s%.3f", i ? ", " : "", ms[i]);
-  std::printf("], \"profiled_step_ms\": %.3f, \"matmul_ms\": %.3f, \"kernel_ms\": %.3f, \"kernels_ms\": {",
+  std::printf("], \"cpu_ms_all\": [");
+  for (size_t i = 0; i < cpu_ms.size(); ++i) std::printf("%s%.3f", i ? ", " : "", cpu_ms[i]);
+  std::printf(
+      "], \"faults\": %.0f, \"csw_voluntary\": %.0f, \"csw_involuntary\": %.0f, \"steal_ms\": %.1f, "
+      "\"process_threads\": %d",
+      median(faults), median(voluntary), median(involuntary), median(steal_ms), threads_max);
+  std::printf(", \"profiled_step_ms\": %.3f, \"matmul_ms\": %.3f, \"kernel_ms\": %.3f, \"kernels_ms\": {",
               median(profiled_ms), median(matmul_ms), median(kernel_ms));
   for (size_t i = 0; i < by_kernel.size(); ++i)
     std::printf("%s\"%s\": %.3f", i ? ", " : "", by_kernel[i].kernel.c_str(), 1e3 * by_kernel[i].seconds / steps);

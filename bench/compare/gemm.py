@@ -1,23 +1,62 @@
 #!/usr/bin/env python3
-"""bench/gemm.cpp's GEMM shapes in PyTorch: the float32 products of the compare workloads' training
-steps, with the same transposed views. Prints JSON: GFLOP/s per shape (2*batch*M*N*K over the best
-wall time of 7 runs), at torch's thread count (OMP_NUM_THREADS), and torch's BLAS."""
+"""bench/gemm_shapes.txt's GEMM shapes in PyTorch (as bench_gemm and bench_gemm_libs run them): the
+float32 products of the compare workloads' training steps, with the same transposed views. Prints
+JSON: GFLOP/s per shape (2*batch*M*N*K a second of wall time) in 7 blocks of calls: "gflops" the
+best block, "median" [median, min, max]; at torch's thread count (OMP_NUM_THREADS), and torch's BLAS.   gemm.py [regex: only the shapes it matches]"""
 import json
+import os
+import re
+import statistics
+import sys
+import time
 
 import torch
 
-from op_overhead import best_seconds
 
-LINEAR = [("mlp 784->1024", 256, 784, 1024), ("mlp 1024->1024", 256, 1024, 1024), ("mlp 1024->10", 256, 1024, 10),
-          ("gpt qkv 256->768", 1024, 256, 768), ("gpt proj 256->256", 1024, 256, 256),
-          ("gpt fc 256->1024", 1024, 256, 1024), ("gpt fc2 1024->256", 1024, 1024, 256),
-          ("gpt head 256->4096", 1024, 256, 4096)]
-# name, batch, m, k, n, left transposed, right transposed (as in bench/gemm.cpp)
-SHAPES = [s for tag, rows, i, o in LINEAR for s in (
-    (f"{tag} fwd", 1, rows, i, o, False, True), (f"{tag} dx", 1, rows, o, i, False, False),
-    (f"{tag} dW", 1, o, rows, i, True, False))] + [
-    ("gpt att q@k^T", 32, 128, 64, 128, False, True), ("gpt att p@v", 32, 128, 128, 64, False, False),
-    ("gpt att dp^T@v", 32, 128, 128, 64, True, False), ("square 2048", 1, 2048, 2048, 2048, False, False)]
+
+def block_seconds(fn, repeats=7, min_seconds=0.08):
+    """Seconds per call in each of `repeats` blocks of calls, a block lasting at least min_seconds / 4:
+    wall time, or with MG_GEMM_CLOCK=cpu the process's CPU time over its threads (as bench_gemm_libs
+    --clock cpu: steadier on a loaded machine)."""
+    cpu = os.environ.get("MG_GEMM_CLOCK") == "cpu"
+    clock = (lambda: time.process_time() / torch.get_num_threads()) if cpu else time.perf_counter
+    fn()
+    n = 1
+    while True:
+        t = time.perf_counter()
+        for _ in range(n):
+            fn()
+        if time.perf_counter() - t > min_seconds / 4:
+            break
+        n *= 2
+    times = []
+    for _ in range(repeats):
+        t = clock()
+        for _ in range(n):
+            fn()
+        times.append((clock() - t) / n)
+    return times
+
+
+def shapes(path=os.environ.get("MG_GEMM_SHAPES") or os.path.join(os.path.dirname(__file__), "..", "gemm_shapes.txt")):
+    """bench/gemm_shapes.txt as (name, batch, m, k, n, left transposed, right transposed, count a step),
+    as bench/gemm_shapes.h reads it."""
+    out = []
+    for line in open(path):
+        f = line.split()
+        if not f or f[0].startswith("#"):
+            continue
+        tag = f"{f[1]} {f[2]}"
+        if f[0] == "linear":
+            rows, i, o, count = int(f[3]), int(f[4]), int(f[5]), int(f[6][1:])
+            name = f"{tag} {i}->{o}"
+            out += [(f"{name} fwd", 1, rows, i, o, False, True, count),
+                    (f"{name} dx", 1, rows, o, i, False, False, 0 if "nodx" in f else count),
+                    (f"{name} dW", 1, o, rows, i, True, False, count)]
+        else:
+            batch, m, k, n, ta, tb = map(int, f[3:9])
+            out.append((tag, batch, m, k, n, bool(ta), bool(tb), int(f[9][1:])))
+    return out
 
 
 def operand(batch, r, c, t):
@@ -25,15 +64,20 @@ def operand(batch, r, c, t):
 
 
 def main():
+    pattern = sys.argv[1] if len(sys.argv) > 1 else ""
     torch.manual_seed(0)
-    out = {"torch": torch.__version__, "threads": torch.get_num_threads(), "gflops": {}}
+    out = {"torch": torch.__version__, "threads": torch.get_num_threads(), "gflops": {}, "median": {},
+           "clock": os.environ.get("MG_GEMM_CLOCK") or "wall"}
     config = torch.__config__.show()
     out["blas"] = "MKL" if "USE_MKL=ON" in config or "BLAS_INFO=mkl" in config else "other"
     with torch.no_grad():
-        for name, batch, m, k, n, ta, tb in SHAPES:
+        for name, batch, m, k, n, ta, tb, _ in shapes():
+            if not re.search(pattern, name):
+                continue
             a, b = operand(batch, m, k, ta), operand(batch, k, n, tb)
-            s = best_seconds(lambda: torch.matmul(a, b))
-            out["gflops"][name] = 2.0 * batch * m * k * n / s * 1e-9
+            rates = [2.0 * batch * m * k * n / s * 1e-9 for s in block_seconds(lambda: torch.matmul(a, b))]
+            out["gflops"][name] = max(rates)
+            out["median"][name] = [statistics.median(rates), min(rates), max(rates)]
     print(json.dumps(out))
 
 

@@ -11,11 +11,27 @@
 # Each training workload runs ROUNDS times, the two sides alternating, so that a burst of load on a
 # shared machine hits both; the table reports the median of the per-round medians and the best
 # single step of all rounds (the figure least inflated by other processes).
+# WORKLOADS (default all six: mlp gpt gpt-256 gpt-512 gpt-512f gpt2) picks some; gpt2 (GPT-2 124M,
+# batch 4 x 64) runs GPT2_STEPS steps (default 5: a step takes seconds).
+# AVX2=1: every program on its AVX2 code, on an AVX-512 machine the proxy for an AVX2-only CPU (said
+# as such wherever it is reported): memgrad MG_CPU_ISA=avx2 (its kernels, and the oneDNN and OpenBLAS
+# paths it sets: core/openblas_defaults.cpp); torch ATEN_CPU_CAPABILITY=avx2 (ATen's kernels and
+# torch.compile's generated code), MKL_ENABLE_INSTRUCTIONS=AVX2, ONEDNN_MAX_CPU_ISA=AVX2 and, for
+# Debian's torch 1.13, OPENBLAS_CORETYPE=Haswell; JAX XLA_FLAGS=--xla_cpu_max_isa=AVX2.
+# AVX2=both: the whole run twice, at the CPU's own ISA and then as the AVX2 proxy (issue 46's two tables
+# in one command).
+# After the tables, a steadiness table per workload and side: the spread of the steps and what a step
+# costs in counts that load on a shared machine hardly changes (page faults, context switches, threads,
+# and the steal time the host took from the virtual CPUs during the step).
 set -euo pipefail
+if [ "${AVX2:-0}" = both ]; then
+  AVX2=0 "$BASH" "$0"
+  echo
+  AVX2=1 exec "$BASH" "$0"
+fi
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${MG_BUILD_DIR:-$root/build-bench}
 threads=${THREADS:-2}
-steps=${STEPS:-10}
 rounds=${ROUNDS:-2}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
@@ -23,7 +39,7 @@ trap 'rm -rf "$out"' EXIT
 # Debian's torch needs Debian's python; a pyenv/venv python3 first on PATH may lack it.
 py=${PYTHON:-python3}
 "$py" -c "import torch" 2>/dev/null || py=/usr/bin/python3
-"$py" -c "import torch" || { echo "PyTorch not importable: apt-get install python3-torch libopenblas0-pthread" >&2; exit 1; }
+"$py" -c "import torch" || { echo "PyTorch not importable: apt-get install python3-torch libopenblas0-openmp" >&2; exit 1; }
 
 peer=${PEER_PYTHON:-$root/build-peers/venv/bin/python}
 [ -x "$peer" ] || peer=""
@@ -36,17 +52,29 @@ cmake --build "$build" -j"$(nproc)" --target bench_op_overhead bench_train_step 
 
 # One thread count for every library on both sides (OpenMP for memgrad and ATen, OpenBLAS's own pool).
 export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads MKL_NUM_THREADS=$threads
+if [ "${AVX2:-0}" = 1 ]; then
+  export MG_CPU_ISA=avx2 ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 \
+    OPENBLAS_CORETYPE=Haswell XLA_FLAGS="${XLA_FLAGS:+$XLA_FLAGS }--xla_cpu_max_isa=AVX2"
+fi
 
 # Workloads: name, then the arguments both programs take after the workload kind and step count.
 # gpt-512f: memgrad's fused attention against torch's F.scaled_dot_product_attention, or against
 # its explicit attention where torch (Debian's 1.13) has none; the config column says which.
-workloads=("mlp mlp 256 784 1024 2 10" "gpt gpt 4 4 128 2048 8 128" "gpt-256 gpt 4 4 256 4096 8 128"
-  "gpt-512 gpt 4 4 256 4096 4 512" "gpt-512f gpt-fused 4 4 256 4096 4 512")
+# gpt2: GPT-2 124M (12 layers, 12 heads, n_embd 768, vocab 50257) on batch 4 x 64 (position table of
+# 64 rows, not GPT-2's 1024: the models build it for the sequence they run).
+all=("mlp mlp 256 784 1024 2 10" "gpt gpt 4 4 128 2048 8 128" "gpt-256 gpt 4 4 256 4096 8 128"
+  "gpt-512 gpt 4 4 256 4096 4 512" "gpt-512f gpt-fused 4 4 256 4096 4 512" "gpt2 gpt 12 12 768 50257 4 64")
+workloads=()
+for w in "${all[@]}"; do
+  [[ " ${WORKLOADS:-mlp gpt gpt-256 gpt-512 gpt-512f gpt2} " == *" ${w%% *} "* ]] && workloads+=("$w")
+done
 for r in $(seq "$rounds"); do
   for w in "${workloads[@]}"; do
     set -- $w
     name=$1 kind=$2
     shift 2
+    steps=${STEPS:-10}
+    [ "$name" != gpt2 ] || steps=${GPT2_STEPS:-5}
     "$build/bench/bench_train_step" "$kind" "$steps" "$@" >"$out/mg.$name.$r.json"
     "$py" "$root/bench/compare/train_step.py" "$kind" "$steps" "$@" >"$out/pt.$name.$r.json"
     if [ -n "$peer" ]; then
@@ -71,7 +99,8 @@ import json, os, statistics, sys
 out, rounds, workloads = sys.argv[1], int(sys.argv[2]), [w.split()[0] for w in sys.argv[3:]]
 load = open("/proc/loadavg").read().split()[:3]
 pt_version = json.load(open(f"{out}/pt.{workloads[0]}.1.json"))["torch"]
-print(f"threads {os.environ['OMP_NUM_THREADS']}, torch {pt_version}, load average after the run {' '.join(load)}")
+print(f"threads {os.environ['OMP_NUM_THREADS']}, torch {pt_version}, load average after the run {' '.join(load)}"
+      + (", AVX2 proxy (MG_CPU_ISA=avx2 and the peers' AVX2 paths)" if os.environ.get("MG_CPU_ISA") == "avx2" else ""))
 print(f"{'workload':9} {'config':55} {'memgrad ms':>10} {'torch ms':>9} {'ratio':>6} {'mg best':>8} {'pt best':>8} "
       f"{'ratio':>6} {'mg CPU ms':>9} {'pt CPU ms':>9} {'memgrad MiB':>11} {'torch MiB':>9} {'ratio':>6}")
 for name in workloads:
@@ -105,6 +134,26 @@ print(f"\nGEMM GFLOP/s, wall time, {os.environ['OMP_NUM_THREADS']} threads (memg
 print(f"{'shape':24} {'memgrad':>8} " + " ".join(f"{'torch ' + p['torch'][:6]:>13} {'ratio':>6}" for p in gemm_peers))
 for name, g in gemm_mg.items():
     print(f"{name:24} {g:8.1f} " + " ".join(f"{p['gflops'][name]:13.1f} {g / p['gflops'][name]:6.2f}" for p in gemm_peers))
+
+# Steadiness: each side's steps over all rounds (min-max, and max/min), then medians per step of CPU
+# time, page faults, voluntary/involuntary context switches, the machine's steal time, and the most
+# threads the process had (JAX's program reports no counters).
+sides = [("mg", "memgrad"), ("pt", "torch 1.13"), ("t2", "torch 2 eager"), ("tc", "torch 2 compile"), ("jx", "JAX jit")]
+print(f"\nsteadiness: every step of all {rounds} rounds; counters per step, median of the steps, median of the rounds")
+print(f"{'workload':9} {'side':15} {'min ms':>8} {'max ms':>8} {'max/min':>7} {'CPU ms':>8} {'faults':>7} "
+      f"{'vol csw':>7} {'invol csw':>9} {'steal ms':>8} {'threads':>7}")
+for name in workloads:
+    for p, label in sides:
+        if not os.path.exists(f"{out}/{p}.{name}.1.json"):
+            continue
+        runs = [json.load(open(f"{out}/{p}.{name}.{r}.json")) for r in range(1, rounds + 1)]
+        steps = [m for x in runs for m in x["ms"]]
+        cnt = lambda key: (f"{statistics.median(x[key] for x in runs):.0f}" if key in runs[0] else "-")
+        steal = f"{statistics.median(x['steal_ms'] for x in runs):.1f}" if "steal_ms" in runs[0] else "-"
+        threads = str(max(x["process_threads"] for x in runs)) if "process_threads" in runs[0] else "-"
+        cpu = f"{statistics.median(x['cpu_ms'] for x in runs):.1f}" if "cpu_ms" in runs[0] else "-"
+        print(f"{name:9} {label:15} {min(steps):8.1f} {max(steps):8.1f} {max(steps) / min(steps):7.2f} {cpu:>8} "
+              f"{cnt('faults'):>7} {cnt('csw_voluntary'):>7} {cnt('csw_involuntary'):>9} {steal:>8} {threads:>7}")
 
 if not os.path.exists(f"{out}/t2.{workloads[0]}.1.json"):
     sys.exit(0)

@@ -19,11 +19,15 @@ autograd profiler with profile_memory=True, which reports every allocation and f
 c10's CPU allocator (every tensor, kernel scratch included; not BLAS-internal buffers) in order.
 peak = bytes live when the step starts (parameters, AdamW state, the batch: unique storages) +
 the highest running sum of those events during the step. Grads are set to None before the step.
+
+Beside each timed step, as bench_train_step: page faults, voluntary and involuntary context switches
+of the whole process, its threads, and the machine's steal time (medians over the steps).
 """
 import contextlib
 import json
 import math
 import os
+import resource
 import sys
 import time
 
@@ -151,6 +155,14 @@ def cuda_peak(step):
     return torch.cuda.max_memory_allocated()
 
 
+def counters():
+    """Page faults, voluntary and involuntary context switches (whole process), threads, steal ms."""
+    u = resource.getrusage(resource.RUSAGE_SELF)
+    with open("/proc/stat") as f:
+        steal = float(f.readline().split()[8]) * 1e3 / os.sysconf("SC_CLK_TCK")
+    return u.ru_minflt + u.ru_majflt, u.ru_nvcsw, u.ru_nivcsw, len(os.listdir("/proc/self/task")), steal
+
+
 def main():
     kind = sys.argv[1] if len(sys.argv) > 1 else "mlp"
     if kind not in ("mlp", "gpt", "gpt-fused"):
@@ -200,19 +212,26 @@ def main():
         peak = cuda_peak(step) if device.type == "cuda" else profiled_peak(step, start)
     except Exception:  # the legacy profiler's API differs in newer torch: no peak then
         peak = None
-    ms, cpu_ms = [], []
+    ms, cpu_ms, per_step, threads = [], [], [], 0
     for _ in range(steps):
+        k0 = counters()
         t0, c0 = time.perf_counter(), time.process_time()
         step()
         ms.append(1e3 * (time.perf_counter() - t0))
         cpu_ms.append(1e3 * (time.process_time() - c0))
+        k1 = counters()
+        per_step.append([b - a for a, b in zip(k0, k1)])
+        threads = max(threads, k0[3], k1[3])
+    med = lambda i: sorted(x[i] for x in per_step)[len(per_step) // 2]
     attention = "sdpa" if FUSED and hasattr(F, "scaled_dot_product_attention") else "explicit"
     mode = ", torch.compile" if compiled else ""
     print(json.dumps({"workload": kind, "config": cfg + f", {attention} attention, {adamw}{mode}", "torch": torch.__version__,
                       "device": str(device), "precision": precision,
                       "threads": torch.get_num_threads(), "steps": steps, "step_ms": sorted(ms)[len(ms) // 2],
                       "min_ms": min(ms), "cpu_ms": sorted(cpu_ms)[len(cpu_ms) // 2], "peak_bytes": peak, "start_bytes": start, "loss": last[0],
-                      "ms": [round(m, 3) for m in ms]}))
+                      "ms": [round(m, 3) for m in ms], "cpu_ms_all": [round(c, 3) for c in cpu_ms],
+                      "faults": med(0), "csw_voluntary": med(1), "csw_involuntary": med(2),
+                      "steal_ms": round(med(4), 1), "process_threads": threads}))
 
 
 if __name__ == "__main__":

@@ -2,11 +2,13 @@
 // which ISA level each runs here, what "auto" picks, the calls into oneDNN (dnnl_sgemm) and OpenBLAS
 // (cblas), and Eigen for the rest.
 //
-// "auto" decides from what the libraries report, never from timings: the same machine and build pick
-// the same library in every process, so a resumed run, or one rank of a data-parallel run, computes
-// the same sums as one uninterrupted process (a calibration that timed candidates, as cuDNN's
-// benchmark mode does, could pick differently from one process to the next).
+// "auto" decides from what the libraries report, the CPU's vendor and the product's shape, and from a
+// table committed with the measurements that justify it, never from timings taken by the process: the
+// same machine and build pick the same library in every process, so a resumed run, or one rank of a
+// data-parallel run, computes the same sums as one uninterrupted process (a calibration that timed
+// candidates, as cuDNN's benchmark mode does, could pick differently from one process to the next).
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <type_traits>
 
@@ -57,6 +59,38 @@ constexpr int64_t kEigenMaxInner = 15;
 // The level of the code Eigen runs: what this file was compiled for (once, at the build's base level).
 constexpr CpuIsa kCompiledIsa = detail::compiled_cpu_isa();
 
+// "auto"'s table: the classes of product for which a CPU's measured rates made another library than
+// the enum's order the faster one, keyed by the CPU's vendor and the level of the code the libraries
+// run (the best level any offers for float32). No row: the enum's order. The rates are bench_gemm_libs's
+// (bench/run_gemm_libs.sh): every library on the products of bench/compare's six training steps, one
+// thread's share of each as matmul splits it over two threads; bench/RESULTS.md, issue 46, has them.
+struct GemmRow {
+  bool amd;
+  CpuIsa level;
+  GemmClass cls;
+  Gemm library;
+};
+constexpr GemmRow kTable[] = {
+    // AMD at AVX2: measured on a Zen 4 with every library held to its AVX2 code (oneDNN 2.6.3
+    // ONEDNN_MAX_CPU_ISA=AVX2, OpenBLAS 0.3.21 core Haswell), the proxy for Zen 3, whose whole steps ran
+    // faster on OpenBLAS too (the issue's gpt-512: 495 ms a step against oneDNN's 584-595). oneDNN's
+    // AVX2 GEMM ran the weight gradients of 1024 and 2048 rows at 37-89 GFLOP/s against OpenBLAS's
+    // 68-93 (the LM heads' at half OpenBLAS's rate), and products of 256 rows at 52-96 against 67-92; it
+    // stays ahead on the rest (attention's products by 5-15%). At AVX-512 oneDNN led (or tied) on
+    // nearly every shape, on Zen 4 and Zen 5: no row.
+    {true, CpuIsa::AVX2, GemmClass::WeightGradient, Gemm::OpenBLAS},
+    {true, CpuIsa::AVX2, GemmClass::FewRows, Gemm::OpenBLAS},
+};
+
+bool amd_cpu() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  return __builtin_cpu_is("amd");
+#else
+  return false;
+#endif
+}
+
 #ifdef MG_WITH_OPENBLAS
 // OpenBLAS's cores by the level of their GEMM kernels (0.3.21's DYNAMIC_ARCH names); any other
 // core (Prescott, Core2, Nehalem, Sandybridge, ...) runs SSE or AVX kernels: the baseline here.
@@ -100,6 +134,23 @@ const char* onednn_isa_name(dnnl_cpu_isa_t isa) {
 }
 #endif
 
+#ifdef MG_WITH_OPENBLAS
+// Whether the OpenBLAS loaded is its pthreads build; then its own threads are turned off, once, as
+// libmemgrad loads (after OpenBLAS: it depends on it). Debian installs the pthreads, OpenMP and serial
+// builds under one soname, libopenblas.so.0, chosen by update-alternatives: the pthreads build (priority
+// 100) replaces the OpenMP one we link (95) as soon as it is installed (README advised it for Debian's
+// torch until issue 46). Its threads are a pool of its own: called from the threads of matmul's split it hands
+// each product's work to them, three threads or more on two cores, the idle ones spinning on
+// sched_yield (issue 46: a GPT step's CPU time 1.4 times as long at AVX-512, 3.1 times at AVX2). The
+// OpenMP build runs single-threaded inside our parallel regions by itself; its openblas_set_num_threads
+// would set OpenMP's own thread count, so it is left alone.
+const bool kOpenblasThreads = [] {
+  if (openblas_get_parallel() != OPENBLAS_THREAD) return false;
+  openblas_set_num_threads(1);  // gemm_serial: one thread's GEMM
+  return true;
+}();
+#endif
+
 std::string describe(const char* what, CpuIsa level) {
   std::string s = std::string(what) + " (" + to_string(level);
   if (level < cpu_isa()) s += std::string(", below this CPU's ") + to_string(cpu_isa());
@@ -118,8 +169,9 @@ std::vector<GemmLibrary> find_libraries() {
 #ifdef MG_WITH_OPENBLAS
   const std::string core = openblas_get_corename(), config = openblas_get_config();
   const std::string version = config.substr(0, config.find(' ', config.find(' ') + 1));  // "OpenBLAS 0.3.21"
+  const std::string flavour = kOpenblasThreads ? ", pthreads build: its own threads off" : "";
   libs.push_back({Gemm::OpenBLAS, "openblas", openblas_level(core),
-                  describe((version + ", core " + core).c_str(), openblas_level(core))});
+                  describe((version + flavour + ", core " + core).c_str(), openblas_level(core))});
 #endif
   const std::string eigen = "Eigen " + std::to_string(EIGEN_WORLD_VERSION) + "." + std::to_string(EIGEN_MAJOR_VERSION) +
                             "." + std::to_string(EIGEN_MINOR_VERSION);
@@ -127,7 +179,7 @@ std::vector<GemmLibrary> find_libraries() {
   return libs;
 }
 
-// The library "auto" runs a GEMM of `dtype` with a large inner size on (see gemm.h).
+// The first library in the enum's order among those of the highest level any offers for `dtype`.
 const GemmLibrary& best_library(DType dtype) {
   const GemmLibrary* best = nullptr;
   for (const GemmLibrary& l : gemm_libraries())
@@ -135,23 +187,46 @@ const GemmLibrary& best_library(DType dtype) {
   return *best;
 }
 
-// The library "auto" runs a GEMM of `dtype` with inner size up to kEigenMaxInner on: Eigen where it
-// runs at the level of the best library.
-Gemm small_library(DType dtype) {
+const GemmLibrary* find_library(Gemm g) {
+  for (const GemmLibrary& l : gemm_libraries())
+    if (l.library == g) return &l;
+  return nullptr;
+}
+
+// What "auto" runs a product of `dtype` and class c on; tiny: an inner size up to kEigenMaxInner.
+Gemm auto_library(DType dtype, GemmClass c, bool tiny) {
   const GemmLibrary& best = best_library(dtype);
-  return gemm_libraries().back().level >= best.level ? Gemm::Eigen : best.library;
+  if (tiny && gemm_libraries().back().level >= best.level) return Gemm::Eigen;
+  const GemmLibrary* preferred = dtype == kFloat32 ? find_library(gemm_preferred(c)) : nullptr;
+  return preferred && preferred->level == best.level ? preferred->library : best.library;
+}
+
+constexpr GemmClass kClasses[] = {GemmClass::Small, GemmClass::WeightGradient, GemmClass::FewRows, GemmClass::Large};
+
+// "auto"'s detail: the library of large products, then the classes that run elsewhere.
+std::string describe_auto() {
+  const GemmLibrary* large = find_library(auto_library(kFloat32, GemmClass::Large, false));
+  std::string s = large->name;
+  for (const GemmLibrary& l : gemm_libraries()) {
+    std::string classes;
+    for (GemmClass c : kClasses)
+      if (c != GemmClass::Large && l.library != large->library && auto_library(kFloat32, c, false) == l.library)
+        classes += std::string(classes.empty() ? "" : ", ") + to_string(c);
+    if (!classes.empty()) s += std::string(", ") + l.name + " for " + classes;
+  }
+  if (std::any_of(std::begin(kClasses), std::end(kClasses),
+                  [](GemmClass c) { return gemm_preferred(c) != Gemm::Auto; }))
+    s += std::string(" (table: ") + (amd_cpu() ? "amd " : "") + to_string(best_library(kFloat32).level) + ")";
+  const GemmLibrary& d = best_library(kFloat64);
+  if (d.library != large->library) s += std::string(" (float64: ") + d.name + ")";
+  if (auto_library(kFloat32, GemmClass::Large, true) == Gemm::Eigen)
+    s += ", eigen for inner sizes up to " + std::to_string(kEigenMaxInner);
+  return s;
 }
 
 const bool kDescribed = [] {
   detail::describe_kernel_variants(DeviceType::CPU, "matmul", [](const std::string& variant) -> std::string {
-    if (variant == "auto") {
-      const GemmLibrary &f = best_library(kFloat32), &d = best_library(kFloat64);
-      std::string s = f.name;
-      if (d.library != f.library) s += std::string(" (float64: ") + d.name + ")";
-      if (small_library(kFloat32) == Gemm::Eigen)
-        s += ", eigen for inner sizes up to " + std::to_string(kEigenMaxInner);
-      return s;
-    }
+    if (variant == "auto") return describe_auto();
     for (const GemmLibrary& l : gemm_libraries())
       if (variant == l.name) return l.detail;
     return "";
@@ -207,14 +282,46 @@ const std::vector<GemmLibrary>& gemm_libraries() {
   return libs;
 }
 
-Gemm gemm_library(DType dtype, int64_t k) {
+GemmClass gemm_class(bool trans_a, int64_t m, int64_t n, int64_t k) {
+  if (m * n * k <= (int64_t(1) << 21)) return GemmClass::Small;
+  if (trans_a && k >= 512) return GemmClass::WeightGradient;
+  return m <= 256 ? GemmClass::FewRows : GemmClass::Large;
+}
+
+const char* to_string(GemmClass c) {
+  switch (c) {
+    case GemmClass::Small:
+      return "small products";
+    case GemmClass::WeightGradient:
+      return "weight gradients";
+    case GemmClass::FewRows:
+      return "products of few rows";
+    default:
+      return "large products";
+  }
+}
+
+Gemm gemm_preferred(GemmClass c) {
+  static const bool amd = amd_cpu();
+  const CpuIsa level = best_library(kFloat32).level;
+  for (const GemmRow& r : kTable)
+    if (r.amd == amd && r.level == level && r.cls == c) return r.library;
+  return Gemm::Auto;
+}
+
+Gemm gemm_library(DType dtype, bool trans_a, int64_t m, int64_t n, int64_t k) {
   Gemm v = kGemm.get();
   if (v == Gemm::OneDNN && dtype != kFloat32) v = Gemm::Auto;
   if (v != Gemm::Auto) return v;
-  // [dtype is float64][inner size up to kEigenMaxInner]
-  static const Gemm choice[2][2] = {{best_library(kFloat32).library, small_library(kFloat32)},
-                                    {best_library(kFloat64).library, small_library(kFloat64)}};
-  return choice[dtype == kFloat64][k <= kEigenMaxInner];
+  // [dtype is float64][class][inner size up to kEigenMaxInner], decided once.
+  static const auto choice = [] {
+    std::array<std::array<std::array<Gemm, 2>, std::size(kClasses)>, 2> t{};
+    for (int f64 = 0; f64 < 2; ++f64)
+      for (GemmClass c : kClasses)
+        for (int tiny = 0; tiny < 2; ++tiny) t[f64][size_t(c)][tiny] = auto_library(f64 ? kFloat64 : kFloat32, c, tiny);
+    return t;
+  }();
+  return choice[dtype == kFloat64][size_t(gemm_class(trans_a, m, n, k))][k <= kEigenMaxInner];
 }
 
 template <class A>
@@ -222,7 +329,7 @@ void gemm_serial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, A 
                  const A* b, int64_t ldb, A beta, A* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
   if constexpr (std::is_same_v<A, float> || std::is_same_v<A, double>) {
-    const Gemm library = gemm_library(dtype_of<A>::value, k);
+    const Gemm library = gemm_library(dtype_of<A>::value, trans_a, m, n, k);
     if (library != Gemm::Eigen &&
         library_gemm<A>(library, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
       return;

@@ -12,9 +12,24 @@
 
 namespace mg::cpu {
 
-// matmul's variants, in the order "auto" prefers the libraries where they run at the same level:
-// oneDNN (float32 only: it has no float64 GEMM) led every step shape measured, OpenBLAS next.
+// matmul's variants, in the order "auto" prefers the libraries where they run at the same level and
+// its table (below) says nothing else: oneDNN (float32 only: it has no float64 GEMM), OpenBLAS, Eigen.
 enum class Gemm { Auto, OneDNN, OpenBLAS, Eigen };
+
+// The kinds of product "auto"'s table tells apart, by the product one gemm_serial call computes (after
+// matmul's split over threads), in this order: Small, at most 2^21 multiply-adds (attention's per-head
+// products and the fused attention's tiles); WeightGradient, a transposed left operand with an inner
+// size of 512 or more (a linear layer's dW = g^T x, the inner size its rows); FewRows, at most 256 rows
+// (a batch of 256 tokens or samples, or a part of such a product); Large, the rest.
+enum class GemmClass { Small, WeightGradient, FewRows, Large };
+GemmClass gemm_class(bool trans_a, int64_t m, int64_t n, int64_t k);
+const char* to_string(GemmClass c);
+
+// The library "auto"'s table prefers for float32 products of class c on this CPU (its vendor and
+// cpu_isa()), measured there (bench/RESULTS.md, issue 46), or Auto where the table has no row for
+// this CPU, which leaves the order of the enum. The library runs only if it runs at the level of the
+// best library: the table never picks one that runs generic code where another does not.
+Gemm gemm_preferred(GemmClass c);
 
 struct GemmLibrary {
   Gemm library;
@@ -27,11 +42,14 @@ struct GemmLibrary {
 // and for Eigen the level kernels/cpu was compiled for.
 const std::vector<GemmLibrary>& gemm_libraries();
 
-// The library a GEMM of `dtype` (float32 or float64) with inner size k runs on under the selected
-// variant. "auto": the first library (in the enum's order) of the highest level any offers for the
-// dtype, so never one that runs generic code where another does not; but for k below 16 Eigen, where
-// it runs at that level too. A library without the dtype (oneDNN and float64) runs it as "auto" would.
-Gemm gemm_library(DType dtype, int64_t k);
+// The library a GEMM of `dtype` (float32 or float64) of op(A) m x k by k x n (trans_a: A transposed)
+// runs on under the selected variant. "auto": among the libraries of the highest level any offers for
+// the dtype (so never one that runs generic code where another does not), the one gemm_preferred
+// names for float32, else the first in the enum's order; but for k below 16 Eigen, where it runs at
+// that level too. It depends on the CPU, the environment the libraries read and the shape only, never
+// on a timing: every process on a machine picks the same library for the same product. A library
+// without the dtype (oneDNN and float64) runs it as "auto" would.
+Gemm gemm_library(DType dtype, bool trans_a, int64_t m, int64_t n, int64_t k);
 
 // C = alpha op(A) op(B) + beta C on `library` (OneDNN or OpenBLAS), row-major as gemm_serial takes
 // it; false, having done nothing, where the library cannot take the operands as they lie (a

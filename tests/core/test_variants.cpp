@@ -2,12 +2,19 @@
 // every operand layout the kernel distinguishes (row- or column-major views, strides BLAS cannot
 // express, broadcast batches, one-row and one-column products, the parallel row and column
 // splits) against a float64 product of the same values, with the same ledger whatever the variant.
+#include <dirent.h>
 #include <doctest/doctest.h>
+#include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
 #include <functional>
+#include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <memgrad/core/variants_impl.h>
@@ -189,12 +196,15 @@ TEST_CASE("kernel variants: every cpu matmul variant on every layout, with the s
   mg::set_kernel_variant(DeviceType::CPU, "matmul", variants.front());
 }
 
-// What matmul's "auto" runs on (kernels/cpu/gemm.h): decided from what each library reports, so a
-// test checks the choice, never a timing. The ctest entries gemm_fallback_* run this case with a
-// library forced below the CPU (OPENBLAS_CORETYPE=Prescott: OpenBLAS's generic SSE3 kernels, as on
-// a CPU newer than its tables; ONEDNN_MAX_CPU_ISA=SSE41) and name it in MG_TEST_GEMM_BELOW.
+// What matmul's "auto" runs on (kernels/cpu/gemm.h): decided from what each library reports, the CPU's
+// vendor, the product's class and a committed table, so a test checks the choice, never a timing. The
+// ctest entries gemm_fallback_* run this case with a library forced below the CPU
+// (OPENBLAS_CORETYPE=Prescott: OpenBLAS's generic SSE3 kernels, as on a CPU newer than its tables;
+// ONEDNN_MAX_CPU_ISA=SSE41) and name it in MG_TEST_GEMM_BELOW; gemm_cpu_isa_avx2* lower the CPU's
+// level, so that an AVX-512 machine checks the choices of an AVX2 one.
 TEST_CASE("gemm: auto never picks a library that runs below another") {
   using mg::cpu::Gemm;
+  using mg::cpu::GemmClass;
   // Set by the gemm_* ctest entries (no OPENBLAS_CORETYPE of the environment's own then): the
   // libraries forced below the CPU, or "none".
   const char* env = std::getenv("MG_TEST_GEMM_BELOW");
@@ -223,15 +233,121 @@ TEST_CASE("gemm: auto never picks a library that runs below another") {
     return libs.back();
   };
   const mg::cpu::GemmLibrary& eigen = libs.back();
+  // One product of each class, as a GPT step's (transposed left operand, m, n, k).
+  struct Product {
+    GemmClass cls;
+    bool trans_a;
+    int64_t m, n, k;
+  };
+  const Product products[] = {{GemmClass::Small, false, 128, 128, 64},             // attention, one head
+                              {GemmClass::Small, true, 288, 64, 64},               // a fused attention tile's dK
+                              {GemmClass::WeightGradient, true, 2048, 256, 1024},  // lm head dW, half
+                              {GemmClass::FewRows, false, 256, 1536, 768},         // 256 tokens' fc2 dx, half
+                              {GemmClass::FewRows, true, 10, 1024, 256},           // the MLP head's dW
+                              {GemmClass::Large, true, 1536, 768, 256},            // 256 tokens' dW, half
+                              {GemmClass::Large, false, 512, 768, 256}};           // 1024 tokens' fwd, half
   for (mg::DType t : {mg::kFloat32, mg::kFloat64}) {
-    const mg::cpu::GemmLibrary pick = library(mg::cpu::gemm_library(t, 1024));
-    INFO(t, ": auto runs ", std::string(pick.name), " (", pick.detail, ")");
+    int64_t best = 0;  // the highest level a library offers for t
     for (const mg::cpu::GemmLibrary& l : libs)
-      if (l.library != Gemm::OneDNN || t == mg::kFloat32) CHECK(l.level <= pick.level);
-    // Tiny inner sizes: Eigen, where it runs at that level too.
-    CHECK(mg::cpu::gemm_library(t, 8) == (eigen.level >= pick.level ? Gemm::Eigen : pick.library));
+      if (l.library != Gemm::OneDNN || t == mg::kFloat32) best = std::max(best, int64_t(l.level));
+    for (const Product& p : products) {
+      REQUIRE(mg::cpu::gemm_class(p.trans_a, p.m, p.n, p.k) == p.cls);
+      const mg::cpu::GemmLibrary pick = library(mg::cpu::gemm_library(t, p.trans_a, p.m, p.n, p.k));
+      INFO(t, ", ", std::string(mg::cpu::to_string(p.cls)), ": auto runs ", std::string(pick.name), " (", pick.detail,
+           ")");
+      CHECK(int64_t(pick.level) == best);  // never a library below another
+      // The table's library where it runs at that level, else the first of oneDNN, OpenBLAS, Eigen there.
+      const Gemm preferred = t == mg::kFloat32 ? mg::cpu::gemm_preferred(p.cls) : Gemm::Auto;
+      Gemm first = Gemm::Auto;
+      for (const mg::cpu::GemmLibrary& l : libs)
+        if (first == Gemm::Auto && int64_t(l.level) == best && (l.library != Gemm::OneDNN || t == mg::kFloat32))
+          first = l.library;
+      const bool table = preferred != Gemm::Auto && int64_t(library(preferred).level) == best;
+      CHECK(pick.library == (table ? preferred : first));
+      // Tiny inner sizes: Eigen, where it runs at that level too; else a library of that level.
+      const mg::cpu::GemmLibrary tiny = library(mg::cpu::gemm_library(t, p.trans_a, p.m, p.n, 8));
+      CHECK((tiny.library == Gemm::Eigen) == (int64_t(eigen.level) >= best));
+      CHECK(int64_t(tiny.level) == best);
+    }
+  }
+  // The table's rows: an AMD CPU whose best float32 library runs AVX2 (MG_CPU_ISA=avx2 on an AVX-512
+  // one) prefers OpenBLAS for weight gradients and products of few rows (bench/RESULTS.md, issue 46);
+  // elsewhere the table has no row yet.
+  int64_t best32 = 0;
+  for (const mg::cpu::GemmLibrary& l : libs) best32 = std::max(best32, int64_t(l.level));
+  const bool amd_avx2 = __builtin_cpu_is("amd") && best32 == int64_t(mg::CpuIsa::AVX2);
+  for (GemmClass c : {GemmClass::Small, GemmClass::WeightGradient, GemmClass::FewRows, GemmClass::Large}) {
+    const bool openblas = amd_avx2 && (c == GemmClass::WeightGradient || c == GemmClass::FewRows);
+    INFO(std::string(mg::cpu::to_string(c)));
+    CHECK(mg::cpu::gemm_preferred(c) == (openblas ? Gemm::OpenBLAS : Gemm::Auto));
   }
   const std::string detail = mg::kernel_variant_detail(DeviceType::CPU, "matmul", "auto");
-  CHECK(detail.rfind(library(mg::cpu::gemm_library(mg::kFloat32, 1024)).name, 0) == 0);
+  CHECK(detail.rfind(library(mg::cpu::gemm_library(mg::kFloat32, false, 512, 768, 256)).name, 0) == 0);
+  // Products of the classes that may run on another library than the large ones, checked in value.
+  for (const Product& p :
+       {Product{GemmClass::WeightGradient, true, 512, 64, 600}, Product{GemmClass::FewRows, false, 200, 700, 600},
+        Product{GemmClass::FewRows, true, 10, 1024, 300}}) {
+    INFO(std::string(mg::cpu::to_string(p.cls)), " ", p.m, " x ", p.n, " x ", p.k);
+    REQUIRE(mg::cpu::gemm_class(p.trans_a, p.m, p.n, p.k) == p.cls);
+    const Tensor a = p.trans_a ? mg::randn({p.k, p.m}).t() : mg::randn({p.m, p.k}), b = mg::randn({p.k, p.n});
+    const std::vector<double> want = reference(a, b);
+    const std::vector<float> got = mg::matmul(a, b).to_vector<float>();
+    for (size_t i = 0; i < got.size(); ++i)
+      REQUIRE_MESSAGE(std::abs(got[i] - want[i]) <= 1e-4 * (1 + std::abs(want[i])), "element ", i);
+  }
   mg::set_kernel_variant(DeviceType::CPU, "matmul", mg::kernel_variants(DeviceType::CPU, "matmul").front());
+}
+
+namespace {
+
+// Nanoseconds each thread of this process has run, by thread id (/proc/self/task/*/schedstat); empty
+// where the kernel keeps no schedstat.
+std::map<long, long long> thread_run_ns() {
+  std::map<long, long long> r;
+  DIR* dir = opendir("/proc/self/task");
+  if (!dir) return r;
+  while (dirent* e = readdir(dir)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream in(std::string("/proc/self/task/") + e->d_name + "/schedstat");
+    long long ns = 0;
+    if (in >> ns) r[std::atol(e->d_name)] = ns;
+  }
+  closedir(dir);
+  return r;
+}
+
+}  // namespace
+
+// matmul splits each product over OpenMP's team and runs one thread's GEMM in each part (gemm_serial):
+// no library may hand the work to threads of its own beside the team (issue 46: Debian's pthreads
+// OpenBLAS, which update-alternatives puts in place of the OpenMP one we link, ran its own pool inside
+// our split, a third thread spinning on two cores). The ctest entry gemm_threads runs it on two threads,
+// and gemm_threads_openblas_pthreads with that build of OpenBLAS where it is installed.
+TEST_CASE("gemm: no thread outside matmul's team runs a product") {
+  mg::NoGradGuard no_grad;
+  if (thread_run_ns().empty()) {
+    MESSAGE("no /proc/self/task/*/schedstat here: nothing to count");
+    return;
+  }
+  const std::string before = mg::kernel_variant(DeviceType::CPU, "matmul");
+  const Tensor a = mg::randn({512, 512}), b = mg::randn({512, 512});
+  for (const mg::cpu::GemmLibrary& l : mg::cpu::gemm_libraries()) {
+    INFO(std::string(l.name), ": ", l.detail);
+    if (l.library == mg::cpu::Gemm::OpenBLAS && std::getenv("MG_TEST_OPENBLAS_PTHREADS"))
+      REQUIRE(l.detail.find("pthreads build") != std::string::npos);  // the entry runs the build it names
+    mg::set_kernel_variant(DeviceType::CPU, "matmul", l.name);
+    mg::matmul(a, b);  // the team started, the library's buffers made
+    // A pthreads OpenBLAS's idle threads spin about 0.1 s (2^28 cycles) after they start, then sleep.
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const std::map<long, long long> t0 = thread_run_ns();
+    for (int i = 0; i < 8; ++i) mg::matmul(a, b);
+    const std::map<long, long long> t1 = thread_run_ns();
+    int ran = 0;
+    for (const auto& [tid, ns] : t1) {
+      auto it = t0.find(tid);
+      ran += it == t0.end() || ns > it->second;
+    }
+    CHECK(ran <= omp_get_max_threads());
+  }
+  mg::set_kernel_variant(DeviceType::CPU, "matmul", before);
 }

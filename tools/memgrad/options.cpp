@@ -11,6 +11,8 @@
 #include <limits>
 #include <map>
 
+#include <CLI/CLI.hpp>
+
 namespace memgrad_cli {
 
 namespace {

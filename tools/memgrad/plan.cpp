@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <limits>
 
+#include <CLI/CLI.hpp>
+
 #include "data_source.h"
 #include "report.h"
 

@@ -9,6 +9,8 @@
 #include <map>
 #include <optional>
 
+#include <CLI/CLI.hpp>
+
 #include "report.h"
 #include "sharding.h"
 #include "train_run.h"

@@ -26,7 +26,9 @@
 #include <memgrad/core/cuda.h>
 #include <memgrad/core/device.h>
 #include <memgrad/core/dtype.h>
+#include <memgrad/core/env.h>
 #include <memgrad/core/error.h>
+#include <memgrad/core/files.h>
 #include <memgrad/core/flops.h>
 #include <memgrad/core/grad_mode.h>
 #include <memgrad/core/host_memory.h>
@@ -57,7 +59,11 @@
 #include <memgrad/optim/clip.h>
 #include <memgrad/optim/in_backward.h>
 #include <memgrad/optim/optimizer.h>
+#include <memgrad/optim/registry.h>
 #include <memgrad/optim/scheduler.h>
 #include <memgrad/optim/sgd.h>
 #include <memgrad/plan/planner.h>
 #include <memgrad/plan/zero.h>
+#include <memgrad/train/model.h>
+#include <memgrad/train/policy.h>
+#include <memgrad/train/trainer.h>

@@ -81,12 +81,12 @@ void BM_mode_train_step(benchmark::State& state) {
   Mode mode(state);
   mg::nn::GPTConfig c;
   c.n_layer = 4, c.n_head = 4, c.n_embd = 128, c.vocab_size = 256, c.block_size = 64;
-  mg::plan::StepOptions options;
+  mg::train::StepOptions options;
   options.clip_norm = 1.0;
-  const mg::plan::InputShape input{16, 64};
+  const mg::train::InputShape input{16, 64};
   mg::plan::StepContext ctx = mg::plan::context(input);
   ctx.device = mg::kCPU;
-  const mg::plan::Step step = mg::plan::program(mg::plan::ModelSpec::gpt_model(c), input, options)(ctx);
+  const mg::plan::Step step = mg::plan::program(mg::train::ModelSpec::gpt_model(c), input, options)(ctx);
   step();
   for (auto _ : state) step();
   const mg::MemoryStats s = mg::memory_stats(mg::kCPU);

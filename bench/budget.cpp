@@ -34,8 +34,8 @@ struct Run {
 };
 
 // `steps` steps on a fresh model: under `options` when its limit is set, else plain under `policy`.
-Run measure(const plan::ModelSpec& model, const plan::InputShape& input, const plan::StepOptions& step,
-            const plan::Policy& policy, int steps, budget::Options options = {}) {
+Run measure(const train::ModelSpec& model, const train::InputShape& input, const train::StepOptions& step,
+            const train::Policy& policy, int steps, budget::Options options = {}) {
   Run r;
   const int64_t base = memory_stats().allocated;
   if (options.limit) {
@@ -63,10 +63,10 @@ Run measure(const plan::ModelSpec& model, const plan::InputShape& input, const p
   return r;
 }
 
-void bench(const char* name, const plan::ModelSpec& model, const plan::InputShape& input, int steps,
+void bench(const char* name, const train::ModelSpec& model, const train::InputShape& input, int steps,
            budget::Cost cost) {
-  const plan::StepOptions step{plan::OptimizerKind::AdamW, plan::Precision::Float32};
-  const Run free_run = measure(model, input, step, plan::Policy::none(), steps);
+  const train::StepOptions step{optim::OptimizerSpec("adamw"), train::Precision::Float32};
+  const Run free_run = measure(model, input, step, train::Policy::none(), steps);
   // Measured after one ordinary step, so AdamW's state is held throughout, as in the runs' peak.
   const plan::BlockCosts costs = plan::measure_block_costs(model, input, step);
   std::printf("\n### %s: unconstrained peak %s, step %.3f s (CPU time)\n\n", name, format_bytes(free_run.peak).c_str(),
@@ -83,7 +83,7 @@ void bench(const char* name, const plan::ModelSpec& model, const plan::InputShap
   };
   for (double f : {1.0, 0.7, 0.5, 0.4, 0.3}) {
     const int64_t limit = int64_t(double(free_run.peak) * f);
-    plan::Policy dp = plan::choose_dp(costs, limit);
+    train::Policy dp = plan::choose_dp(costs, limit);
     Run fixed;
     if (plan::predicted_peak(costs, dp) <= limit) {
       fixed = measure(model, input, step, dp, steps);
@@ -97,11 +97,11 @@ void bench(const char* name, const plan::ModelSpec& model, const plan::InputShap
                                                       : "";
     budget::Options remat{limit, budget::Remat::Dynamic, budget::Offload::None};
     remat.cost = cost;
-    const Run dyn = measure(model, input, step, plan::Policy::none(), steps, remat);
+    const Run dyn = measure(model, input, step, train::Policy::none(), steps, remat);
     const budget::Stats ds = budget::stats();
     budget::Options off{limit, budget::Remat::None, budget::Offload::Activations};
     off.cost = cost;
-    const Run moved = measure(model, input, step, plan::Policy::none(), steps, off);
+    const Run moved = measure(model, input, step, train::Policy::none(), steps, off);
     const budget::Stats os = budget::stats();
     int64_t evicted = 0;
     for (int64_t b : ds.evicted_bytes) evicted += b;
@@ -132,8 +132,8 @@ int main(int argc, char** argv) {
   set_caching(kCPU, false);
   nn::GPTConfig gpt;
   gpt.n_layer = 6, gpt.n_head = 4, gpt.n_embd = 128, gpt.vocab_size = 512, gpt.block_size = 128, gpt.dropout = 0.1;
-  bench("GPT n_layer 6, n_embd 128, vocab 512, batch 8 x 128, dropout 0.1, AdamW", plan::ModelSpec::gpt_model(gpt),
+  bench("GPT n_layer 6, n_embd 128, vocab 512, batch 8 x 128, dropout 0.1, AdamW", train::ModelSpec::gpt_model(gpt),
         {8, 128}, steps, cost);
-  bench("MLP 8 layers of 256, batch 4096, AdamW", plan::ModelSpec::mlp(8, 256), {4096, 1}, steps, cost);
+  bench("MLP 8 layers of 256, batch 4096, AdamW", train::ModelSpec::mlp(8, 256), {4096, 1}, steps, cost);
   return 0;
 }

@@ -15,8 +15,8 @@ using namespace mg;
 
 namespace {
 
-void bench(const char* name, const plan::ModelSpec& spec, const plan::InputShape& in) {
-  const plan::Program p = plan::program(spec, in, {plan::OptimizerKind::AdamW, plan::Precision::Float32});
+void bench(const char* name, const train::ModelSpec& spec, const train::InputShape& in) {
+  const plan::Program p = plan::program(spec, in, {optim::OptimizerSpec("adamw"), train::Precision::Float32});
   const plan::StepContext ctx = plan::context(in);
   plan::StepContext cpu = ctx;
   cpu.device = kCPU;
@@ -27,7 +27,7 @@ void bench(const char* name, const plan::ModelSpec& spec, const plan::InputShape
     return b;
   };
   plan::TimedPlan free_run =
-      plan::time_plan(p, ctx, "none", plan::Policy::none(), options(budget::Remat::None, budget::Offload::None), 0);
+      plan::time_plan(p, ctx, "none", train::Policy::none(), options(budget::Remat::None, budget::Offload::None), 0);
   plan::measure_plan(p, cpu, free_run);
   const int64_t peak = free_run.peak();
   const int64_t floor = free_run.planned.floors[1][0].bytes;
@@ -43,13 +43,13 @@ void bench(const char* name, const plan::ModelSpec& spec, const plan::InputShape
   budgets.push_back({"floor", (floor + 511) / 512 * 512});
   for (const auto& [label, b] : budgets) {
     const std::vector<plan::TimedPlan> candidates = plan::mixed_candidates(p, ctx, b, model);
-    std::vector<plan::TimedPlan> row = {
-        plan::time_plan(p, ctx, "dynamic", plan::Policy::none(), options(budget::Remat::Dynamic, budget::Offload::None),
-                        b),
-        plan::time_plan(p, ctx, "offload", plan::Policy::none(),
-                        options(budget::Remat::None, budget::Offload::Activations), b),
-        plan::time_plan(p, ctx, "both", plan::Policy::none(), options(budget::Remat::Dynamic, budget::Offload::All), b),
-        plan::best_recompute(candidates), plan::best_mixed(candidates)};
+    std::vector<plan::TimedPlan> row = {plan::time_plan(p, ctx, "dynamic", train::Policy::none(),
+                                                        options(budget::Remat::Dynamic, budget::Offload::None), b),
+                                        plan::time_plan(p, ctx, "offload", train::Policy::none(),
+                                                        options(budget::Remat::None, budget::Offload::Activations), b),
+                                        plan::time_plan(p, ctx, "both", train::Policy::none(),
+                                                        options(budget::Remat::Dynamic, budget::Offload::All), b),
+                                        plan::best_recompute(candidates), plan::best_mixed(candidates)};
     std::printf("| %s (%s) |", label.c_str(), format_bytes(b).c_str());
     for (plan::TimedPlan& t : row) {
       if (!t.fits()) {
@@ -87,9 +87,9 @@ int main(int argc, char** argv) {
   if (which != "mlp") {
     nn::GPTConfig g;  // memgrad train's default model ("tiny") as the issue ran it: batch 8 x 64, dropout 0.1
     g.n_layer = 4, g.n_head = 4, g.n_embd = 128, g.vocab_size = 256, g.block_size = 64, g.dropout = 0.1;
-    bench("GPT n_layer 4, n_embd 128, vocab 256, batch 8 x 64, dropout 0.1, AdamW", plan::ModelSpec::gpt_model(g),
+    bench("GPT n_layer 4, n_embd 128, vocab 256, batch 8 x 64, dropout 0.1, AdamW", train::ModelSpec::gpt_model(g),
           {8, 64});
   }
-  if (which != "gpt") bench("MLP 8 layers of 256, batch 4096, AdamW", plan::ModelSpec::mlp(8, 256), {4096, 1});
+  if (which != "gpt") bench("MLP 8 layers of 256, batch 4096, AdamW", train::ModelSpec::mlp(8, 256), {4096, 1});
   return 0;
 }

@@ -35,22 +35,22 @@ int main(int argc, char** argv) {
   nn::GPTConfig config;
   config.n_layer = arg(2, 6), config.n_embd = arg(3, 256), config.block_size = arg(5, 128);
   config.vocab_size = arg(6, 8192), config.n_head = arg(7, 4);
-  const auto model = plan::ModelSpec::gpt_model(config);
-  const plan::InputShape input{arg(4, 4), arg(5, 128)};
-  const plan::StepOptions options{plan::OptimizerKind::AdamW, plan::Precision::Float32};
+  const auto model = train::ModelSpec::gpt_model(config);
+  const train::InputShape input{arg(4, 4), arg(5, 128)};
+  const train::StepOptions options{optim::OptimizerSpec("adamw"), train::Precision::Float32};
   const int64_t n = config.n_layer;
 
   // The planned policy: the DP's fewest-recompute plan for a budget halfway between the
   // every-block and no-checkpoint peaks.
   const auto costs = plan::measure_block_costs(model, input, options);
   const int64_t none_peak = plan::plan(model, input, options).peak;
-  const int64_t every_peak = plan::plan(model, input, options, plan::Policy::every_block(n)).peak;
+  const int64_t every_peak = plan::plan(model, input, options, train::Policy::every_block(n)).peak;
   const int64_t budget = (none_peak + every_peak) / 2;
-  plan::Policy planned = plan::choose_dp(costs, budget);
+  train::Policy planned = plan::choose_dp(costs, budget);
   planned.name = "DP for " + format_bytes(budget);
 
-  const std::vector<plan::Policy> policies = {plan::Policy::none(), plan::Policy::every_block(n),
-                                              plan::Policy::sqrt_n(n), plan::Policy::selective_only(), planned};
+  const std::vector<train::Policy> policies = {train::Policy::none(), train::Policy::every_block(n),
+                                               train::Policy::sqrt_n(n), train::Policy::selective_only(), planned};
   std::printf(
       "GPT n_layer %lld n_head %lld n_embd %lld vocab %lld, batch %lld x %lld, AdamW fp32, median and min of %d steps "
       "per policy\n\n",
@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
   nn::GPTConfig xl;
   xl.n_layer = 48, xl.n_head = 25, xl.n_embd = 1600;
   auto t0 = Clock::now();
-  plan::StepReport big = plan::plan(plan::ModelSpec::gpt_model(xl), {8, 1024}, options);
+  plan::StepReport big = plan::plan(train::ModelSpec::gpt_model(xl), {8, 1024}, options);
   std::printf("\nGPT-2 1.5B, batch 8 x 1024, AdamW fp32, no checkpointing: planned in %.3f s\n%s", seconds_since(t0),
               big.str().c_str());
   return 0;

@@ -73,17 +73,17 @@ Workload make_mlp(const std::vector<int64_t>& a, const Device& device) {
   return {"mlp", cfg, net, [net, x, y] { return cross_entropy(net->forward(x), y); }};
 }
 
-// The GPT as the planner and memgrad train run it (plan::ChainModel), its blocks under MG_CHECKPOINT's
-// policy (plan::Policy::parse: the same names, segments and selective recompute as --checkpoint).
+// The GPT as the planner and memgrad train run it (train::ChainModel), its blocks under MG_CHECKPOINT's
+// policy (train::Policy::parse: the same names, segments and selective recompute as --checkpoint).
 Workload make_gpt(const std::vector<int64_t>& a, bool fused, const Device& device, const std::string& checkpoint) {
   nn::GPTConfig c;
   c.fused_attention = fused;
   const char* fuse = std::getenv("MG_FUSED_ELEMENTWISE");
   c.fused_elementwise = !fuse || std::strcmp(fuse, "0") != 0;
   c.n_layer = a[0], c.n_head = a[1], c.n_embd = a[2], c.vocab_size = a[3], c.block_size = a[5];
-  const plan::Policy policy = plan::Policy::parse(checkpoint, c.n_layer);
+  const train::Policy policy = train::Policy::parse(checkpoint, c.n_layer);
   const int64_t batch = a[4], seq = a[5];
-  auto gpt = std::make_shared<plan::ChainModel>(plan::ModelSpec::gpt_model(c), device);
+  auto gpt = std::make_shared<train::ChainModel>(train::ModelSpec::gpt_model(c), device);
   Tensor idx, targets;
   {
     MemoryScope scope(Category::Input, "batch");

@@ -284,7 +284,7 @@ void record_history(bool on, size_t max_entries = 100000);
 bool recording_history();
 std::vector<MemoryEvent> memory_history();  // oldest first
 // Adds an annotation to the history of `d`. The timeline page marks "step N" as the boundary of
-// step N and "forward", "backward", "optimizer" as the start of that phase (plan::train_step and
+// step N and "forward", "backward", "optimizer" as the start of that phase (train::train_step and
 // `memgrad train` write them); any other note is drawn as a labelled line.
 void annotate_memory(const std::string& note, const Device& d = kCPU);
 

@@ -1,6 +1,6 @@
 // A user's own model, as the planner sees one: a residual ConvNet with BatchNorm (a stem, a chain of
 // residual blocks in an nn::Sequential, a pooled linear head) and its training program, which
-// builds the model on the device the planner gives it and runs the blocks through plan::run_chain
+// builds the model on the device the planner gives it and runs the blocks through train::run_chain
 // (so the planner can checkpoint them). Shared by examples/plan_convnet.cpp and tests/plan.
 #pragma once
 #include <functional>
@@ -57,21 +57,21 @@ inline std::pair<mg::Tensor, mg::Tensor> zero_data(int64_t batch, int64_t size, 
   return {mg::zeros({batch, 3, size, size}, device), mg::zeros({batch}, mg::TensorOptions(mg::kInt64).device(device))};
 }
 
-// The training program: the ConvNet and a plan::Trainer (its precision mode) built on ctx.device;
+// The training program: the ConvNet and a train::Trainer (its precision mode) built on ctx.device;
 // each step takes fresh micro-batches from `data` (images converted to the model's dtype) and
 // minimises the float32 cross-entropy over 4 classes. `loss`, when given, receives each step's loss.
-inline mg::plan::Program program(int64_t channels, int64_t blocks, int64_t size, const mg::plan::StepOptions& step,
+inline mg::plan::Program program(int64_t channels, int64_t blocks, int64_t size, const mg::train::StepOptions& step,
                                  const Data& data = zero_data, std::shared_ptr<double> loss = nullptr) {
   return [=](const mg::plan::StepContext& ctx) -> mg::plan::Step {
     auto net = std::make_shared<ConvNet>(channels, blocks, 4, mg::TensorOptions(ctx.device));
-    auto trainer = std::make_shared<mg::plan::Trainer>(*net, step);
-    const mg::plan::Chain chain = mg::plan::chain_of(*net->body);
+    auto trainer = std::make_shared<mg::train::Trainer>(*net, step);
+    const mg::train::Chain chain = mg::train::chain_of(*net->body);
     return [=] {
       mg::Tensor x, y;  // live until the next micro-batch replaces them
       const double l = trainer->step([&](int64_t) {
         std::tie(x, y) = data(ctx.batch, size, ctx.device);
         x = x.to(net->fc->weight.dtype());
-        return mg::cross_entropy(net->tail(mg::plan::run_chain(chain, net->head(x), ctx.policy)).to(mg::kFloat32), y);
+        return mg::cross_entropy(net->tail(mg::train::run_chain(chain, net->head(x), ctx.policy)).to(mg::kFloat32), y);
       });
       if (loss) *loss = l;
     };

@@ -62,9 +62,9 @@ int main(int argc, char** argv) {
   std::printf("%-13s %-22s %14s %14s %14s %14s\n", "precision", "", "first step", "later steps", "reserved",
               "smallest limit");
   for (auto precision :
-       {mg::plan::Precision::Float32, mg::plan::Precision::BFloat16, mg::plan::Precision::BFloat16Storage}) {
-    mg::plan::StepOptions step;
-    step.optimizer = mg::plan::OptimizerKind::AdamW;
+       {mg::train::Precision::Float32, mg::train::Precision::BFloat16, mg::train::Precision::BFloat16Storage}) {
+    mg::train::StepOptions step;
+    step.optimizer = mg::optim::OptimizerSpec("adamw");
     step.precision = precision;
     // The plan: zeros for data, on meta, for the CPU's kernels.
     const mg::plan::StepReport planned = mg::plan::plan(convnet::program(channels, blocks, size, step), ctx);
@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
     run.steps = steps;
     const mg::plan::StepReport measured = mg::plan::measure(train, cpu, run);
     const double last_loss = *loss;
-    const char* name = mg::plan::precision_name(precision);
+    const char* name = mg::train::precision_name(precision);
     std::printf("%-13s %-22s %14lld %14lld %14lld %14lld\n", name, "planned on meta", (long long)planned.first_peak,
                 (long long)planned.peak, (long long)planned.reserved, (long long)planned.smallest_limit);
     std::printf("%-13s %-22s %14lld %14lld %14lld\n", "", ("trained, " + std::to_string(steps) + " steps").c_str(),

@@ -9,7 +9,7 @@
 // State per parameter (in the parameter's dtype), as torch names it: row_var [..., R, 1] and col_var
 // [..., 1, C] for a parameter [..., R, C] (its last two dims factored), or variance (the parameter's
 // shape) for a vector; exp_avg (the parameter's shape) when beta1 > 0. Everything is per parameter,
-// so plan::Trainer refuses it under ZeRO stages 1-2, whose ranks step flat slices.
+// so train::Trainer refuses it under ZeRO stages 1-2, whose ranks step flat slices.
 //
 // To match torch's semantics exactly, the parameter's RMS for the relative step is taken before the
 // weight decay, eps1 unset (-1) means the parameter dtype's epsilon, and the lerp is torch's.

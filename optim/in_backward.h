@@ -8,7 +8,7 @@
 //   loss.backward();  // every parameter with a gradient stepped, no gradient left
 //
 // Anything that needs all the gradients before the first step (clipping by the total norm, the
-// GradScaler's skip on inf/NaN) cannot run inside one backward. plan::Trainer solves it with two
+// GradScaler's skip on inf/NaN) cannot run inside one backward. train::Trainer solves it with two
 // passes: the first backward (Mode::Measure) reduces each gradient to what the decision needs (its
 // squared norm, whether it is finite) and frees it; then the forward runs again with the same random
 // numbers and the second backward (Mode::Step) scales each gradient by the factors now known and

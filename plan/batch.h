@@ -12,7 +12,8 @@ namespace mg::plan {
 // the search does not look past. ctx.batch is ignored.
 int64_t largest_batch(const Program& program, const StepContext& ctx, int64_t budget, const PlanOptions& options = {},
                       int64_t max_batch = int64_t(1) << 20);
-int64_t largest_batch(const ModelSpec& model, const InputShape& input, const StepOptions& step, const Policy& policy,
-                      int64_t budget, const PlanOptions& options = {}, int64_t max_batch = int64_t(1) << 20);
+int64_t largest_batch(const train::ModelSpec& model, const train::InputShape& input, const train::StepOptions& step,
+                      const train::Policy& policy, int64_t budget, const PlanOptions& options = {},
+                      int64_t max_batch = int64_t(1) << 20);
 
 }  // namespace mg::plan

@@ -13,15 +13,6 @@ namespace mg::plan {
 
 namespace {
 
-PlanOptions timed_options(const PlanOptions& options, const budget::Options& runtime, int64_t limit) {
-  PlanOptions o = options;
-  if (o.steps == 0) o.steps = 4;  // the second step onwards holds the optimizer state: three alike
-  o.smallest_limit = false;
-  o.memory_limit = limit;
-  o.budget = runtime;
-  return o;
-}
-
 budget::Options mode(budget::Remat remat, budget::Offload offload, const budget::CostModel& model) {
   budget::Options b;
   b.remat = remat, b.offload = offload, b.model = model, b.cost = budget::Cost::Modeled;
@@ -30,102 +21,32 @@ budget::Options mode(budget::Remat remat, budget::Offload offload, const budget:
 
 }  // namespace
 
-std::string TimedPlan::mode() const {
-  std::string m;
-  auto add = [&m](const char* s) { m += (m.empty() ? "" : "+") + std::string(s); };
-  bool recompute = !policy.segments.empty() || policy.selective, offload = runtime.offload != budget::Offload::None;
-  for (const budget::Directive& d : runtime.directives)  // a per-tensor plan's
-    (d.action == budget::Directive::Action::Recompute ? recompute : offload) = true;
-  if (recompute) add("recompute");
-  if (offload) add("offload");
-  if (runtime.remat == budget::Remat::Dynamic) add("dynamic remat");
-  return m.empty() ? "keep" : m;
-}
-
-namespace {
-// Host copies timed on the program's own: two steps under 80% of its peak with activations offloaded
-// (the first warms the host pool), the second's copied bytes over their time. A probe's rate depends
-// on whether its pages were touched before (9.6 against 30-60 GB/s into fresh or reused memory here);
-// a step's copies go into a mix of both (18-19 GB/s). Left as it is where nothing was offloaded.
-void time_host_copies(const Device& d, int64_t peak, const Step& step, budget::CostModel& m) {
-  budget::Options o;
-  o.limit = peak / 10 * 8, o.remat = budget::Remat::None, o.offload = budget::Offload::Activations, o.model = m;
-  budget::enable(d, o);
-  try {
-    step();
-    budget::reset_stats(d);
-    step();
-  } catch (const OutOfMemoryError&) {
-    return;  // no room to offload in: the probe's rate stays
-  }
-  const budget::Stats s = budget::stats(d);
-  int64_t out = 0;
-  for (int64_t b : s.offloaded_bytes) out += b;
-  // In a steady step each storage sent out comes back once: twice its bytes crossed.
-  if (s.offloads > 0 && s.transfer_seconds > 0) m.host_bytes_per_second = 2.0 * double(out) / s.transfer_seconds;
-}
-}  // namespace
-
-budget::CostModel fit_cost_model(const Program& program, const StepContext& ctx, const PlanOptions& options) {
-  const Device& d = ctx.device;
-  MG_CHECK(!d.is_meta(), ValueError, "plan::fit_cost_model: expected a cpu or cuda device, got meta");
-  IsolatedAllocator allocator(d);
-  set_caching(d, false);  // as every plan under the runtime runs
-  budget::Options watch;  // no limit: the runtime records and times the kernels, nothing leaves
-  watch.remat = budget::Remat::None;
-  budget::enable(d, watch);
-  struct Off {
-    const Device& d;
-    ~Off() { budget::disable(d); }
-  } off{d};
-  const Step step = program(ctx);
-  for (int i = 0; i < 2; ++i) step();  // the optimizer state made, the memory touched: steady steps follow
-  // Each step fitted on its own, and the fastest step's fit kept: a burst of load elsewhere slows a
-  // step, not the machine, and measure_plan times a plan by its fastest step too.
-  budget::CostModel fastest;
-  double fastest_wall = -1;
-  for (int64_t i = 0, steps = std::max<int64_t>(options.steps, 3); i < steps; ++i) {
-    budget::reset_stats(d);
-    const auto t0 = std::chrono::steady_clock::now();
-    step();
-    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (fastest_wall >= 0 && wall >= fastest_wall) continue;
-    const budget::Stats s = budget::stats(d);
-    const double outside = s.kernels ? std::max(0.0, wall - s.kernel_seconds) / double(s.kernels) : 0;
-    fastest = budget::fit_cost_model(d, outside), fastest_wall = wall;
-  }
-  time_host_copies(d, memory_stats(d).peak_allocated, step, fastest);
-  return fastest;
-}
-
-TimedPlan time_plan(const Program& program, const StepContext& ctx, const std::string& method, const Policy& p,
-                    budget::Options runtime, int64_t budget, const PlanOptions& options) {
-  TimedPlan t{method, p, runtime, budget, {}, 0, -1, {}};
-  StepContext x = ctx;
-  x.policy = p;
-  t.planned = plan(program, x, timed_options(options, runtime, budget));
-  t.predicted = t.planned.modeled_step_seconds;
-  return t;
-}
-
 std::vector<TimedPlan> mixed_candidates(const Program& program, const StepContext& ctx, int64_t budget,
                                         const budget::CostModel& model, const PlanOptions& options) {
   const BlockCosts c = measure_block_costs(program, ctx, options);
-  std::vector<std::pair<std::string, Policy>> policies = {{"none", Policy::none()},
-                                                          {"sqrt(n)", choose_sqrt_n(c)},
-                                                          {"selective", Policy::selective_only()},
-                                                          {"every block", Policy::every_block(c.n)}};
+  std::vector<std::pair<std::string, train::Policy>> policies = {{"none", train::Policy::none()},
+                                                                 {"sqrt(n)", choose_sqrt_n(c)},
+                                                                 {"selective", train::Policy::selective_only()},
+                                                                 {"every block", train::Policy::every_block(c.n)}};
   // The DP's choices from its least-memory one to none, at evenly spaced allocated targets.
-  const int64_t lowest = predicted_peak(c, Policy::every_block(c.n)), top = predicted_peak(c, Policy::none());
+  const int64_t lowest = predicted_peak(c, train::Policy::every_block(c.n)),
+                top = predicted_peak(c, train::Policy::none());
   for (int k = 0; k <= 8; ++k) policies.push_back({"DP", choose_dp(c, lowest + (top - lowest) * k / 8)});
   std::map<std::string, bool> seen;
   std::vector<TimedPlan> out;
   for (const auto& [name, p] : policies) {
     if (!seen.emplace(p.str() + (p.selective ? " selective" : ""), true).second) continue;
-    for (budget::Offload offload : {budget::Offload::None, budget::Offload::Activations})
+    for (budget::Offload offload : {budget::Offload::None, budget::Offload::Activations}) {
+      if (options.progress)
+        options.progress("candidate " + name + " (" + p.str() + ")" +
+                         (offload == budget::Offload::None ? "" : " with offload"));
       out.push_back(time_plan(program, ctx, name, p, mode(budget::Remat::None, offload, model), budget, options));
+    }
   }
-  if (ilp_available()) out.push_back(choose_per_tensor(program, ctx, budget, model, options));
+  if (ilp_available()) {
+    if (options.progress) options.progress("the per-tensor plan (ILP)");
+    out.push_back(choose_per_tensor(program, ctx, budget, model, options));
+  }
   return out;
 }
 
@@ -158,23 +79,16 @@ TimedPlan choose_mixed(const Program& program, const StepContext& ctx, int64_t b
   return best_mixed(mixed_candidates(program, ctx, budget, model, options));
 }
 
-StepReport measure_plan(const Program& program, const StepContext& ctx, TimedPlan& p, const PlanOptions& options) {
-  StepContext x = ctx;
-  x.policy = p.policy;
-  const StepReport r = measure(program, x, timed_options(options, p.runtime, p.budget));
-  if (!r.out_of_memory) p.measured = r.step_seconds;
-  return r;
-}
-
 std::vector<TimedPlan> pareto(const Program& program, const StepContext& ctx, const std::vector<int64_t>& budgets,
                               const budget::CostModel& model, const PlanOptions& options) {
   const BlockCosts c = measure_block_costs(program, ctx, options);
   const budget::Options keep = mode(budget::Remat::None, budget::Offload::None, model);
   std::vector<TimedPlan> points;
-  for (const auto& [name, p] : std::vector<std::pair<std::string, Policy>>{{"none", Policy::none()},
-                                                                           {"sqrt(n)", choose_sqrt_n(c)},
-                                                                           {"selective", Policy::selective_only()},
-                                                                           {"every block", Policy::every_block(c.n)}})
+  for (const auto& [name, p] :
+       std::vector<std::pair<std::string, train::Policy>>{{"none", train::Policy::none()},
+                                                          {"sqrt(n)", choose_sqrt_n(c)},
+                                                          {"selective", train::Policy::selective_only()},
+                                                          {"every block", train::Policy::every_block(c.n)}})
     points.push_back(time_plan(program, ctx, name, p, keep, 0, options));
   for (int64_t b : budgets) {
     const std::vector<TimedPlan> candidates = mixed_candidates(program, ctx, b, model, options);
@@ -182,7 +96,7 @@ std::vector<TimedPlan> pareto(const Program& program, const StepContext& ctx, co
     for (const TimedPlan& c : candidates)
       if (c.method == "ILP") points.push_back(c);
     points.push_back(best_mixed(candidates));
-    points.push_back(time_plan(program, ctx, "dynamic", Policy::none(),
+    points.push_back(time_plan(program, ctx, "dynamic", train::Policy::none(),
                                mode(budget::Remat::Dynamic, budget::Offload::None, model), b, options));
   }
   points.erase(std::remove_if(points.begin(), points.end(), [](const TimedPlan& t) { return !t.fits(); }),

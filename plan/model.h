@@ -1,93 +1,34 @@
-// The built-in models (an MLP and a GPT) as chains of blocks (ChainModel), their training step, and
-// the planner's entry points for them: program(), plan() and run_step() of a ModelSpec, StepRunner.
+// The planner's entry points for the built-in models (train::ModelSpec, run as a train::ChainModel
+// with a train::Trainer): program(), plan() and run_step() of a ModelSpec, and StepRunner.
 #pragma once
-#include <functional>
 #include <memory>
-#include <utility>
 
-#include <memgrad/nn/gpt.h>
 #include <memgrad/plan/plan.h>
-#include <memgrad/plan/trainer.h>
+#include <memgrad/train/model.h>
 
 namespace mg::plan {
 
-struct ModelSpec {
-  enum class Kind { MLP, GPT } kind = Kind::MLP;
-  int64_t mlp_layers = 0, mlp_width = 0;
-  nn::GPTConfig gpt;
-  static ModelSpec mlp(int64_t layers, int64_t width);
-  static ModelSpec gpt_model(const nn::GPTConfig& config);  // config.options' device is ignored
-  int64_t num_blocks() const { return kind == Kind::MLP ? mlp_layers : gpt.n_layer; }
-};
-
-// MLP: x [batch, width]; GPT: token ids [batch, seq_len].
-struct InputShape {
-  int64_t batch = 1, seq_len = 1;
-};
-
-// The model of `spec` on one device, run as a chain: a head (GPT: embeddings), n blocks, and a tail
-// that returns the loss (MLP: mse against the target; GPT: ln_f, tied lm head, next-token
-// cross-entropy). In a storage precision the model is converted to half (module().to(dtype)); the
-// MLP's head casts its float32 input to the model's dtype.
-class ChainModel {
- public:
-  ChainModel(const ModelSpec& spec, const Device& device);
-  const ModelSpec& spec() const { return spec_; }
-  nn::Module& module() const { return *module_; }
-  const Chain& chain() const { return chain_; }
-  // input and target: MLP [batch, width] float32; GPT int64 token ids [batch, seq_len]. With `dp`
-  // (ZeRO-3, parameter offload) each block runs as its unit (DataParallel::run_unit).
-  Tensor loss(const Tensor& input, const Tensor& target, const Policy& policy,
-              distributed::DataParallel* dp = nullptr) const;
-  // The module paths of the blocks ("h.0", ... for the GPT; "layers.0", ... for the MLP): the units
-  // of ZeRO-3 and parameter offload; the rest (embeddings, final norm) is their root unit.
-  std::vector<std::string> unit_names() const;
-  Tensor head(const Tensor& input) const;
-  Tensor tail(const Tensor& x, const Tensor& target) const;
-  // A fresh zero input and target of `shape` (what a plan feeds each micro-batch).
-  std::pair<Tensor, Tensor> zero_inputs(const InputShape& shape) const;
-
- private:
-  ModelSpec spec_;
-  Device device_;
-  std::shared_ptr<nn::Module> module_;
-  std::shared_ptr<nn::ModuleList<nn::Linear>> mlp_;  // MLP: the layers
-  std::shared_ptr<nn::GPT> gpt_;
-  Chain chain_;
-};
-
-// One training step of a ChainModel, as plan() runs it on meta and the memgrad command for real:
-// trainer.step over `batch(i)`, run under `policy`. Micro-batch i's input and target stay alive
-// until the next replaces them (as in a Python loop); `batch` is called once per micro-batch, also when
-// step_in_backward runs its forward twice.
-double train_step(const ChainModel& model, Trainer& trainer,
-                  const std::function<std::pair<Tensor, Tensor>(int64_t)>& batch, const Policy& policy);
-// The same with the pieces held by the caller: `opt` (over dp->optimizer_parameters() with `dp`),
-// `scaler` (may be null) and `dp` (may be null; its masters for half parameters), as Trainer::step.
-double train_step(const ChainModel& model, optim::Optimizer* opt, amp::GradScaler* scaler,
-                  const std::function<std::pair<Tensor, Tensor>(int64_t)>& batch, const Policy& policy,
-                  const StepOptions& options, distributed::DataParallel* dp = nullptr);
-
 // The built-in model as a program: a ChainModel and a Trainer built on ctx.device, a fresh zero
 // input and target per micro-batch of ctx.batch rows (and input.seq_len positions).
-Program program(const ModelSpec& model, const InputShape& input, const StepOptions& step);
-StepContext context(const InputShape& input, const Policy& policy = Policy::none());
+Program program(const train::ModelSpec& model, const train::InputShape& input, const train::StepOptions& step);
+StepContext context(const train::InputShape& input, const train::Policy& policy = train::Policy::none());
 
 // plan(program(model, input, step), context(input, policy), options).
-StepReport plan(const ModelSpec& model, const InputShape& input, const StepOptions& step = {},
-                const Policy& policy = Policy::none(), const PlanOptions& options = {});
+StepReport plan(const train::ModelSpec& model, const train::InputShape& input, const train::StepOptions& step = {},
+                const train::Policy& policy = train::Policy::none(), const PlanOptions& options = {});
 // measure(...) of the same on `device` (its own fresh allocator, no limit).
-StepReport run_step(const ModelSpec& model, const InputShape& input, const StepOptions& step, const Policy& policy,
-                    const Device& device);
+StepReport run_step(const train::ModelSpec& model, const train::InputShape& input, const train::StepOptions& step,
+                    const train::Policy& policy, const Device& device);
 
 // A built-in model, its inputs and trainer built once on a device, for running several steps
 // (benchmarks) in the device's own allocator. Byte figures count from what was live before the
 // runner was built; peaks from a reset_peak at each step's start.
 class StepRunner {
  public:
-  StepRunner(const ModelSpec& model, const InputShape& input, const StepOptions& step, const Device& device);
+  StepRunner(const train::ModelSpec& model, const train::InputShape& input, const train::StepOptions& step,
+             const Device& device);
   ~StepRunner();
-  StepReport step(const Policy& policy);
+  StepReport step(const train::Policy& policy);
 
  private:
   struct Impl;

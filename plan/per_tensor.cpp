@@ -247,9 +247,9 @@ TimedPlan choose_per_tensor(const Program& program, const StepContext& ctx, int6
     if (!solved.feasible) break;
     budget::Options run = planned_run(model);
     run.directives = directives(p, solved);
-    const TimedPlan free = time_plan(program, ctx, "ILP", Policy::none(), run, 0, options);
+    const TimedPlan free = time_plan(program, ctx, "ILP", train::Policy::none(), run, 0, options);
     if (free.fits() && free.peak() <= budget) {
-      TimedPlan t = time_plan(program, ctx, "ILP", Policy::none(), run, budget, options);
+      TimedPlan t = time_plan(program, ctx, "ILP", train::Policy::none(), run, budget, options);
       if (t.fits()) return t;
     }
     target -= std::max<int64_t>(kGranule, free.fits() ? free.peak() - budget : 0);

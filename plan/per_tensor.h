@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include <memgrad/plan/mixed.h>
+#include <memgrad/plan/timed.h>
 
 namespace mg::plan {
 

@@ -16,14 +16,17 @@
 // then on every step allocates, frees and reuses exactly as before) and reports the last step; the
 // reserved peak is the largest over all the steps run, since a memory limit must hold them all.
 //
+// What a plan runs comes from train/ (the folder below): the checkpoint policies and the chains of
+// blocks they apply to (train/policy.h), the precision, optimizer and data-parallel options and the
+// Trainer that runs a step (train/trainer.h), the built-in models (train/model.h).
+//
 // The planner's parts, one header per concept (this header includes them all):
-//   policy.h    checkpoint policies and the chains of blocks they apply to
-//   trainer.h   precision, optimizer and data-parallel options, and the Trainer that runs a step
 //   plan.h      programs, plan options, StepReport, plan(), measure(), fits()
-//   model.h     the built-in models (ModelSpec, ChainModel) and their programs, StepRunner
+//   model.h     the built-in models' programs, plans and StepRunner
 //   segments.h  per-block costs and the choice of checkpoint segments under a budget
 //   batch.h     the largest batch under a budget
-//   mixed.h     plans timed by a cost model: keep, recompute or offload under a budget; the memory-time curve
+//   timed.h     plans timed by a cost model: a plan under the budget runtime, on meta and on the device
+//   mixed.h     the fastest of the timed plans that keep, recompute or offload under a budget; the memory-time curve
 //   per_tensor.h  the per-tensor plan: keep, offload or recompute each saved tensor, by an ILP
 #pragma once
 #include <memgrad/plan/batch.h>
@@ -31,6 +34,5 @@
 #include <memgrad/plan/model.h>
 #include <memgrad/plan/per_tensor.h>
 #include <memgrad/plan/plan.h>
-#include <memgrad/plan/policy.h>
 #include <memgrad/plan/segments.h>
-#include <memgrad/plan/trainer.h>
+#include <memgrad/plan/timed.h>

@@ -1,5 +1,5 @@
-// Private to plan/: how measure_block_costs watches a chain. While a probe is active on this thread,
-// run_chain runs the chain the probe's way (every block kept, or all of them in one segment) and
+// Private to plan/: how measure_block_costs watches a chain. While a probe lives on this thread (a
+// train::ChainRunner), run_chain runs the chain the probe's way (every block kept, or all of them in one segment) and
 // marks the peak allocated bytes of each phase (a block's forward, recompute and backward).
 #pragma once
 #include <memgrad/plan/planner.h>
@@ -21,11 +21,10 @@ struct Phases {
   bool backward0_hooked = false;
 };
 
-class ChainProbe {
+class ChainProbe : public train::ChainRunner {
  public:
-  explicit ChainProbe(bool one_segment);
-  ~ChainProbe();
-  Tensor run(const Chain& chain, const Tensor& x);
+  explicit ChainProbe(bool one_segment) : one_segment_(one_segment) {}
+  Tensor run(const train::Chain& chain, const Tensor& x) override;
   int64_t mark();  // allocated peak on this thread's meta allocator since the last mark
   void close(int64_t& phase) { phase = std::max(phase, mark()); }
   Phases phases;
@@ -33,8 +32,6 @@ class ChainProbe {
  private:
   void close_before(Tensor& out, int64_t i);
   bool one_segment_;
-  ChainProbe* previous_;
 };
-ChainProbe* active_probe();
 
 }  // namespace mg::plan::detail

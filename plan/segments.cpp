@@ -13,31 +13,31 @@ namespace mg::plan {
 
 namespace {
 
-// The phases of one instrumented step (after an ordinary one, so the optimizer state exists): every
-// block kept, or all of them in one segment.
-detail::Phases measure_phases(const Program& program, const StepContext& given, const PlanOptions& o,
-                              bool one_segment) {
+// The phases of one instrumented step (after an ordinary one, so the optimizer state exists, unless
+// `warm` is false): every block kept, or all of them in one segment.
+detail::Phases measure_phases(const Program& program, const StepContext& given, const PlanOptions& o, bool one_segment,
+                              bool warm = true) {
   MetaTargetGuard target(o.device);
   IsolatedAllocator allocator(kMeta);
   StepContext ctx = given;
   ctx.device = kMeta;
-  ctx.policy = Policy::none();
+  ctx.policy = train::Policy::none();
 
   const Step step = program(ctx);
-  step();
+  if (warm) step();
   reset_peak(kMeta);
   detail::ChainProbe probe(one_segment);
   step();
   detail::Phases& p = probe.phases;
   MG_CHECK(p.n >= 1, ValueError,
-           "plan: the program runs no chain of blocks; run its blocks through plan::run_chain to choose segments");
+           "plan: the program runs no chain of blocks; run its blocks through train::run_chain to choose segments");
   probe.close(p.backward0_hooked ? p.rest : p.backward[0]);  // block 0's backward has no hook without one
   return p;
 }
 
 // Bytes the blocks before `i` hold under `p` (kept blocks: their saved tensors and output;
 // segments: their output), for every i in [0, n].
-std::vector<int64_t> prefix_bytes(const BlockCosts& c, const Policy& p, std::vector<int64_t>* segment_end) {
+std::vector<int64_t> prefix_bytes(const BlockCosts& c, const train::Policy& p, std::vector<int64_t>* segment_end) {
   segment_end->assign(size_t(c.n), -1);
   for (auto& s : p.segments) (*segment_end)[size_t(s.begin)] = s.end;
   std::vector<int64_t> prefix(size_t(c.n + 1), 0);
@@ -85,19 +85,27 @@ BlockCosts measure_block_costs(const Program& program, const StepContext& ctx, c
     c.recompute = std::max(c.recompute, seg.recompute[size_t(i)] - i * h);
   }
   c.tail_after_segment = seg.tail - c.output_bytes;
-  c.overhead = predicted_peak(c, Policy::none()) - c.n * h;
+  c.overhead = predicted_peak(c, train::Policy::none()) - c.n * h;
   return c;
 }
 
-BlockCosts measure_block_costs(const ModelSpec& model, const InputShape& input, const StepOptions& step) {
+BlockCosts measure_block_costs(const train::ModelSpec& model, const train::InputShape& input,
+                               const train::StepOptions& step) {
   return measure_block_costs(program(model, input, step), context(input));
 }
 
-int64_t predicted_peak(const BlockCosts& c, const Policy& p) {
+int64_t measure_held_bytes(const train::ModelSpec& model, const train::InputShape& input,
+                           const train::StepOptions& step) {
+  GeneratorStateGuard rng;
+  // What a block's forward keeps does not depend on the optimizer state: the first step's probe will do.
+  return measure_phases(program(model, input, step), context(input), {}, false, false).block_bytes;
+}
+
+int64_t predicted_peak(const BlockCosts& c, const train::Policy& p) {
   std::vector<int64_t> segment_end;
   const std::vector<int64_t> prefix = prefix_bytes(c, p, &segment_end);
   const bool last_in_segment =
-      std::any_of(p.segments.begin(), p.segments.end(), [&](const Segment& s) { return s.end == c.n; });
+      std::any_of(p.segments.begin(), p.segments.end(), [&](const train::Segment& s) { return s.end == c.n; });
   int64_t worst = std::max(c.constant, (last_in_segment ? c.tail_after_segment : c.tail) + prefix[size_t(c.n)]);
   for (int64_t i = 0; i < c.n;) {
     const int64_t e = segment_end[size_t(i)];
@@ -106,13 +114,15 @@ int64_t predicted_peak(const BlockCosts& c, const Policy& p) {
   }
   return worst;
 }
-double recompute_flops(const BlockCosts& c, const Policy& p) { return double(p.recomputed_blocks()) * c.forward_flops; }
+double recompute_flops(const BlockCosts& c, const train::Policy& p) {
+  return double(p.recomputed_blocks()) * c.forward_flops;
+}
 
-Policy choose_sqrt_n(const BlockCosts& c) { return Policy::sqrt_n(c.n); }
+train::Policy choose_sqrt_n(const BlockCosts& c) { return train::Policy::sqrt_n(c.n); }
 
-Policy choose_chen_greedy(const BlockCosts& c, int64_t budget) {
-  std::optional<Policy> best;
-  auto better = [&](const Policy& p) {
+train::Policy choose_chen_greedy(const BlockCosts& c, int64_t budget) {
+  std::optional<train::Policy> best;
+  auto better = [&](const train::Policy& p) {
     if (!best) return true;
     bool fits = predicted_peak(c, p) <= budget, best_fits = predicted_peak(c, *best) <= budget;
     if (fits != best_fits) return fits;
@@ -122,7 +132,7 @@ Policy choose_chen_greedy(const BlockCosts& c, int64_t budget) {
   };
   for (int64_t k = 1; k <= c.n; ++k) {  // b = k blocks' held bytes
     const int64_t b = k * c.held_bytes;
-    Policy p{"Chen greedy", {}, false};
+    train::Policy p{"Chen greedy", {}, false};
     int64_t temp = 0, begin = 0;
     for (int64_t i = 0; i < c.n; ++i) {
       temp += c.held_bytes;
@@ -137,7 +147,7 @@ Policy choose_chen_greedy(const BlockCosts& c, int64_t budget) {
   return *best;
 }
 
-Policy choose_dp(const BlockCosts& c, int64_t budget) {
+train::Policy choose_dp(const BlockCosts& c, int64_t budget) {
   // State after blocks [0, i): the bytes they hold (all events ahead grow with it). Value: fewest
   // recomputed blocks, and the step that reached it. Every event of a block or segment is checked
   // when the step is taken, so a plan the DP returns has predicted_peak <= budget, and the one with
@@ -177,16 +187,16 @@ Policy choose_dp(const BlockCosts& c, int64_t budget) {
     if (!end || e.recomputed < dp[size_t(c.n)][*end].recomputed) end = held;
   }
   if (!end) {
-    Policy p = Policy::every_block(c.n);
+    train::Policy p = train::Policy::every_block(c.n);
     p.name = "DP (nothing fits: every block)";
     return p;
   }
-  Policy p{"DP", {}, false};
+  train::Policy p{"DP", {}, false};
   int64_t held = *end;
   for (int64_t i = c.n; i > 0;) {
     const Entry& e = dp[size_t(i)].at(held);
     if (e.segment_begin >= 0) {
-      p.segments.insert(p.segments.begin(), Segment{e.segment_begin, i});
+      p.segments.insert(p.segments.begin(), train::Segment{e.segment_begin, i});
       i = e.segment_begin;
     } else {
       --i;
@@ -201,7 +211,7 @@ std::vector<ChoiceRow> choose_segments(const Program& program, const StepContext
   const BlockCosts c = measure_block_costs(program, ctx, options);
   PlanOptions under = options;
   under.memory_limit = budget, under.smallest_limit = false;
-  auto row = [&](const std::string& method, const Policy& p) {
+  auto row = [&](const std::string& method, const train::Policy& p) {
     StepContext x = ctx;
     x.policy = p;
     const StepReport r = plan(program, x, under);
@@ -210,10 +220,10 @@ std::vector<ChoiceRow> choose_segments(const Program& program, const StepContext
         method,          p, predicted_peak(c, p), r, r.out_of_memory ? recompute_flops(c, p) : r.recompute_flops,
         !r.out_of_memory};
   };
-  using Chooser = std::function<Policy(const BlockCosts&, int64_t)>;
+  using Chooser = std::function<train::Policy(const BlockCosts&, int64_t)>;
   const std::vector<std::pair<std::string, Chooser>> choosers = {{"Chen greedy", choose_chen_greedy},
                                                                  {"DP", choose_dp}};
-  std::vector<ChoiceRow> rows = {row("none", Policy::none()), row("sqrt(n)", choose_sqrt_n(c))};
+  std::vector<ChoiceRow> rows = {row("none", train::Policy::none()), row("sqrt(n)", choose_sqrt_n(c))};
   for (const auto& chooser : choosers) {
     const std::string& method = chooser.first;
     const Chooser& choose = chooser.second;  // named: lambdas cannot capture structured bindings in C++17
@@ -223,7 +233,7 @@ std::vector<ChoiceRow> choose_segments(const Program& program, const StepContext
     // follow allocated ones closely but not exactly.
     std::map<std::string, ChoiceRow> tried;
     auto at = [&](int64_t target) -> const ChoiceRow& {
-      const Policy p = choose(c, target);
+      const train::Policy p = choose(c, target);
       auto it = tried.find(p.str());
       if (it == tried.end()) it = tried.emplace(p.str(), row(method, p)).first;
       return it->second;
@@ -245,12 +255,12 @@ std::vector<ChoiceRow> choose_segments(const Program& program, const StepContext
     }
     rows.push_back(at(budget).fits ? at(budget) : at(works));
   }
-  rows.push_back(row("every block", Policy::every_block(c.n)));
+  rows.push_back(row("every block", train::Policy::every_block(c.n)));
   return rows;
 }
 
-std::vector<ChoiceRow> choose_segments(const ModelSpec& model, const InputShape& input, const StepOptions& step,
-                                       int64_t budget, const PlanOptions& options) {
+std::vector<ChoiceRow> choose_segments(const train::ModelSpec& model, const train::InputShape& input,
+                                       const train::StepOptions& step, int64_t budget, const PlanOptions& options) {
   return choose_segments(program(model, input, step), context(input), budget, options);
 }
 

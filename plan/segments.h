@@ -35,24 +35,29 @@ struct BlockCosts {
   int64_t constant = 0;                           // head, head backward, optimizer step
 };
 BlockCosts measure_block_costs(const Program& program, const StepContext& ctx, const PlanOptions& options = {});
-BlockCosts measure_block_costs(const ModelSpec& model, const InputShape& input, const StepOptions& step = {});
+BlockCosts measure_block_costs(const train::ModelSpec& model, const train::InputShape& input,
+                               const train::StepOptions& step = {});
+// held_bytes alone (one instrumented step with every block kept, not the segment's): what a block
+// holds, for tables that show only that.
+int64_t measure_held_bytes(const train::ModelSpec& model, const train::InputShape& input,
+                           const train::StepOptions& step = {});
 // The allocated peak of a step under `policy` (segments only; `selective` is not modelled).
-int64_t predicted_peak(const BlockCosts& costs, const Policy& policy);
-double recompute_flops(const BlockCosts& costs, const Policy& policy);
+int64_t predicted_peak(const BlockCosts& costs, const train::Policy& policy);
+double recompute_flops(const BlockCosts& costs, const train::Policy& policy);
 
-Policy choose_sqrt_n(const BlockCosts& costs);
+train::Policy choose_sqrt_n(const BlockCosts& costs);
 // Chen et al. 2016, Alg. 3: greedily closes a segment once its held bytes exceed b; tries every b
 // and keeps the one whose predicted peak fits `target` with the fewest recomputed FLOPs (else the
 // lowest peak). As in checkpoint_sequential, the last segment is not recomputed.
-Policy choose_chen_greedy(const BlockCosts& costs, int64_t target);
+train::Policy choose_chen_greedy(const BlockCosts& costs, int64_t target);
 // Fewest recomputed FLOPs with predicted_peak <= target, by dynamic programming over the chain (each
 // block kept or in a segment; state: the bytes the blocks so far hold). If nothing fits, every block
 // as a segment.
-Policy choose_dp(const BlockCosts& costs, int64_t target);
+train::Policy choose_dp(const BlockCosts& costs, int64_t target);
 
 struct ChoiceRow {
   std::string method;
-  Policy policy;
+  train::Policy policy;
   int64_t predicted = 0;  // the cost model's allocated peak
   StepReport planned;     // the meta run of the policy under the budget (its reserved bytes, or OOM)
   double recompute_flops = 0;
@@ -65,8 +70,8 @@ struct ChoiceRow {
 // allocator's segments leave unused.
 std::vector<ChoiceRow> choose_segments(const Program& program, const StepContext& ctx, int64_t budget,
                                        const PlanOptions& options = {});
-std::vector<ChoiceRow> choose_segments(const ModelSpec& model, const InputShape& input, const StepOptions& step,
-                                       int64_t budget, const PlanOptions& options = {});
+std::vector<ChoiceRow> choose_segments(const train::ModelSpec& model, const train::InputShape& input,
+                                       const train::StepOptions& step, int64_t budget, const PlanOptions& options = {});
 // The row that fits with the fewest recomputed FLOPs (then the fewest reserved bytes), if any fits.
 std::optional<ChoiceRow> best_fit(const std::vector<ChoiceRow>& rows);
 std::string choice_table(const std::vector<ChoiceRow>& rows, int64_t budget);

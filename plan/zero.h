@@ -5,7 +5,9 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include <memgrad/distributed/rank_classes.h>
 #include <memgrad/plan/planner.h>
 
 namespace mg::plan {
@@ -20,7 +22,7 @@ struct ModelStates {
 // rank, ZeRO stage and buckets, on meta. half_parameters: the model stored in float16 and stepped
 // through float32 masters (ZeRO's mixed precision); otherwise in float32 (autocast, if `step` asks for
 // it, changes only activations).
-ModelStates model_states(const ModelSpec& model, const InputShape& input, const StepOptions& step,
+ModelStates model_states(const train::ModelSpec& model, const train::InputShape& input, const train::StepOptions& step,
                          bool half_parameters);
 
 // The paper's bytes per parameter on one of `world` ranks: parameter `p` + gradient `g` + optimizer
@@ -28,13 +30,19 @@ ModelStates model_states(const ModelSpec& model, const InputShape& input, const 
 // Mixed-precision Adam is p = g = 2, k = 12 (float32 master, momentum, variance): 16, 4 + 12/N,
 // 2 + 14/N, 16/N.
 double zero_bytes_per_parameter(double p, double g, double k, int stage, int64_t world);
-// k for an optimizer: its own state (SGD 0, momentum 4, Adam and AdamW 8, the 8-bit Adams 2 + 8/256
-// for the tensors they quantize, Adafactor 0 in the limit: its factors grow with rows + columns),
-// plus 4 for float32 masters.
-double optimizer_state_bytes_per_parameter(OptimizerKind kind, bool masters);
+// k for an optimizer: its own state (optim::OptimizerEntry::state_bytes: SGD 0, momentum 4, Adam and
+// AdamW 8, the 8-bit Adams 2 + 8/256 for the tensors they quantize, Adafactor 0 in the limit:
+// its factors grow with rows + columns), plus 4 for float32 masters.
+double optimizer_state_bytes_per_parameter(const optim::OptimizerSpec& optimizer, bool masters);
+
+// The classes of ranks of a data-parallel run of `model` at step.world_size and its ZeRO stage (with
+// step.offload_params: stage 3's units): ranks whose shares of the parameters have the same sizes, which
+// have the same plan (distributed/rank_classes.h). Rank 0's class first.
+std::vector<distributed::RankClass> rank_classes(const train::ModelSpec& model, const train::StepOptions& step);
 
 // What `memgrad plan --world-size N --zero S` adds: the planned peak of one rank at each stage under
 // `policy`, and the bytes per parameter (ledger against the paper) for float32 and for float16 with masters.
-std::string zero_table(const ModelSpec& model, const InputShape& input, const StepOptions& step, const Policy& policy);
+std::string zero_table(const train::ModelSpec& model, const train::InputShape& input, const train::StepOptions& step,
+                       const train::Policy& policy);
 
 }  // namespace mg::plan

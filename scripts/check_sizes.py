@@ -13,7 +13,7 @@ import os
 import re
 import sys
 
-FOLDERS = ["core", "kernels", "autograd", "ops", "nn", "optim", "amp", "data", "distributed", "plan", "tools",
+FOLDERS = ["core", "kernels", "autograd", "ops", "nn", "optim", "amp", "data", "distributed", "train", "plan", "tools",
            "tests", "bench", "examples"]
 MAX_FILE, MAX_FUNCTION = 600, 120
 

@@ -35,17 +35,20 @@ cmake -S "$root" -B "$build" $(mg_generator "$build") -DCMAKE_BUILD_TYPE=Release
   -DMG_BUILD_EXAMPLES=ON
 cmake --build "$build" -j"$(nproc)"
 (cd "$build" && ctest --output-on-failure -j"$(nproc)" "$@")
+# How many of the CUDA kernels the emulated suite ran (tests/cuda), which ctest shows only on failure.
+grep -h "^emulated kernels:" "$build/Testing/Temporary/LastTest.log" 2>/dev/null || true
 if [ "$cuda" = OFF ]; then
   echo "NOTE: the CUDA checks of tests/cuda were skipped: no nvcc" >&2
 fi
 
 # A second build for libFuzzer: clang, the code the targets drive instrumented with ASan and UBSan (-O1
-# keeps it quick), the CPU kernels (not instrumented) compiled once, for the baseline.
+# keeps it quick), the CPU kernels (not instrumented) compiled once, for the baseline; the emulated CUDA
+# kernels (tests/cuda) run there too.
 if [ "$fuzz" = ON ]; then
   cmake -S "$root" -B "$build-fuzz" $(mg_generator "$build-fuzz") -DCMAKE_CXX_COMPILER=clang++ -DMG_FUZZ=ON \
     -DMG_CUDA=OFF -DMG_CPU_DISPATCH=OFF -DMG_BUILD_TESTS=OFF -DMG_BUILD_EXAMPLES=OFF -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_CXX_FLAGS_RELEASE=-O1
-  cmake --build "$build-fuzz" -j"$(nproc)" --target fuzz_safetensors fuzz_state_dict
+  cmake --build "$build-fuzz" -j"$(nproc)" --target fuzz_suite
   cd "$build-fuzz"
   exec ctest --output-on-failure -L fuzz
 fi

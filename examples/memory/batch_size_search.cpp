@@ -21,8 +21,8 @@
 int main(int argc, char** argv) {
   const bool gpt2 = argc > 1 && std::strcmp(argv[1], "--gpt2") == 0;
   constexpr int64_t MiB = int64_t(1) << 20;
-  const auto model = mg::plan::ModelSpec::mlp(8, 128);
-  const mg::plan::StepOptions adamw{mg::plan::OptimizerKind::AdamW, mg::plan::Precision::Float32};
+  const auto model = mg::train::ModelSpec::mlp(8, 128);
+  const mg::train::StepOptions adamw{mg::optim::OptimizerSpec("adamw"), mg::train::Precision::Float32};
   const int64_t budget = 4 * MiB;
 
   // 1. Real steps on a 4 MiB device, a fresh one per trial, until a plan's steady state (checked below).
@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
       [&](int64_t b) {
         mg::IsolatedAllocator device(mg::kCPU, budget);
         mg::plan::StepRunner run(model, {b, 1}, adamw, mg::kCPU);
-        for (int64_t s = 0; s < planned_steps.steps; ++s) run.step(mg::plan::Policy::none());
+        for (int64_t s = 0; s < planned_steps.steps; ++s) run.step(mg::train::Policy::none());
       },
       4096);
   std::printf(
@@ -44,8 +44,8 @@ int main(int argc, char** argv) {
   // 2. The same question to the planner, per checkpoint policy.
   std::printf("\n%-26s %14s %16s %16s\n", "plan::largest_batch", "largest batch", "allocated peak", "reserved peak");
   int64_t planned_none = 0;
-  for (const mg::plan::Policy& p :
-       {mg::plan::Policy::none(), mg::plan::Policy::sqrt_n(8), mg::plan::Policy::every_block(8)}) {
+  for (const mg::train::Policy& p :
+       {mg::train::Policy::none(), mg::train::Policy::sqrt_n(8), mg::train::Policy::every_block(8)}) {
     const int64_t b = mg::plan::largest_batch(model, {1, 1}, adamw, p, budget);
     if (p.name == "none") planned_none = b;
     mg::plan::PlanOptions under;  // the smallest limit is sought below the budget: see the GPT-2 table
@@ -67,23 +67,23 @@ int main(int argc, char** argv) {
 
   if (gpt2) {
     const int64_t GiB = int64_t(1) << 30, gpu = 24 * GiB;
-    const auto gpt = mg::plan::ModelSpec::gpt_model(mg::nn::GPTConfig::gpt2());
+    const auto gpt = mg::train::ModelSpec::gpt_model(mg::nn::GPTConfig::gpt2());
     std::printf("\nGPT-2 124M, sequence 1024, AdamW, budget %s (planned on meta, steady state):\n",
                 mg::format_bytes(gpu).c_str());
     std::printf("%-14s %-13s %14s %16s %16s %16s\n", "policy", "precision", "largest batch", "allocated peak",
                 "reserved peak", "first step");
     for (auto precision :
-         {mg::plan::Precision::Float32, mg::plan::Precision::BFloat16, mg::plan::Precision::BFloat16Storage})
-      for (const mg::plan::Policy& p : {mg::plan::Policy::none(), mg::plan::Policy::selective_only(),
-                                        mg::plan::Policy::sqrt_n(12), mg::plan::Policy::every_block(12)}) {
-        const mg::plan::StepOptions step{mg::plan::OptimizerKind::AdamW, precision};
+         {mg::train::Precision::Float32, mg::train::Precision::BFloat16, mg::train::Precision::BFloat16Storage})
+      for (const mg::train::Policy& p : {mg::train::Policy::none(), mg::train::Policy::selective_only(),
+                                         mg::train::Policy::sqrt_n(12), mg::train::Policy::every_block(12)}) {
+        const mg::train::StepOptions step{mg::optim::OptimizerSpec("adamw"), precision};
         const int64_t b = mg::plan::largest_batch(gpt, {1, 1024}, step, p, gpu, {}, 1024);
         // Planned under the budget: a caching allocator is not monotone in its limit (one that empties
         // its cache sooner may pack better), so the smallest limit is sought below one known to run.
         mg::plan::PlanOptions under;
         under.memory_limit = gpu;
         const mg::plan::StepReport r = mg::plan::plan(gpt, {b, 1024}, step, p, under);
-        std::printf("%-14s %-13s %14lld %16s %16s %16s\n", p.name.c_str(), mg::plan::precision_name(precision),
+        std::printf("%-14s %-13s %14lld %16s %16s %16s\n", p.name.c_str(), mg::train::precision_name(precision),
                     (long long)b, mg::format_bytes(r.peak).c_str(), mg::format_bytes(r.smallest_limit).c_str(),
                     mg::format_bytes(r.first_peak).c_str());
         const auto prog = mg::plan::program(gpt, {1, 1024}, step);

@@ -20,7 +20,7 @@
 
 int main(int argc, char** argv) {
   const int64_t batch = argc > 1 ? std::atoll(argv[1]) : 1, seq = argc > 2 ? std::atoll(argv[2]) : 1024;
-  const auto gpt = mg::plan::ModelSpec::gpt_model(mg::nn::GPTConfig::gpt2());
+  const auto gpt = mg::train::ModelSpec::gpt_model(mg::nn::GPTConfig::gpt2());
   const double n = 124439808, sbh = double(seq * batch * 768);
   std::printf("GPT-2 124M, batch %lld x %lld, AdamW: the steady-state step planned on meta, for the cpu\n\n",
               (long long)batch, (long long)seq);
@@ -32,10 +32,10 @@ int main(int argc, char** argv) {
   int64_t peak[5] = {};
   int i = 0;
   for (const char* name : {"fp32", "fp16", "bf16", "fp16-storage", "bf16-storage"}) {
-    mg::plan::StepOptions step;
-    step.precision = mg::plan::parse_precision(name);
+    mg::train::StepOptions step;
+    step.precision = mg::train::parse_precision(name);
     step.grad_scaler = name[1] == 'p' && name[2] == '1';  // the fp16 modes
-    const mg::plan::StepReport r = mg::plan::plan(gpt, {batch, seq}, step, mg::plan::Policy::none(), quick);
+    const mg::plan::StepReport r = mg::plan::plan(gpt, {batch, seq}, step, mg::train::Policy::none(), quick);
     // Per parameter: the peak of each category in the step (the gradients are whole at the end of backward).
     param[i] = double(r.peak_of(mg::Category::Parameter)) / n;
     state[i] = double(r.peak_of(mg::Category::OptimizerState)) / n;

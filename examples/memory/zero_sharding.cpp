@@ -35,7 +35,7 @@ struct Held {
 };
 
 // By hand, from the parameters, the bucket layout or the units, and this rank's slices.
-Held by_hand(const dist::DataParallel& dp, const mg::plan::ChainModel& chain, int64_t element, bool masters) {
+Held by_hand(const dist::DataParallel& dp, const mg::train::ChainModel& chain, int64_t element, bool masters) {
   const mg::nn::NamedTensors params = chain.module().named_parameters();
   Held h{0, 0, 0, 0, 0};
   for (size_t i = 0; i < params.size(); ++i) {
@@ -64,15 +64,15 @@ Held by_hand(const dist::DataParallel& dp, const mg::plan::ChainModel& chain, in
 
 // One training step of `chain` on this rank's micro-batch (x, y) with ZeRO stage `zero`; what it holds
 // after. `before_model`: the ledger before the model was built (its parameters count from there).
-Held measure(mg::plan::ChainModel& chain, const mg::Tensor& x, const mg::Tensor& y, int zero, bool masters,
+Held measure(mg::train::ChainModel& chain, const mg::Tensor& x, const mg::Tensor& y, int zero, bool masters,
              const mg::MemoryStats& before_model, Held* hand) {
   const mg::MemoryStats start = mg::memory_stats();
   dist::DataParallel dp(chain.module().named_parameters(), dist::world(),
                         dist::DataParallelOptions().zero_stage(zero).bucket_bytes(256 << 10).units(chain.unit_names()));
   mg::optim::AdamW opt(dp.optimizer_parameters());
   mg::reset_peak();
-  mg::plan::train_step(
-      chain, &opt, nullptr, [&](int64_t) { return std::make_pair(x, y); }, mg::plan::Policy::none(), {}, &dp);
+  mg::train::train_step(
+      chain, &opt, nullptr, [&](int64_t) { return std::make_pair(x, y); }, mg::train::Policy::none(), {}, &dp);
   const mg::MemoryStats s = mg::memory_stats();
   auto held = [&](mg::Category c) { return s.category(c) - start.category(c); };
   *hand = by_hand(dp, chain, masters ? 2 : 4, masters);
@@ -94,12 +94,12 @@ int main() {
   const int rank = world.rank(), ranks = world.size();
   if (rank != 0 && !std::freopen("/dev/null", "w", stdout)) return 1;
 
-  // fp32: a GPT (plan::ChainModel, which runs its blocks as stage 3's units), built afresh for each
+  // fp32: a GPT (train::ChainModel, which runs its blocks as stage 3's units), built afresh for each
   // stage; every rank seeds alike (DataParallel broadcasts rank 0's values anyway).
   mg::nn::GPTConfig c;
   c.n_layer = 2, c.n_head = 4, c.n_embd = 128, c.vocab_size = 256, c.block_size = 32;
-  const mg::plan::ModelSpec gpt = mg::plan::ModelSpec::gpt_model(c);
-  const int64_t psi = mg::plan::ChainModel(gpt, mg::kMeta).module().num_parameters();
+  const mg::train::ModelSpec gpt = mg::train::ModelSpec::gpt_model(c);
+  const int64_t psi = mg::train::ChainModel(gpt, mg::kMeta).module().num_parameters();
   mg::manual_seed(100 + uint64_t(rank));  // each rank its own micro-batch
   mg::Tensor x = mg::randint(0, 256, {4, 32}), y = mg::randint(0, 256, {4, 32});
   std::printf(
@@ -113,7 +113,7 @@ int main() {
   for (int zero : {0, 1, 2, 3}) {
     const mg::MemoryStats before = mg::memory_stats();
     mg::manual_seed(0);
-    mg::plan::ChainModel chain(gpt, mg::kCPU);
+    mg::train::ChainModel chain(gpt, mg::kCPU);
     Held hand;
     const Held m = measure(chain, x, y, zero, false, before, &hand);
     const std::vector<int64_t> all = world.all_gather({m.parameter, m.gradient, m.state, m.peak, m.workspace_peak});
@@ -137,8 +137,8 @@ int main() {
               "each stage holds less than the one before");
 
   // Mixed precision: float16 parameters, float32 masters sliced with the optimizer state.
-  const mg::plan::ModelSpec mlp = mg::plan::ModelSpec::mlp(2, 512);
-  const int64_t psi16 = mg::plan::ChainModel(mlp, mg::kMeta).module().num_parameters();
+  const mg::train::ModelSpec mlp = mg::train::ModelSpec::mlp(2, 512);
+  const int64_t psi16 = mg::train::ChainModel(mlp, mg::kMeta).module().num_parameters();
   mg::Tensor h = mg::randn({16, 512}) * double(rank + 1), target = mg::zeros({16, 512});
   std::printf("\nfloat16 parameters with float32 masters (2 Linear(512, 512), %lld parameters), AdamW:\n\n",
               (long long)psi16);
@@ -147,7 +147,7 @@ int main() {
   for (int zero : {0, 1, 2, 3}) {
     const mg::MemoryStats before = mg::memory_stats();
     mg::manual_seed(1);
-    mg::plan::ChainModel chain(mlp, mg::kCPU);
+    mg::train::ChainModel chain(mlp, mg::kCPU);
     chain.module().to(mg::kFloat16);
     Held hand;
     const Held m = measure(chain, h, target, zero, true, before, &hand);

@@ -29,7 +29,7 @@ void fill(const Out& dst, double value) {
   MG_CPU_LOWER_UNLESS(level_has(dst.dtype()), fill, dst, value);
   dispatch_level(dst.dtype(), [&](auto d) {
     using T = typename decltype(d)::type;
-    opmath_t<T> v = opmath_t<T>(value);
+    opmath_t<T> v = kernels::scalar_as<opmath_t<T>>(value);
     map<T>(dst, [v]() { return v; });
   });
 }

@@ -51,7 +51,7 @@ void binary(BinaryOp op, const Tensor& x, const Tensor& y, const Out& out, doubl
   dispatch_level(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = std::conditional_t<std::is_same_v<T, bool>, int64_t, opmath_t<T>>;
-    const A al = A(alpha);
+    const A al = kernels::scalar_as<A>(alpha);
     const bool compare = op >= BinaryOp::Eq;  // comparisons write bool
     if constexpr (std::is_integral_v<T>) {
       // Integers and bool: one loop per output type, the formula picked per element and its value

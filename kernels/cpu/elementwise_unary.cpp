@@ -15,7 +15,7 @@ namespace {
 // Calls k(formula) with op's formula over the arithmetic type A, and returns what k returns.
 template <class A, class K>
 auto with_formula(UnaryOp op, UnaryParams p, K&& k) {
-  const A a = A(p.a), b = A(p.b);
+  const A a = kernels::scalar_as<A>(p.a), b = kernels::scalar_as<A>(p.b);
   switch (op) {
     case UnaryOp::Neg:
       return k([](A v) { return -v; });

@@ -80,10 +80,10 @@ void check_floor(const char* model, const plan::Program& p, const plan::StepCont
 TEST_CASE("budget floor: stated on meta, at most one allocation below the smallest limit that trains") {
   nn::GPTConfig g;
   g.n_layer = 2, g.n_head = 2, g.n_embd = 64, g.vocab_size = 64, g.block_size = 32, g.dropout = 0.1;
-  const plan::InputShape gpt_input{4, 32};
-  check_floor("gpt", plan::program(plan::ModelSpec::gpt_model(g), gpt_input, {}), plan::context(gpt_input));
-  const plan::InputShape mlp_input{256, 1};
-  check_floor("mlp", plan::program(plan::ModelSpec::mlp(4, 64), mlp_input, {}), plan::context(mlp_input));
+  const train::InputShape gpt_input{4, 32};
+  check_floor("gpt", plan::program(train::ModelSpec::gpt_model(g), gpt_input, {}), plan::context(gpt_input));
+  const train::InputShape mlp_input{256, 1};
+  check_floor("mlp", plan::program(train::ModelSpec::mlp(4, 64), mlp_input, {}), plan::context(mlp_input));
   plan::StepContext conv;
   conv.batch = 8;
   check_floor("convnet", convnet::program(8, 2, 8, {}), conv);

@@ -25,12 +25,12 @@ struct Setup {
   int64_t accum = 1;  // per process
   double clip = 0;
   int64_t bucket = 2048;  // bytes: several buckets even for the tiny GPT
-  plan::Policy policy = plan::Policy::none();
+  train::Policy policy = train::Policy::none();
 };
 
-Run train(const Setup& s, int steps, const optim::StateDict* resume = nullptr, int first_step = 0) {
+Run run_training(const Setup& s, int steps, const optim::StateDict* resume = nullptr, int first_step = 0) {
   manual_seed(1234);
-  plan::ChainModel chain(tiny_gpt(), kCPU);
+  train::ChainModel chain(tiny_gpt(), kCPU);
   std::unique_ptr<dist::DataParallel> dp;
   nn::NamedTensors params = chain.module().named_parameters();
   if (s.group) {
@@ -50,11 +50,11 @@ Run train(const Setup& s, int steps, const optim::StateDict* resume = nullptr, i
     dp ? dp->load_state_dict(opt, o) : opt.load_state_dict(o);
     default_generator().set_offset(uint64_t(resume->at("rng").item<int64_t>()));
   }
-  plan::StepOptions o;
+  train::StepOptions o;
   o.accum = s.accum, o.clip_norm = s.clip;
   Run r;
   for (int step = first_step; step < first_step + steps; ++step)
-    r.losses.push_back(plan::train_step(
+    r.losses.push_back(train::train_step(
         chain, &opt, nullptr, [step](int64_t g) { return batch(step, g); }, s.policy, o, dp.get()));
   for (auto& [name, t] : chain.module().named_parameters()) r.params.push_back(t.to_vector<float>());
   for (auto& [k, t] : chain.module().state_dict()) r.state["model." + k] = t.clone();
@@ -98,14 +98,15 @@ TEST_CASE("data parallel [mpi]: N ranks give the losses and parameters of one pr
   const int n = g.size();
   const bool two = n == 2;  // a sum of two gradients is the same in either order: bitwise
   // One micro-batch per rank, dropout and clipping on.
-  check_same(train({&g, 0, 1, 1.0}, 3), train({nullptr, 0, n, 1.0}, 3), two, "one micro-batch per rank");
+  check_same(run_training({&g, 0, 1, 1.0}, 3), run_training({nullptr, 0, n, 1.0}, 3), two, "one micro-batch per rank");
   Setup s{&g, 0, 1, 1.0};
-  s.policy = plan::Policy::every_block(2);  // segments replay each rank's dropout masks
-  const Run many = train(s, 2);
+  s.policy = train::Policy::every_block(2);  // segments replay each rank's dropout masks
+  const Run many = run_training(s, 2);
   s.group = nullptr, s.accum = n;
-  check_same(many, train(s, 2), two, "checkpoint segments");
+  check_same(many, run_training(s, 2), two, "checkpoint segments");
   // Two micro-batches per rank: partial sums meet in another order.
-  check_same(train({&g, 0, 2, 1.0}, 3), train({nullptr, 0, 2 * n, 1.0}, 3), false, "two micro-batches per rank");
+  check_same(run_training({&g, 0, 2, 1.0}, 3), run_training({nullptr, 0, 2 * n, 1.0}, 3), false,
+             "two micro-batches per rank");
 }
 
 TEST_CASE("data parallel [mpi]: ZeRO-1 and ZeRO-2 give stage 0's losses and parameters") {
@@ -115,11 +116,12 @@ TEST_CASE("data parallel [mpi]: ZeRO-1 and ZeRO-2 give stage 0's losses and para
     INFO("ZeRO-" << zero);
     // Without clipping every element sees the same arithmetic (stage 2's reduce-scatter sums in the
     // all-reduce's order for two ranks): bitwise.
-    check_same(train({&g, zero, 1, 0.0}, 3), train({&g, 0, 1, 0.0}, 3), two || zero == 1, "no clipping");
+    check_same(run_training({&g, zero, 1, 0.0}, 3), run_training({&g, 0, 1, 0.0}, 3), two || zero == 1, "no clipping");
     // Clipping sums the squares slice by slice, then across ranks: equal to rounding.
-    check_same(train({&g, zero, 1, 1.0}, 3), train({&g, 0, 1, 1.0}, 3), false, "clipping");
+    check_same(run_training({&g, zero, 1, 1.0}, 3), run_training({&g, 0, 1, 1.0}, 3), false, "clipping");
     // Accumulation: stage 2 reduce-scatters every micro-batch, stage 1 the last.
-    check_same(train({&g, zero, 2, 1.0}, 2), train({&g, 0, 2, 1.0}, 2), false, "two micro-batches per rank");
+    check_same(run_training({&g, zero, 2, 1.0}, 2), run_training({&g, 0, 2, 1.0}, 2), false,
+               "two micro-batches per rank");
   }
 }
 
@@ -127,10 +129,10 @@ TEST_CASE("data parallel [mpi]: the gathered state resumes at another world size
   dist::ProcessGroup& g = dist::world();
   const int n = g.size();
   const bool two = n == 2;
-  const Run whole = train({nullptr, 0, n, 0.0}, 4);  // one process, uninterrupted
-  const Run first = train({&g, 2, 1, 0.0}, 2);       // ZeRO-2 on N ranks, steps 0-1
+  const Run whole = run_training({nullptr, 0, n, 0.0}, 4);  // one process, uninterrupted
+  const Run first = run_training({&g, 2, 1, 0.0}, 2);       // ZeRO-2 on N ranks, steps 0-1
   // The gathered optimizer state has the keys and shapes of one process's optimizer.
-  const Run half = train({nullptr, 0, n, 0.0}, 2);
+  const Run half = run_training({nullptr, 0, n, 0.0}, 2);
   for (auto& [k, t] : half.state) {
     INFO(k);
     REQUIRE(first.state.count(k));
@@ -139,8 +141,8 @@ TEST_CASE("data parallel [mpi]: the gathered state resumes at another world size
   }
   CHECK(first.state.size() == half.state.size());
   // Steps 2-3 on one process, and on N ranks with ZeRO-1, from that state.
-  const Run alone = train({nullptr, 0, n, 0.0}, 2, &first.state, 2);
-  const Run ranks = train({&g, 1, 1, 0.0}, 2, &first.state, 2);
+  const Run alone = run_training({nullptr, 0, n, 0.0}, 2, &first.state, 2);
+  const Run ranks = run_training({&g, 1, 1, 0.0}, 2, &first.state, 2);
   Run rest = whole;
   rest.losses.erase(rest.losses.begin(), rest.losses.begin() + 2);
   check_same(alone, rest, two, "resumed in one process");
@@ -148,8 +150,8 @@ TEST_CASE("data parallel [mpi]: the gathered state resumes at another world size
 }
 
 // Micro-batch g of step s for a model of `spec` (token ids for a GPT, rows for an MLP).
-std::pair<Tensor, Tensor> batch_for(const plan::ModelSpec& spec, int64_t s, int64_t g) {
-  if (spec.kind == plan::ModelSpec::Kind::GPT) return batch(s, g);
+std::pair<Tensor, Tensor> batch_for(const train::ModelSpec& spec, int64_t s, int64_t g) {
+  if (spec.kind == train::ModelSpec::Kind::GPT) return batch(s, g);
   std::mt19937_64 rng(uint64_t(s) * 1000 + uint64_t(g));
   std::normal_distribution<float> normal;
   std::vector<float> x(size_t(kShape.batch * spec.mlp_width)), y(x.size());
@@ -164,8 +166,8 @@ TEST_CASE(
   const int n = g.size(), r = g.rank();
   const int64_t bucket = 2048;
   // The GPT's sizes split evenly; the MLP's 129 x 129 weights do not, so the last rank holds less.
-  for (const plan::ModelSpec& spec : {tiny_gpt(), plan::ModelSpec::mlp(2, 129)}) {
-    const bool gpt = spec.kind == plan::ModelSpec::Kind::GPT;
+  for (const train::ModelSpec& spec : {tiny_gpt(), train::ModelSpec::mlp(2, 129)}) {
+    const bool gpt = spec.kind == train::ModelSpec::Kind::GPT;
     INFO(std::string(gpt ? "GPT" : "MLP"));
     std::vector<int64_t> state_by_stage;
     for (int zero : {0, 1, 2}) {
@@ -174,18 +176,18 @@ TEST_CASE(
       int64_t peaks[2] = {0, 0}, state_bytes = 0;
       {
         manual_seed(5);
-        plan::ChainModel chain(spec, kCPU);
+        train::ChainModel chain(spec, kCPU);
         const nn::NamedTensors named = chain.module().named_parameters();
         dist::DataParallel dp(named, g, dist::DataParallelOptions().zero_stage(zero).bucket_bytes(bucket));
         optim::AdamW opt(dp.optimizer_parameters());
-        plan::StepOptions o;
+        train::StepOptions o;
         for (int step = 0; step < 2; ++step) {
           chain.module().zero_grad();
           dp.zero_grad();
           reset_peak(kCPU);
-          plan::train_step(
-              chain, &opt, nullptr, [&spec, step](int64_t m) { return batch_for(spec, step, m); }, plan::Policy::none(),
-              o, &dp);
+          train::train_step(
+              chain, &opt, nullptr, [&spec, step](int64_t m) { return batch_for(spec, step, m); },
+              train::Policy::none(), o, &dp);
           peaks[step] = memory_stats(kCPU).peak_allocated - base.allocated;
         }
         const MemoryStats s = memory_stats(kCPU);
@@ -205,11 +207,11 @@ TEST_CASE(
       const std::vector<int64_t> every = g.all_gather(std::vector<int64_t>{state_bytes});
       if (zero > 0 && !gpt && n == 2) CHECK(every.front() != every.back());  // uneven slices: bytes differ
       for (int64_t steps : {1, 2}) {  // the simulated rank on meta, planned without any process
-        plan::StepOptions o;
+        train::StepOptions o;
         o.world_size = n, o.rank = r, o.zero_stage = zero, o.bucket_bytes = bucket;
         plan::PlanOptions po;
         po.steps = steps, po.smallest_limit = false;
-        CHECK(plan::plan(spec, kShape, o, plan::Policy::none(), po).peak == peaks[steps - 1]);
+        CHECK(plan::plan(spec, kShape, o, train::Policy::none(), po).peak == peaks[steps - 1]);
       }
     }
     CHECK(state_by_stage[1] < state_by_stage[0]);  // sharded: about 1/N of the state
@@ -276,18 +278,18 @@ TEST_CASE("data parallel [mpi]: half parameters step through float32 master slic
 
 TEST_CASE("data parallel: at world size 1 every stage trains as plain training does") {
   auto one = dist::simulated_group();
-  const Run plain = train({nullptr, 0, 2, 1.0}, 2);
+  const Run plain = run_training({nullptr, 0, 2, 1.0}, 2);
   for (int zero : {0, 1, 2}) {
     INFO("ZeRO-" << zero);
-    CHECK(difference(train({one.get(), zero, 2, 1.0}, 2), plain) < 1e-6);
-    CHECK(difference(train({one.get(), zero, 2, 0.0}, 2), train({nullptr, 0, 2, 0.0}, 2)) == 0.0);
+    CHECK(difference(run_training({one.get(), zero, 2, 1.0}, 2), plain) < 1e-6);
+    CHECK(difference(run_training({one.get(), zero, 2, 0.0}, 2), run_training({nullptr, 0, 2, 0.0}, 2)) == 0.0);
   }
 }
 
 TEST_CASE("data parallel: a bucket is reduced while backward still runs, as soon as its gradients are ready") {
   auto one = dist::simulated_group();
   manual_seed(2);
-  plan::ChainModel chain(tiny_gpt(0.0), kCPU);
+  train::ChainModel chain(tiny_gpt(0.0), kCPU);
   const nn::NamedTensors named = chain.module().named_parameters();
   dist::DataParallel dp(named, *one, dist::DataParallelOptions().bucket_bytes(2048));
   const size_t n = dp.buckets().size();
@@ -303,7 +305,7 @@ TEST_CASE("data parallel: a bucket is reduced while backward still runs, as soon
   });
   auto [x, y] = batch(0, 0);
   dp.prepare_backward();
-  chain.loss(x, y, plan::Policy::none()).backward();
+  chain.loss(x, y, train::Policy::none()).backward();
   dp.finish_backward();
   CHECK(owners.count("ddp.bucket.0") == 1);
   CHECK(owners.count("ddp.bucket." + std::to_string(n - 1)) == 0);
@@ -366,7 +368,8 @@ TEST_CASE("data parallel: bad use raises typed errors and leaks nothing") {
     dp.finish_backward();
     optim::SGD foreign({zeros({3}).requires_grad_()});
     CHECK_THROWS_AS(dp.state_dict(foreign), ValueError);
-    optim::SGD opt(dp.optimizer_parameters());
+    optim::SGD opt(dp.optimizer_parameters(), optim::SGDOptions(0.1).momentum(0.9));
+    // (stage 0: the whole state goes to the optimizer, which checks its shapes)
     CHECK_THROWS_AS(dp.load_state_dict(opt, {{"state.0.momentum_buffer", zeros({4})}}), ShapeError);
     CHECK_THROWS_AS(dp.load_state_dict(opt, {{"state.9.momentum_buffer", zeros({3})}}), ValueError);
     a.set_grad(Tensor());

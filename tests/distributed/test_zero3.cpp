@@ -25,15 +25,15 @@ struct Config {
   bool offload = false;
   int64_t accum = 1;  // per process
   double clip = 0;
-  plan::Precision precision = plan::Precision::Float32;
-  plan::Policy policy = plan::Policy::none();
+  train::Precision precision = train::Precision::Float32;
+  train::Policy policy = train::Policy::none();
   bool prefetch = true;
 };
 
-plan::StepOptions step_options(const Config& c, const plan::ChainModel& chain) {
-  plan::StepOptions o;
+train::StepOptions step_options(const Config& c, const train::ChainModel& chain) {
+  train::StepOptions o;
   o.accum = c.accum, o.clip_norm = c.clip, o.precision = c.precision;
-  o.grad_scaler = c.precision == plan::Precision::Float16Storage || c.precision == plan::Precision::Float16;
+  o.grad_scaler = c.precision == train::Precision::Float16Storage || c.precision == train::Precision::Float16;
   o.zero_stage = c.zero, o.offload_params = c.offload, o.unit_prefetch = c.prefetch;
   o.units = chain.unit_names();
   if (c.group) o.world_size = c.group->size(), o.rank = c.group->rank();
@@ -44,26 +44,17 @@ std::unique_ptr<optim::Optimizer> adamw(const nn::NamedTensors& params) {
   return std::make_unique<optim::AdamW>(params, optim::AdamWOptions(1e-2));
 }
 
-// `steps` steps of the tiny GPT as memgrad train runs them (plan::Trainer), from `resume` if given.
-Run train(const Config& c, int steps, const optim::StateDict* resume = nullptr, int first_step = 0) {
+// `steps` steps of the tiny GPT as memgrad train runs them (train::Trainer), from `resume` if given.
+Run run_training(const Config& c, int steps, const optim::StateDict* resume = nullptr, int first_step = 0) {
   manual_seed(1234);
-  plan::ChainModel chain(tiny_gpt(), kCPU);
-  plan::Trainer trainer(chain.module(), step_options(c, chain), adamw, c.group);
+  // Data parallel as memgrad train builds it: deferred, each rank materializing what it holds.
+  train::ChainModel chain(tiny_gpt(), kCPU, c.zero > 0 || c.offload || c.group);
+  train::Trainer trainer(chain.module(), step_options(c, chain), adamw, c.group);
   dist::DataParallel* dp = trainer.data_parallel();
-  if (resume) {
-    nn::StateDict model;
-    optim::StateDict o;
-    for (auto& [k, t] : *resume) {
-      if (k.rfind("model.", 0) == 0) model[k.substr(6)] = t;
-      if (k.rfind("optim.", 0) == 0) o[k.substr(6)] = t;
-    }
-    dp ? dp->load_model_state_dict(chain.module(), model) : chain.module().load_state_dict(model);
-    dp ? dp->load_state_dict(*trainer.optimizer(), o) : trainer.optimizer()->load_state_dict(o);
-    default_generator().set_offset(uint64_t(resume->at("rng").item<int64_t>()));
-  }
+  if (resume) load_run_state(*resume, chain.module(), *trainer.optimizer(), dp);
   Run r;
   for (int step = first_step; step < first_step + steps; ++step)
-    r.losses.push_back(plan::train_step(
+    r.losses.push_back(train::train_step(
         chain, trainer, [step](int64_t g) { return batch(step, g); }, c.policy));
   const nn::StateDict model = dp ? dp->model_state_dict(chain.module()) : chain.module().state_dict();
   for (auto& [k, t] : model) {
@@ -83,7 +74,7 @@ int64_t rounded(int64_t bytes) { return int64_t(memory::round_size(size_t(bytes)
 struct Formula {
   int64_t parameter = 0, gradient = 0, state = 0;
 };
-Formula formula(const plan::ChainModel& chain, int n, int r) {
+Formula formula(const train::ChainModel& chain, int n, int r) {
   const nn::NamedTensors named = chain.module().named_parameters();
   std::vector<std::string> units = chain.unit_names();
   units.push_back("");  // the root: the rest
@@ -115,13 +106,13 @@ struct Measured {
   int64_t peaks[2] = {0, 0};
   MemoryStats after;
 };
-Measured two_steps(const plan::ChainModel& chain, plan::Trainer& trainer, const MemoryStats& base,
+Measured two_steps(const train::ChainModel& chain, train::Trainer& trainer, const MemoryStats& base,
                    const std::function<std::pair<Tensor, Tensor>(int64_t, int64_t)>& data) {
   Measured m;
   for (int step = 0; step < 2; ++step) {
     reset_peak(kCPU);
-    plan::train_step(
-        chain, trainer, [&](int64_t g) { return data(step, g); }, plan::Policy::none());
+    train::train_step(
+        chain, trainer, [&](int64_t g) { return data(step, g); }, train::Policy::none());
     m.peaks[step] = memory_stats(kCPU).peak_allocated - base.allocated;
   }
   m.after = memory_stats(kCPU);
@@ -139,29 +130,29 @@ void check_held(const MemoryStats& after, const MemoryStats& base, const Formula
 }  // namespace
 
 TEST_CASE("ZeRO-3 and parameter offload at world size 1 train as plain training does") {
-  for (plan::Policy policy : {plan::Policy::none(), plan::Policy::every_block(2)}) {
+  for (train::Policy policy : {train::Policy::none(), train::Policy::every_block(2)}) {
     INFO(policy.name);
     Config plain;
     plain.accum = 2, plain.clip = 1.0, plain.policy = policy;
-    const Run reference = train(plain, 2);
+    const Run reference = run_training(plain, 2);
     for (bool offload : {false, true}) {
       INFO((offload ? "offload" : "ZeRO-3"));
       Config c = plain;
       c.zero = offload ? 0 : 3, c.offload = offload;
       // The same arithmetic: each unit's gradient is its parameters' summed into zeros, the norm
       // summed over the same tensors in the same order.
-      check_same(train(c, 2), reference, true, "clipping, accumulation");
+      check_same(run_training(c, 2), reference, true, "clipping, accumulation");
     }
   }
   // Autocast (float32 units, half copies made by autocast per forward) and half storage with float32
   // masters and loss scaling (the scaler unscales each piece's gradient; found inf on any piece skips).
-  for (plan::Precision precision : {plan::Precision::BFloat16, plan::Precision::Float16Storage}) {
-    INFO(plan::precision_name(precision));
+  for (train::Precision precision : {train::Precision::BFloat16, train::Precision::Float16Storage}) {
+    INFO(train::precision_name(precision));
     Config plain;
-    plain.accum = 2, plain.clip = 1.0, plain.precision = precision, plain.policy = plan::Policy::sqrt_n(2);
+    plain.accum = 2, plain.clip = 1.0, plain.precision = precision, plain.policy = train::Policy::sqrt_n(2);
     Config sharded = plain;
     sharded.zero = 3;
-    check_same(train(sharded, 2), train(plain, 2), true, "sharded");
+    check_same(run_training(sharded, 2), run_training(plain, 2), true, "sharded");
   }
 }
 
@@ -170,7 +161,7 @@ TEST_CASE("ZeRO-3: a unit is gathered for its forward, the next one prefetched, 
   for (bool prefetch : {true, false}) {
     INFO("prefetch " << prefetch);
     manual_seed(2);
-    plan::ChainModel chain(tiny_gpt(0.0), kCPU);
+    train::ChainModel chain(tiny_gpt(0.0), kCPU);
     dist::DataParallel dp(chain.module().named_parameters(), *one,
                           dist::DataParallelOptions().zero_stage(3).units(chain.unit_names()).prefetch(prefetch));
     REQUIRE(dp.units()->size() == 3);  // h.0, h.1, root
@@ -223,11 +214,11 @@ TEST_CASE("ZeRO-3: the ledger holds each unit's shard and gradient shard, and th
   int64_t peaks[2];
   {
     manual_seed(2);
-    plan::ChainModel chain(tiny_gpt(), kCPU);
+    train::ChainModel chain(tiny_gpt(), kCPU);
     const Formula f = formula(chain, 1, 0);
     Config c;
     c.zero = 3;
-    plan::Trainer trainer(chain.module(), step_options(c, chain), adamw, one.get());
+    train::Trainer trainer(chain.module(), step_options(c, chain), adamw, one.get());
     const Measured m = two_steps(chain, trainer, base, batch);
     peaks[0] = m.peaks[0], peaks[1] = m.peaks[1];
     const MemoryStats& s = m.after;
@@ -239,18 +230,18 @@ TEST_CASE("ZeRO-3: the ledger holds each unit's shard and gradient shard, and th
     CHECK(gathered);
   }
   for (int64_t steps : {1, 2}) {
-    plan::StepOptions o;
+    train::StepOptions o;
     o.zero_stage = 3;
     plan::PlanOptions po;
     po.steps = steps, po.smallest_limit = false;
-    CHECK(plan::plan(tiny_gpt(), kShape, o, plan::Policy::none(), po).peak == peaks[steps - 1]);
+    CHECK(plan::plan(tiny_gpt(), kShape, o, train::Policy::none(), po).peak == peaks[steps - 1]);
   }
 }
 
 TEST_CASE(
     "parameter offload: the device holds one unit at a time; the shards, gradients and state live in host memory") {
-  const plan::ModelSpec spec = tiny_gpt();
-  plan::StepOptions o;
+  const train::ModelSpec spec = tiny_gpt();
+  train::StepOptions o;
   o.offload_params = true;
   // Planned on meta: device and host.
   reset_host_peak(kMeta);
@@ -259,7 +250,7 @@ TEST_CASE(
   CHECK(host_memory_stats(kMeta).allocated == 0);  // the plan's program is gone
   // Measured: the same peaks to the byte, under a limit below the model's parameters, gradients and
   // AdamW state.
-  const int64_t params = plan::ChainModel(spec, kMeta).module().num_parameters();
+  const int64_t params = train::ChainModel(spec, kMeta).module().num_parameters();
   CHECK(planned.smallest_limit < 16 * params);
   const plan::StepReport measured = plan::measure(plan::program(spec, kShape, o), plan::context(kShape));
   CHECK(measured.peak == planned.peak);
@@ -269,12 +260,12 @@ TEST_CASE(
   CHECK(host_memory_stats(kCPU).allocated == 0);
   reset_host_peak(kCPU);
   {
-    plan::ChainModel chain(spec, kCPU);
+    train::ChainModel chain(spec, kCPU);
     o.units = chain.unit_names();
-    plan::Trainer trainer(chain.module(), o);
+    train::Trainer trainer(chain.module(), o);
     for (int step = 0; step < 2; ++step)
-      plan::train_step(
-          chain, trainer, [step](int64_t g) { return batch(step, g); }, plan::Policy::none());
+      train::train_step(
+          chain, trainer, [step](int64_t g) { return batch(step, g); }, train::Policy::none());
     const HostMemoryStats h = host_memory_stats(kCPU);
     const Formula f = formula(chain, 1, 0);
     CHECK(h.category(Category::Parameter) == f.parameter);
@@ -316,12 +307,12 @@ TEST_CASE("ZeRO-3 [mpi]: N ranks give the losses and parameters of one process w
     Config one;
     one.accum = n, one.clip = 1.0;
     // Clipping sums the squares piece by piece, then across ranks: equal to rounding.
-    check_same(train(c, 3), train(one, 3), false, "one micro-batch per rank, clipping");
+    check_same(run_training(c, 3), run_training(one, 3), false, "one micro-batch per rank, clipping");
     c.accum = 2, one.accum = 2 * n;
-    check_same(train(c, 2), train(one, 2), false, "two micro-batches per rank");
+    check_same(run_training(c, 2), run_training(one, 2), false, "two micro-batches per rank");
     c.accum = 1, one.accum = n;
-    c.policy = one.policy = plan::Policy::sqrt_n(2);  // a recompute gathers its units again
-    check_same(train(c, 2), train(one, 2), false, "checkpoint segments");
+    c.policy = one.policy = train::Policy::sqrt_n(2);  // a recompute gathers its units again
+    check_same(run_training(c, 2), run_training(one, 2), false, "checkpoint segments");
   }
 }
 
@@ -329,10 +320,10 @@ TEST_CASE("ZeRO-3 [mpi]: bf16-storage with checkpoint segments gives one process
   dist::ProcessGroup& g = dist::world();
   const int n = g.size();
   Config c;
-  c.group = &g, c.zero = 3, c.precision = plan::Precision::BFloat16Storage, c.policy = plan::Policy::sqrt_n(2);
+  c.group = &g, c.zero = 3, c.precision = train::Precision::BFloat16Storage, c.policy = train::Policy::sqrt_n(2);
   Config one = c;
   one.group = nullptr, one.zero = 0, one.accum = n;
-  const Run sharded = train(c, 3), alone = train(one, 3);
+  const Run sharded = run_training(c, 3), alone = run_training(one, 3);
   // The gradients are summed in bfloat16 either way (the reduce-scatter through float, rounded once
   // per pair; accumulation in place): for two ranks in the same order, so bitwise. For more the sums
   // meet in another order and round differently: the losses agree to the printed 4 decimals, and a
@@ -349,18 +340,18 @@ TEST_CASE("ZeRO-3 [mpi]: bf16-storage with checkpoint segments gives one process
 TEST_CASE("ZeRO-3 [mpi]: each rank's ledger holds its shards, and the planner predicts its peaks") {
   dist::ProcessGroup& g = dist::world();
   const int n = g.size(), r = g.rank();
-  for (const plan::ModelSpec& spec : {tiny_gpt(), plan::ModelSpec::mlp(2, 129)}) {
-    const bool gpt = spec.kind == plan::ModelSpec::Kind::GPT;
+  for (const train::ModelSpec& spec : {tiny_gpt(), train::ModelSpec::mlp(2, 129)}) {
+    const bool gpt = spec.kind == train::ModelSpec::Kind::GPT;
     INFO((gpt ? "GPT" : "MLP"));
     const MemoryStats base = memory_stats(kCPU);
     int64_t peaks[2] = {0, 0};
     {
       manual_seed(5);
-      plan::ChainModel chain(spec, kCPU);
+      train::ChainModel chain(spec, kCPU, true);  // deferred: each rank materializes its shards
       const Formula f = formula(chain, n, r);
       Config c;
       c.group = &g, c.zero = 3;
-      plan::Trainer trainer(chain.module(), step_options(c, chain), adamw, &g);
+      train::Trainer trainer(chain.module(), step_options(c, chain), adamw, &g);
       const Measured m = two_steps(chain, trainer, base, [gpt](int64_t step, int64_t micro) {
         return gpt ? batch(step, micro) : std::pair{randn({2, 129}), randn({2, 129})};
       });
@@ -368,11 +359,11 @@ TEST_CASE("ZeRO-3 [mpi]: each rank's ledger holds its shards, and the planner pr
       check_held(m.after, base, f);
     }
     for (int64_t steps : {1, 2}) {  // the simulated rank on meta, planned without any process
-      plan::StepOptions o;
+      train::StepOptions o;
       o.world_size = n, o.rank = r, o.zero_stage = 3;
       plan::PlanOptions po;
       po.steps = steps, po.smallest_limit = false;
-      CHECK(plan::plan(spec, kShape, o, plan::Policy::none(), po).peak == peaks[steps - 1]);
+      CHECK(plan::plan(spec, kShape, o, train::Policy::none(), po).peak == peaks[steps - 1]);
     }
   }
 }
@@ -382,12 +373,12 @@ TEST_CASE("ZeRO-3 [mpi]: the gathered state resumes at another world size and st
   const int n = g.size();
   Config one;
   one.accum = n;
-  const Run whole = train(one, 4);  // one process, uninterrupted
+  const Run whole = run_training(one, 4);  // one process, uninterrupted
   Config sharded;
   sharded.group = &g, sharded.zero = 3;
-  const Run first = train(sharded, 2);
+  const Run first = run_training(sharded, 2);
   // The gathered model and optimizer state have the keys and shapes of one process's.
-  const Run half = train(one, 2);
+  const Run half = run_training(one, 2);
   for (auto& [k, t] : half.state) {
     INFO(k);
     REQUIRE(first.state.count(k));
@@ -396,9 +387,9 @@ TEST_CASE("ZeRO-3 [mpi]: the gathered state resumes at another world size and st
   CHECK(first.state.size() == half.state.size());
   Run rest = whole;
   rest.losses.erase(rest.losses.begin(), rest.losses.begin() + 2);
-  check_same(train(one, 2, &first.state, 2), rest, false, "resumed in one process");
+  check_same(run_training(one, 2, &first.state, 2), rest, false, "resumed in one process");
   Config zero1 = sharded;
   zero1.zero = 1;
-  check_same(train(zero1, 2, &first.state, 2), rest, false, "resumed on N ranks with ZeRO-1");
-  check_same(train(sharded, 2, &half.state, 2), rest, false, "ZeRO-3 resumed from one process's state");
+  check_same(run_training(zero1, 2, &first.state, 2), rest, false, "resumed on N ranks with ZeRO-1");
+  check_same(run_training(sharded, 2, &half.state, 2), rest, false, "ZeRO-3 resumed from one process's state");
 }

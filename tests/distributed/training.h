@@ -12,12 +12,12 @@ namespace mg_test {
 
 using namespace mg;
 
-inline plan::ModelSpec tiny_gpt(double dropout = 0.1) {
+inline train::ModelSpec tiny_gpt(double dropout = 0.1) {
   nn::GPTConfig c;
   c.vocab_size = 64, c.block_size = 8, c.n_layer = 2, c.n_head = 2, c.n_embd = 16, c.dropout = dropout;
-  return plan::ModelSpec::gpt_model(c);
+  return train::ModelSpec::gpt_model(c);
 }
-inline const plan::InputShape kShape{2, 8};
+inline const train::InputShape kShape{2, 8};
 
 // Micro-batch g of step s: token ids drawn from (s, g) alone, so every process builds the same one.
 inline std::pair<Tensor, Tensor> batch(int64_t s, int64_t g) {
@@ -33,6 +33,21 @@ struct Run {
   std::vector<std::vector<float>> params;
   optim::StateDict state;  // the optimizer's, gathered to whole parameters
 };
+
+// Loads a Run's state (model.*, optim.*, rng) into `model` and `opt`, through `dp` when given (each
+// rank taking its slices or pieces).
+inline void load_run_state(const optim::StateDict& state, nn::Module& model, optim::Optimizer& opt,
+                           distributed::DataParallel* dp) {
+  nn::StateDict m;
+  optim::StateDict o;
+  for (auto& [k, t] : state) {
+    if (k.rfind("model.", 0) == 0) m[k.substr(6)] = t;
+    if (k.rfind("optim.", 0) == 0) o[k.substr(6)] = t;
+  }
+  dp ? dp->load_model_state_dict(model, m) : model.load_state_dict(m);
+  dp ? dp->load_state_dict(opt, o) : opt.load_state_dict(o);
+  default_generator().set_offset(uint64_t(state.at("rng").item<int64_t>()));
+}
 
 // Relative difference of two runs, over losses and parameters (0 when bitwise equal).
 inline double difference(const Run& a, const Run& b, bool losses_only = false) {

@@ -52,10 +52,10 @@ TEST_CASE("nccl: data parallel on one GPU trains as plain training does, at ever
   auto g = dist::new_nccl_group(*alone, 0);
   nn::GPTConfig c;
   c.vocab_size = 64, c.block_size = 8, c.n_layer = 2, c.n_head = 2, c.n_embd = 32;
-  const plan::ModelSpec spec = plan::ModelSpec::gpt_model(c);
+  const train::ModelSpec spec = train::ModelSpec::gpt_model(c);
   auto run = [&](int zero, bool data_parallel) {
     manual_seed(9);
-    plan::ChainModel chain(spec, kGPU);
+    train::ChainModel chain(spec, kGPU);
     std::unique_ptr<dist::DataParallel> dp;
     nn::NamedTensors params = chain.module().named_parameters();
     if (data_parallel) {
@@ -64,11 +64,11 @@ TEST_CASE("nccl: data parallel on one GPU trains as plain training does, at ever
       params = dp->optimizer_parameters();
     }
     optim::AdamW opt(params, optim::AdamWOptions(1e-2));
-    plan::StepOptions o;
+    train::StepOptions o;
     o.accum = 2;
     std::vector<double> losses;
     for (int step = 0; step < 3; ++step)
-      losses.push_back(plan::train_step(
+      losses.push_back(train::train_step(
           chain, &opt, nullptr,
           [step](int64_t m) {  // micro-batch m of step `step`, from those alone
             std::mt19937_64 rng(uint64_t(100 * step + m));
@@ -76,7 +76,7 @@ TEST_CASE("nccl: data parallel on one GPU trains as plain training does, at ever
             for (size_t i = 0; i < 16; ++i) x[i] = int64_t(rng() % 64), y[i] = int64_t(rng() % 64);
             return std::make_pair(tensor(x, {2, 8}).to(kGPU), tensor(y, {2, 8}).to(kGPU));
           },
-          plan::Policy::none(), o, dp.get()));
+          train::Policy::none(), o, dp.get()));
     return losses;
   };
   const std::vector<double> plain = run(0, false);
@@ -90,18 +90,18 @@ TEST_CASE("nccl: data parallel on one GPU trains as plain training does, at ever
 TEST_CASE("parameter offload on cuda: pinned host shards, copies on a side stream; the plan's device peaks") {
   nn::GPTConfig c;
   c.vocab_size = 64, c.block_size = 8, c.n_layer = 2, c.n_head = 2, c.n_embd = 32;
-  const plan::ModelSpec spec = plan::ModelSpec::gpt_model(c);
+  const train::ModelSpec spec = train::ModelSpec::gpt_model(c);
   auto run = [&](bool offload, int64_t* peak) {
     manual_seed(9);
-    plan::ChainModel chain(spec, kGPU);
-    plan::StepOptions o;
+    train::ChainModel chain(spec, kGPU);
+    train::StepOptions o;
     o.accum = 2, o.clip_norm = 1.0, o.offload_params = offload, o.units = chain.unit_names();
-    plan::Trainer trainer(chain.module(), o);
+    train::Trainer trainer(chain.module(), o);
     std::vector<double> losses;
     for (int step = 0; step < 3; ++step) {
       reset_peak(kGPU);
       const int64_t before = memory_stats(kGPU).allocated;
-      losses.push_back(plan::train_step(
+      losses.push_back(train::train_step(
           chain, trainer,
           [step](int64_t m) {
             std::mt19937_64 rng(uint64_t(100 * step + m));
@@ -109,7 +109,7 @@ TEST_CASE("parameter offload on cuda: pinned host shards, copies on a side strea
             for (size_t i = 0; i < 16; ++i) x[i] = int64_t(rng() % 64), y[i] = int64_t(rng() % 64);
             return std::make_pair(tensor(x, {2, 8}).to(kGPU), tensor(y, {2, 8}).to(kGPU));
           },
-          plan::Policy::none()));
+          train::Policy::none()));
       *peak = memory_stats(kGPU).peak_allocated - before;
     }
     if (offload) {
@@ -123,7 +123,7 @@ TEST_CASE("parameter offload on cuda: pinned host shards, copies on a side strea
   for (size_t i = 0; i < plain.size(); ++i) CHECK(offloaded[i] == doctest::Approx(plain[i]).epsilon(1e-6));
   CHECK(offload_peak < plain_peak);
   // Planned on meta for cuda, measured on the GPU: the same device peaks, to the byte.
-  plan::StepOptions o;
+  train::StepOptions o;
   o.offload_params = true;
   plan::StepContext ctx = plan::context({2, 8});
   plan::PlanOptions po;

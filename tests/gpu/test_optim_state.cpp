@@ -77,10 +77,10 @@ TEST_CASE("cuda: Adafactor on a matrix taller than CUDA's grid allows in y (6553
 
 TEST_CASE("cuda: a plan for cuda books Adafactor's scratch as its CUDA kernels allocate it") {
   for (bool in_backward : {false, true}) {
-    plan::StepOptions o;
-    o.optimizer = plan::OptimizerKind::Adafactor;
+    train::StepOptions o;
+    o.optimizer = optim::OptimizerSpec("adafactor");
     o.step_in_backward = in_backward;
-    const plan::ModelSpec mlp = plan::ModelSpec::mlp(3, 300);
+    const train::ModelSpec mlp = train::ModelSpec::mlp(3, 300);
     plan::PlanOptions target;
     target.device = DeviceType::CUDA;
     const plan::StepReport p = plan::plan(mlp, {8, 1}, o, {}, target);

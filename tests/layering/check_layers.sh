@@ -10,7 +10,7 @@
 #   tests/layering/check_layers.sh [source root]
 set -u
 root=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
-layers=(core kernels autograd ops nn optim amp distributed plan data)
+layers=(core kernels autograd ops nn optim amp distributed train plan data)
 declare -A allowed=(
   [core]="core"
   [kernels]="core kernels"
@@ -20,7 +20,8 @@ declare -A allowed=(
   [optim]="core autograd ops nn optim"
   [amp]="core autograd ops nn optim amp"
   [distributed]="core autograd ops nn optim amp distributed"
-  [plan]="core autograd ops nn optim amp distributed plan"
+  [train]="core autograd ops nn optim amp distributed train"
+  [plan]="core autograd ops nn optim amp distributed train plan"
   [data]="core ops data"
 )
 bad=0

@@ -1,4 +1,4 @@
-// Fault injection: one training step (plan::train_step, as memgrad train runs it) with an
+// Fault injection: one training step (train::train_step, as memgrad train runs it) with an
 // allocation failure injected at each of its allocations in turn (memory::fail_allocation_after).
 // Every failure must be an OutOfMemoryError, leave the ledger where it was before the step (to the
 // byte, per category and per owner) and the generator where it was, and the step run afterwards
@@ -24,45 +24,45 @@ namespace {
 
 struct Config {
   std::string name;
-  plan::ModelSpec spec;
-  plan::InputShape shape;
-  plan::StepOptions step;
-  plan::Policy policy;
+  train::ModelSpec spec;
+  train::InputShape shape;
+  train::StepOptions step;
+  train::Policy policy;
   bool scaler = false;
 };
 
 std::vector<Config> configs() {
   nn::GPTConfig g;
   g.vocab_size = 64, g.block_size = 8, g.n_layer = 2, g.n_head = 2, g.n_embd = 16, g.dropout = 0.1;
-  plan::StepOptions adamw;
-  adamw.optimizer = plan::OptimizerKind::AdamW, adamw.clip_norm = 1.0;
-  plan::StepOptions fp16;
-  fp16.optimizer = plan::OptimizerKind::SGDMomentum, fp16.precision = plan::Precision::Float16, fp16.accum = 2;
-  plan::StepOptions bf16;
-  bf16.optimizer = plan::OptimizerKind::Adam, bf16.precision = plan::Precision::BFloat16;
+  train::StepOptions adamw;
+  adamw.optimizer = optim::OptimizerSpec("adamw"), adamw.clip_norm = 1.0;
+  train::StepOptions fp16;
+  fp16.optimizer = optim::OptimizerSpec("sgd", 0.9), fp16.precision = train::Precision::Float16, fp16.accum = 2;
+  train::StepOptions bf16;
+  bf16.optimizer = optim::OptimizerSpec("adam"), bf16.precision = train::Precision::BFloat16;
   nn::GPTConfig fused = g;
   fused.fused_attention = true;
   return {
       {"gpt, adamw, clip, dropout, every block recomputed",
-       plan::ModelSpec::gpt_model(g),
+       train::ModelSpec::gpt_model(g),
        {2, 8},
        adamw,
-       plan::Policy::every_block(2),
+       train::Policy::every_block(2),
        false},
       {"gpt, fused attention, sgd momentum, fp16 scaler, accum 2, selective",
-       plan::ModelSpec::gpt_model(fused),
+       train::ModelSpec::gpt_model(fused),
        {2, 8},
        fp16,
-       plan::Policy::selective_only(),
+       train::Policy::selective_only(),
        true},
-      {"mlp, adam, bf16, sqrt segments", plan::ModelSpec::mlp(4, 16), {4, 1}, bf16, plan::Policy::sqrt_n(4), false},
+      {"mlp, adam, bf16, sqrt segments", train::ModelSpec::mlp(4, 16), {4, 1}, bf16, train::Policy::sqrt_n(4), false},
   };
 }
 
 // A model with its optimizer, scaler and position of the default generator (which the runs share:
 // enter() puts this run's position in it, leave() keeps where the run's step left it).
 struct Run {
-  std::optional<plan::ChainModel> chain;
+  std::optional<train::ChainModel> chain;
   std::unique_ptr<optim::Optimizer> opt;
   std::optional<amp::GradScaler> scaler;
   uint64_t seed, offset = 0;
@@ -75,16 +75,12 @@ struct Run {
     manual_seed(seed);
     chain.emplace(c.spec, kCPU);
     auto params = chain->module().named_parameters();
-    switch (c.step.optimizer) {
-      case plan::OptimizerKind::SGDMomentum:
-        opt = std::make_unique<optim::SGD>(params, optim::SGDOptions(0.05).momentum(0.9));
-        break;
-      case plan::OptimizerKind::Adam:
-        opt = std::make_unique<optim::Adam>(params, optim::AdamOptions(1e-2).amsgrad());
-        break;
-      default:
-        opt = std::make_unique<optim::AdamW>(params, optim::AdamWOptions(1e-2));
-    }
+    if (c.step.optimizer.name == "sgd")
+      opt = std::make_unique<optim::SGD>(params, optim::SGDOptions(0.05).momentum(0.9));
+    else if (c.step.optimizer.name == "adam")
+      opt = std::make_unique<optim::Adam>(params, optim::AdamOptions(1e-2).amsgrad());
+    else
+      opt = std::make_unique<optim::AdamW>(params, optim::AdamWOptions(1e-2));
     if (c.scaler) scaler.emplace(amp::GradScalerOptions().init_scale(256));
     leave();
   }
@@ -92,7 +88,7 @@ struct Run {
   double step(const Config& c, int64_t index) {
     auto batch = [&](int64_t micro) {
       std::mt19937 rng(uint32_t(index * 100 + micro));
-      const bool gpt = c.spec.kind == plan::ModelSpec::Kind::GPT;
+      const bool gpt = c.spec.kind == train::ModelSpec::Kind::GPT;
       const int64_t n = c.shape.batch * (gpt ? c.shape.seq_len : c.spec.mlp_width);
       if (gpt) {
         std::vector<int64_t> x(static_cast<size_t>(n)), y(static_cast<size_t>(n));
@@ -104,7 +100,7 @@ struct Run {
       for (size_t i = 0; i < x.size(); ++i) x[i] = normal(rng), y[i] = normal(rng);
       return std::pair{tensor(x, {c.shape.batch, c.spec.mlp_width}), tensor(y, {c.shape.batch, c.spec.mlp_width})};
     };
-    return plan::train_step(*chain, opt.get(), scaler ? &*scaler : nullptr, batch, c.policy, c.step);
+    return train::train_step(*chain, opt.get(), scaler ? &*scaler : nullptr, batch, c.policy, c.step);
   }
   // Everything that must match between runs, as numbers.
   std::map<std::string, std::vector<double>> contents() const {

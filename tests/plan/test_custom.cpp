@@ -6,7 +6,7 @@
 #include "../../examples/convnet.h"
 
 using namespace mg;
-using plan::Policy;
+using train::Policy;
 
 namespace {
 plan::StepReport measured(const plan::Program& program, plan::StepContext ctx, const plan::StepReport& planned) {
@@ -18,11 +18,11 @@ plan::StepReport measured(const plan::Program& program, plan::StepContext ctx, c
 }  // namespace
 
 TEST_CASE("plan: a user's residual ConvNet with BatchNorm, planned equals measured in fp32, bf16 and bf16 storage") {
-  for (auto precision : {plan::Precision::Float32, plan::Precision::BFloat16, plan::Precision::BFloat16Storage}) {
-    const plan::StepOptions step{plan::OptimizerKind::AdamW, precision};
+  for (auto precision : {train::Precision::Float32, train::Precision::BFloat16, train::Precision::BFloat16Storage}) {
+    const train::StepOptions step{optim::OptimizerSpec("adamw"), precision};
     const plan::Program program = convnet::program(8, 3, 8, step);
     for (const Policy& p : {Policy::none(), Policy::every_block(3), Policy::selective_only()}) {
-      INFO(plan::precision_name(precision), ", policy ", p.name);
+      INFO(train::precision_name(precision), ", policy ", p.name);
       plan::StepContext ctx;
       ctx.batch = 4, ctx.policy = p;
       const plan::StepReport planned = plan::plan(program, ctx);

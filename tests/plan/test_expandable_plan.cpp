@@ -22,9 +22,9 @@ struct Mode {
 
 struct Job {
   const char* name;
-  plan::ModelSpec model;
-  plan::InputShape input;
-  plan::StepOptions step;
+  train::ModelSpec model;
+  train::InputShape input;
+  train::StepOptions step;
 };
 
 nn::GPTConfig gpt(int64_t n_layer, int64_t n_head, int64_t n_embd, int64_t vocab, int64_t block) {
@@ -36,12 +36,13 @@ nn::GPTConfig gpt(int64_t n_layer, int64_t n_head, int64_t n_embd, int64_t vocab
 // The default `memgrad train` job (tiny GPT, batch 16 x 64, AdamW, clip 1.0), the planner tests' GPT
 // and MLP.
 std::vector<Job> jobs() {
-  plan::StepOptions clipped;
+  train::StepOptions clipped;
   clipped.clip_norm = 1.0;
-  return {{"memgrad train (tiny GPT, 16 x 64)", plan::ModelSpec::gpt_model(gpt(4, 4, 128, 256, 64)), {16, 64}, clipped},
-          {"tests' tiny GPT, 3 x 16", plan::ModelSpec::gpt_model(gpt(4, 2, 32, 64, 16)), {3, 16}, {}},
-          {"MLP 9 x 40, batch 5", plan::ModelSpec::mlp(9, 40), {5, 1}, {plan::OptimizerKind::SGDMomentum}},
-          {"MLP 8 x 256, batch 64", plan::ModelSpec::mlp(8, 256), {64, 1}, {}}};
+  return {
+      {"memgrad train (tiny GPT, 16 x 64)", train::ModelSpec::gpt_model(gpt(4, 4, 128, 256, 64)), {16, 64}, clipped},
+      {"tests' tiny GPT, 3 x 16", train::ModelSpec::gpt_model(gpt(4, 2, 32, 64, 16)), {3, 16}, {}},
+      {"MLP 9 x 40, batch 5", train::ModelSpec::mlp(9, 40), {5, 1}, {optim::OptimizerSpec("sgd", 0.9)}},
+      {"MLP 8 x 256, batch 64", train::ModelSpec::mlp(8, 256), {64, 1}, {}}};
 }
 
 plan::StepReport run(const Job& job, bool on_cpu, int64_t steps = 0) {

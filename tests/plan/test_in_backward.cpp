@@ -12,29 +12,28 @@
 #include "expect_error.h"
 
 using namespace mg;
-using plan::OptimizerKind;
 
 namespace {
 
-plan::ModelSpec tiny_gpt(double dropout = 0.1) {
+train::ModelSpec tiny_gpt(double dropout = 0.1) {
   nn::GPTConfig c;
   c.vocab_size = 64, c.block_size = 16, c.n_layer = 2, c.n_head = 2, c.n_embd = 32, c.dropout = dropout;
-  return plan::ModelSpec::gpt_model(c);
+  return train::ModelSpec::gpt_model(c);
 }
 
 // The parameters after `steps` training steps of `spec` on random data (the same each run).
-std::vector<Tensor> train(const plan::ModelSpec& spec, plan::StepOptions o, const plan::Policy& policy, int steps,
-                          bool in_backward) {
+std::vector<Tensor> run_training(const train::ModelSpec& spec, train::StepOptions o, const train::Policy& policy,
+                                 int steps, bool in_backward) {
   o.step_in_backward = in_backward;
   manual_seed(3);
-  plan::ChainModel model(spec, kCPU);
-  plan::Trainer trainer(model.module(), o);
+  train::ChainModel model(spec, kCPU);
+  train::Trainer trainer(model.module(), o);
   for (int s = 0; s < steps; ++s) {
     manual_seed(100 + uint64_t(s));  // the data; the trainer's dropout draws from the same generator
     std::vector<std::pair<Tensor, Tensor>> batches;
     for (int64_t i = 0; i < o.accum; ++i)
       batches.emplace_back(randint(0, 64, {2, 16}, kInt64), randint(0, 64, {2, 16}, kInt64));
-    plan::train_step(
+    train::train_step(
         model, trainer, [&](int64_t i) { return batches[size_t(i)]; }, policy);
     if (in_backward && o.accum == 1)
       for (auto& p : model.module().parameters()) CHECK_FALSE(p.grad().defined());
@@ -45,12 +44,12 @@ std::vector<Tensor> train(const plan::ModelSpec& spec, plan::StepOptions o, cons
   return r;
 }
 
-void check_same(const plan::ModelSpec& spec, const plan::StepOptions& o, const plan::Policy& policy = {}) {
-  const std::vector<Tensor> a = train(spec, o, policy, 3, false), b = train(spec, o, policy, 3, true);
+void check_same(const train::ModelSpec& spec, const train::StepOptions& o, const train::Policy& policy = {}) {
+  const std::vector<Tensor> a = run_training(spec, o, policy, 3, false), b = run_training(spec, o, policy, 3, true);
   REQUIRE(a.size() == b.size());
   bool moved = false;
   for (size_t i = 0; i < a.size(); ++i) CHECK_MESSAGE(equal(a[i], b[i]), "tensor ", i);
-  const std::vector<Tensor> before = train(spec, o, policy, 0, false);
+  const std::vector<Tensor> before = run_training(spec, o, policy, 0, false);
   for (size_t i = 0; i < before.size(); ++i) moved |= !equal(a[i], before[i]);
   CHECK(moved);
 }
@@ -58,10 +57,11 @@ void check_same(const plan::ModelSpec& spec, const plan::StepOptions& o, const p
 }  // namespace
 
 TEST_CASE("step in backward: the same parameters as the ordinary step, bit for bit") {
-  for (OptimizerKind kind :
-       {OptimizerKind::SGDMomentum, OptimizerKind::AdamW, OptimizerKind::AdamW8bit, OptimizerKind::Adafactor}) {
-    CAPTURE(int(kind));
-    plan::StepOptions o;
+  for (const optim::OptimizerSpec& kind :
+       std::vector<optim::OptimizerSpec>{optim::OptimizerSpec("sgd", 0.9), optim::OptimizerSpec("adamw"),
+                                         optim::OptimizerSpec("adamw8bit"), optim::OptimizerSpec("adafactor")}) {
+    CAPTURE(kind.label());
+    train::StepOptions o;
     o.optimizer = kind;
     SUBCASE("plain") { check_same(tiny_gpt(), o); }
     SUBCASE("clipped: two passes") {
@@ -77,29 +77,30 @@ TEST_CASE("step in backward: the same parameters as the ordinary step, bit for b
       check_same(tiny_gpt(), o);
     }
     SUBCASE("fp16 autocast with the GradScaler, clipped") {
-      o.precision = plan::Precision::Float16, o.grad_scaler = true, o.clip_norm = 0.05;
+      o.precision = train::Precision::Float16, o.grad_scaler = true, o.clip_norm = 0.05;
       check_same(tiny_gpt(), o);
     }
     SUBCASE("fp16 storage: float32 masters, the GradScaler") {
-      o.precision = plan::Precision::Float16Storage, o.grad_scaler = true;
+      o.precision = train::Precision::Float16Storage, o.grad_scaler = true;
       check_same(tiny_gpt(), o);
     }
     SUBCASE("bf16 storage, clipped") {
-      o.precision = plan::Precision::BFloat16Storage, o.clip_norm = 0.05;
+      o.precision = train::Precision::BFloat16Storage, o.clip_norm = 0.05;
       check_same(tiny_gpt(), o);
     }
     SUBCASE("checkpoint segments, clipped") {
       o.clip_norm = 0.05;
-      check_same(tiny_gpt(), o, plan::Policy::every_block(2));
+      check_same(tiny_gpt(), o, train::Policy::every_block(2));
     }
   }
 }
 
 TEST_CASE("step in backward: a step the GradScaler skips is skipped the same way") {
-  plan::StepOptions o;
-  o.precision = plan::Precision::Float16, o.grad_scaler = true;
+  train::StepOptions o;
+  o.precision = train::Precision::Float16, o.grad_scaler = true;
   o.scaler.init_scale(3e38);  // the scaled loss overflows: the first steps are skipped
-  const std::vector<Tensor> a = train(tiny_gpt(0), o, {}, 2, false), b = train(tiny_gpt(0), o, {}, 2, true);
+  const std::vector<Tensor> a = run_training(tiny_gpt(0), o, {}, 2, false),
+                            b = run_training(tiny_gpt(0), o, {}, 2, true);
   for (size_t i = 0; i < a.size(); ++i) CHECK(equal(a[i], b[i]));
   CHECK(a.back().item<double>() < 3e38);  // it backed off
 }
@@ -141,11 +142,12 @@ TEST_CASE("step in backward: the API steps each parameter and frees its gradient
 
 TEST_CASE("step in backward: the Gradient peak is one gradient's bytes; the plan equals the measured steps") {
   // An MLP of 4 Linear(64, 64): the largest gradient is a weight's 16 KiB.
-  const plan::ModelSpec mlp = plan::ModelSpec::mlp(4, 64);
-  for (OptimizerKind kind :
-       {OptimizerKind::SGD, OptimizerKind::AdamW, OptimizerKind::AdamW8bit, OptimizerKind::Adafactor}) {
-    CAPTURE(int(kind));
-    plan::StepOptions o;
+  const train::ModelSpec mlp = train::ModelSpec::mlp(4, 64);
+  for (const optim::OptimizerSpec& kind :
+       std::vector<optim::OptimizerSpec>{optim::OptimizerSpec("sgd"), optim::OptimizerSpec("adamw"),
+                                         optim::OptimizerSpec("adamw8bit"), optim::OptimizerSpec("adafactor")}) {
+    CAPTURE(kind.label());
+    train::StepOptions o;
     o.optimizer = kind;
     o.step_in_backward = true;
     int64_t single_pass = 0;  // the peak without clipping
@@ -174,7 +176,7 @@ TEST_CASE("step in backward: the Gradient peak is one gradient's bytes; the plan
   }
   // The tiny GPT: its tied embedding's gradient waits for the embedding's backward, so it is held
   // with the one other gradient in flight at a time.
-  plan::StepOptions o;
+  train::StepOptions o;
   o.step_in_backward = true;
   const plan::StepReport p = plan::plan(tiny_gpt(), {2, 16}, o);
   o.step_in_backward = false;
@@ -183,23 +185,23 @@ TEST_CASE("step in backward: the Gradient peak is one gradient's bytes; the plan
 }
 
 TEST_CASE("step in backward: refused with data parallelism, without an optimizer, and without a Trainer") {
-  plan::ChainModel model(tiny_gpt(), kCPU);
-  plan::StepOptions o;
+  train::ChainModel model(tiny_gpt(), kCPU);
+  train::StepOptions o;
   o.step_in_backward = true;
   o.world_size = 2;
-  expect_error<ValueError>([&] { plan::Trainer t(model.module(), o); }, {"step_in_backward", "data parallelism"});
-  o.world_size = 1, o.optimizer = OptimizerKind::None;
-  expect_error<ValueError>([&] { plan::Trainer t(model.module(), o); }, {"step_in_backward needs an optimizer"});
-  o.optimizer = OptimizerKind::AdamW;
-  auto opt = plan::make_optimizer(OptimizerKind::AdamW, model.module().named_parameters());
+  expect_error<ValueError>([&] { train::Trainer t(model.module(), o); }, {"step_in_backward", "data parallelism"});
+  o.world_size = 1, o.optimizer = optim::OptimizerSpec::none();
+  expect_error<ValueError>([&] { train::Trainer t(model.module(), o); }, {"step_in_backward needs an optimizer"});
+  o.optimizer = optim::OptimizerSpec("adamw");
+  auto opt = optim::make_optimizer(optim::OptimizerSpec("adamw"), model.module().named_parameters());
   expect_error<ValueError>(
       [&] {
-        plan::train_step(
+        train::train_step(
             model, opt.get(), nullptr,
             [&](int64_t) {
               return model.zero_inputs({2, 16});
             },
-            plan::Policy::none(), o);
+            train::Policy::none(), o);
       },
-      {"step_in_backward needs a plan::Trainer"});
+      {"step_in_backward needs a train::Trainer"});
 }

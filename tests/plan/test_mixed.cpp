@@ -1,4 +1,4 @@
-// Plans timed by the cost model (plan/mixed.h): the fitted model against the kernels it was fitted
+// Plans timed by the cost model (plan/timed.h, plan/mixed.h): the fitted model against the kernels it was fitted
 // on, the mixed plan against the recompute-only ones, and the plan against its run on the cpu.
 #include <doctest/doctest.h>
 
@@ -20,8 +20,8 @@ nn::GPTConfig small_gpt() {
 }  // namespace
 
 TEST_CASE("mixed plans: the fitted cost model prices the kernels it was fitted on at their measured time") {
-  const plan::InputShape in{16, 32};
-  const plan::Program p = plan::program(plan::ModelSpec::gpt_model(small_gpt()), in, {});
+  const train::InputShape in{16, 32};
+  const plan::Program p = plan::program(train::ModelSpec::gpt_model(small_gpt()), in, {});
   plan::StepContext cpu = plan::context(in);
   cpu.device = kCPU;
   plan::PlanOptions o;
@@ -53,14 +53,14 @@ TEST_CASE("mixed plans: the fitted cost model prices the kernels it was fitted o
 }
 
 TEST_CASE("mixed plans: never slower than the best recompute-only plan, under the budget to the byte, as run") {
-  const plan::InputShape in{16, 32};
-  const plan::Program p = plan::program(plan::ModelSpec::gpt_model(small_gpt()), in, {});
+  const train::InputShape in{16, 32};
+  const plan::Program p = plan::program(train::ModelSpec::gpt_model(small_gpt()), in, {});
   const plan::StepContext ctx = plan::context(in);
   budget::CostModel m;  // offload priced dearly enough that recompute wins sometimes, not always
   m.host_bytes_per_second = 4e9;
   budget::Options keep;
   keep.remat = budget::Remat::None, keep.model = m;
-  const plan::TimedPlan none = plan::time_plan(p, ctx, "none", plan::Policy::none(), keep, 0);
+  const plan::TimedPlan none = plan::time_plan(p, ctx, "none", train::Policy::none(), keep, 0);
   REQUIRE(none.fits());
   for (double share : {0.8, 0.6, 0.45}) {
     const int64_t budget = int64_t(share * double(none.peak())) / plan::kGranule * plan::kGranule;
@@ -94,12 +94,12 @@ TEST_CASE("mixed plans: never slower than the best recompute-only plan, under th
 }
 
 TEST_CASE("mixed plans: the curve has every method, and draws each point") {
-  const plan::InputShape in{16, 32};
-  const plan::Program p = plan::program(plan::ModelSpec::gpt_model(small_gpt()), in, {});
+  const train::InputShape in{16, 32};
+  const plan::Program p = plan::program(train::ModelSpec::gpt_model(small_gpt()), in, {});
   const plan::StepContext ctx = plan::context(in);
   budget::Options keep;
   keep.remat = budget::Remat::None;
-  const int64_t peak = plan::time_plan(p, ctx, "none", plan::Policy::none(), keep, 0).peak();
+  const int64_t peak = plan::time_plan(p, ctx, "none", train::Policy::none(), keep, 0).peak();
   const std::vector<plan::TimedPlan> points =
       plan::pareto(p, ctx, {peak * 7 / 10 / plan::kGranule * plan::kGranule}, budget::CostModel::fixed());
   std::map<std::string, int> by_method;

@@ -23,17 +23,17 @@ nn::GPTConfig small_gpt() {
 }
 
 // The built-in GPT's program (plan::program), which also keeps each cpu step's loss.
-plan::Program recording(const plan::InputShape& input, std::shared_ptr<std::vector<double>> losses) {
-  const plan::ModelSpec spec = plan::ModelSpec::gpt_model(small_gpt());
+plan::Program recording(const train::InputShape& input, std::shared_ptr<std::vector<double>> losses) {
+  const train::ModelSpec spec = train::ModelSpec::gpt_model(small_gpt());
   return [=](const plan::StepContext& ctx) -> plan::Step {
-    auto chain = std::make_shared<plan::ChainModel>(spec, ctx.device);
-    auto trainer = std::make_shared<plan::Trainer>(chain->module(), plan::StepOptions{});
-    plan::InputShape shape = input;
+    auto chain = std::make_shared<train::ChainModel>(spec, ctx.device);
+    auto trainer = std::make_shared<train::Trainer>(chain->module(), train::StepOptions{});
+    train::InputShape shape = input;
     shape.batch = ctx.batch;
     const bool meta = ctx.device.is_meta();
-    const plan::Policy policy = ctx.policy;
+    const train::Policy policy = ctx.policy;
     return [=] {
-      const double loss = plan::train_step(
+      const double loss = train::train_step(
           *chain, *trainer, [&](int64_t) { return chain->zero_inputs(shape); }, policy);
       if (!meta) losses->push_back(loss);
     };
@@ -115,8 +115,8 @@ TEST_CASE("per-tensor plans: the ILP finds the brute force's optimum over all 3^
     CHECK(feasible > 200);  // many budgets can be met, and most need something to leave
   }
   SUBCASE("the 8 largest saved tensors of a GPT step") {
-    const plan::InputShape in{16, 32};
-    const plan::Program program = plan::program(plan::ModelSpec::gpt_model(small_gpt()), in, {});
+    const train::InputShape in{16, 32};
+    const plan::Program program = plan::program(train::ModelSpec::gpt_model(small_gpt()), in, {});
     const budget::CostModel m = budget::CostModel::fixed();
     const plan::TensorProblem whole = plan::tensor_problem(plan::trace_step(program, plan::context(in), m), m);
     REQUIRE(whole.storages.size() > 8);
@@ -140,7 +140,7 @@ TEST_CASE("per-tensor plans: under the budget to the byte on meta, and the same 
     MESSAGE("built without GLPK (MG_GLPK): no per-tensor plans");
     return;
   }
-  const plan::InputShape in{16, 32};
+  const train::InputShape in{16, 32};
   auto losses = std::make_shared<std::vector<double>>();
   const plan::Program program = recording(in, losses);
   const plan::StepContext ctx = plan::context(in);
@@ -160,7 +160,7 @@ TEST_CASE("per-tensor plans: under the budget to the byte on meta, and the same 
       m.host_bytes_per_second = host;
       budget::Options keep;
       keep.remat = budget::Remat::None, keep.model = m;
-      const plan::TimedPlan none = plan::time_plan(program, ctx, "none", plan::Policy::none(), keep, 0);
+      const plan::TimedPlan none = plan::time_plan(program, ctx, "none", train::Policy::none(), keep, 0);
       REQUIRE(none.fits());
       const int64_t budget = int64_t(share * double(none.peak())) / plan::kGranule * plan::kGranule;
       CAPTURE(host);

@@ -12,7 +12,7 @@
 #include <memgrad/plan/planner.h>
 
 using namespace mg;
-using plan::Policy;
+using train::Policy;
 
 namespace {
 
@@ -54,8 +54,8 @@ plan::PlanOptions peak_only() {
   o.smallest_limit = false;
   return o;
 }
-plan::StepReport plan_peak(const plan::ModelSpec& model, const plan::InputShape& input,
-                           const plan::StepOptions& step = {}, const Policy& policy = Policy::none()) {
+plan::StepReport plan_peak(const train::ModelSpec& model, const train::InputShape& input,
+                           const train::StepOptions& step = {}, const Policy& policy = Policy::none()) {
   return plan::plan(model, input, step, policy, peak_only());
 }
 
@@ -77,7 +77,7 @@ void check_same(const plan::StepReport& meta, const plan::StepReport& cpu) {
 }
 
 // measure() of the same steps on the CPU as the plan ran.
-plan::StepReport measured(const plan::ModelSpec& model, const plan::InputShape& input, const plan::StepOptions& step,
+plan::StepReport measured(const train::ModelSpec& model, const train::InputShape& input, const train::StepOptions& step,
                           const Policy& policy, const plan::StepReport& planned) {
   plan::StepContext ctx = plan::context(input, policy);
   ctx.device = kCPU;
@@ -116,8 +116,8 @@ TEST_CASE("plan: MLP Activation peaks equal the hand arithmetic (none, sqrt(n), 
   const int64_t a = 1536;  // 6 * 50 * 4 = 1200 bytes, rounded up to 512 B
   for (int64_t n : {16, 64}) {
     INFO("n = ", n);
-    const auto model = plan::ModelSpec::mlp(n, width);
-    const plan::InputShape input{batch, 1};
+    const auto model = train::ModelSpec::mlp(n, width);
+    const train::InputShape input{batch, 1};
     const int64_t k = std::llround(std::sqrt(double(n)));  // 4 or 8 segments of 4 or 8 blocks
 
     auto none = plan_peak(model, input, {}, Policy::none());
@@ -138,7 +138,7 @@ TEST_CASE("plan: MLP Activation peaks equal the hand arithmetic (none, sqrt(n), 
     // (1.5 KiB a block), so no segmentation lowers the peak. With a wider batch (300: a = 60,416 B)
     // activations dominate; a budget halfway between no and every-block checkpointing makes the DP
     // keep some blocks and recompute the rest.
-    const plan::InputShape wide{300, 1};
+    const train::InputShape wide{300, 1};
     const int64_t a_wide = 60416;  // 300 * 50 * 4 = 60,000 bytes, rounded up to 512 B
     const auto wide_costs = plan::measure_block_costs(model, wide);
     CHECK(wide_costs.held_bytes == a_wide);
@@ -156,12 +156,12 @@ TEST_CASE("plan: MLP Activation peaks equal the hand arithmetic (none, sqrt(n), 
 
 TEST_CASE("plan: planned equals measured on the CPU, allocated and reserved, every policy") {
   SUBCASE("MLP") {
-    const auto model = plan::ModelSpec::mlp(9, 40);
-    const plan::InputShape input{5, 1};
+    const auto model = train::ModelSpec::mlp(9, 40);
+    const train::InputShape input{5, 1};
     const auto costs = plan::measure_block_costs(model, input);
     for (const Policy& p : {Policy::none(), Policy::every_block(9), Policy::sqrt_n(9), Policy::selective_only(),
                             plan::choose_dp(costs, costs.overhead + 5 * costs.held_bytes)}) {
-      for (auto opt : {plan::OptimizerKind::AdamW, plan::OptimizerKind::SGDMomentum}) {
+      for (auto opt : {optim::OptimizerSpec("adamw"), optim::OptimizerSpec("sgd", 0.9)}) {
         INFO("policy ", p.name, " ", p.str());
         const auto planned = plan_peak(model, input, {opt}, p);
         check_same(planned, measured(model, input, {opt}, p, planned));
@@ -169,8 +169,8 @@ TEST_CASE("plan: planned equals measured on the CPU, allocated and reserved, eve
     }
   }
   SUBCASE("tiny GPT") {
-    const auto model = plan::ModelSpec::gpt_model(tiny_gpt());
-    const plan::InputShape input{3, 16};
+    const auto model = train::ModelSpec::gpt_model(tiny_gpt());
+    const train::InputShape input{3, 16};
     const auto costs = plan::measure_block_costs(model, input);
     for (const Policy& p : {Policy::none(), Policy::every_block(4), Policy::sqrt_n(4), Policy::selective_only(),
                             plan::choose_dp(costs, costs.overhead + 2 * costs.held_bytes)}) {
@@ -180,12 +180,12 @@ TEST_CASE("plan: planned equals measured on the CPU, allocated and reserved, eve
     }
   }
   SUBCASE("half precision: autocast and storage, with the CPU's float32 scratch for half products") {
-    const auto model = plan::ModelSpec::gpt_model(tiny_gpt());
-    const plan::InputShape input{2, 16};
-    for (auto precision : {plan::Precision::Float16, plan::Precision::BFloat16, plan::Precision::BFloat16Storage}) {
-      const plan::StepOptions step{plan::OptimizerKind::Adam, precision};
+    const auto model = train::ModelSpec::gpt_model(tiny_gpt());
+    const train::InputShape input{2, 16};
+    for (auto precision : {train::Precision::Float16, train::Precision::BFloat16, train::Precision::BFloat16Storage}) {
+      const train::StepOptions step{optim::OptimizerSpec("adam"), precision};
       for (const Policy& p : {Policy::none(), Policy::sqrt_n(4), Policy::selective_only()}) {
-        INFO("policy ", p.name, ", precision ", plan::precision_name(precision));
+        INFO("policy ", p.name, ", precision ", train::precision_name(precision));
         const auto planned = plan_peak(model, input, step, p);
         check_same(planned, measured(model, input, step, p, planned));
         CHECK(planned.peak_of(Category::Workspace) > 0);  // the widened operands of the half products
@@ -198,8 +198,8 @@ TEST_CASE("plan: planned equals measured on the CPU, allocated and reserved, eve
 
 TEST_CASE("plan: a plan for cuda books the cuda kernels' scratch, not the cpu's") {
   // The CPU widens half operands to float32 in scratch; cuBLAS multiplies them as they are.
-  const auto model = plan::ModelSpec::mlp(3, 64);
-  const plan::StepOptions step{plan::OptimizerKind::SGD, plan::Precision::BFloat16Storage};
+  const auto model = train::ModelSpec::mlp(3, 64);
+  const train::StepOptions step{optim::OptimizerSpec("sgd"), train::Precision::BFloat16Storage};
   plan::PlanOptions cpu = peak_only(), cuda = peak_only();
   cuda.device = DeviceType::CUDA;
   const auto for_cpu = plan::plan(model, {8, 1}, step, Policy::none(), cpu);
@@ -212,8 +212,8 @@ TEST_CASE("plan: a plan for cuda books the cuda kernels' scratch, not the cpu's"
 }
 
 TEST_CASE("plan: checkpointing trades Activation bytes for recomputed FLOPs on a tiny GPT") {
-  const auto model = plan::ModelSpec::gpt_model(tiny_gpt());
-  const plan::InputShape input{3, 16};
+  const auto model = train::ModelSpec::gpt_model(tiny_gpt());
+  const train::InputShape input{3, 16};
   auto none = plan_peak(model, input);
   auto every = plan_peak(model, input, {}, Policy::every_block(4));
   auto selective = plan_peak(model, input, {}, Policy::selective_only());
@@ -232,7 +232,7 @@ TEST_CASE("plan: GPT-2 1.5B at batch 8 x 1024 plans on meta without touching rea
   c.n_layer = 48, c.n_head = 25, c.n_embd = 1600;
   const int64_t cpu_before = memory_stats(kCPU).allocated;
   auto t0 = std::chrono::steady_clock::now();
-  auto r = plan_peak(plan::ModelSpec::gpt_model(c), {8, 1024});
+  auto r = plan_peak(train::ModelSpec::gpt_model(c), {8, 1024});
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("GPT-2 1.5B, batch 8 x 1024, AdamW, steady state: planned in %.3f s\n%s", s, r.str().c_str());
   CHECK(r.steady);
@@ -243,8 +243,8 @@ TEST_CASE("plan: GPT-2 1.5B at batch 8 x 1024 plans on meta without touching rea
 TEST_CASE("plan: the segment choosers side by side, each verified by a meta run under the budget") {
   // Wide batch, narrow layers: activations (a = 512 * 32 * 4 = 65536 B per block) dominate.
   const int64_t n = 16, batch = 512, width = 32, a = 65536;
-  const auto model = plan::ModelSpec::mlp(n, width);
-  const plan::InputShape input{batch, 1};
+  const auto model = train::ModelSpec::mlp(n, width);
+  const train::InputShape input{batch, 1};
   const auto costs = plan::measure_block_costs(model, input);
   REQUIRE(costs.held_bytes == a);
   // Halfway between what every block as a segment and no checkpointing need (reserved bytes).
@@ -280,8 +280,8 @@ TEST_CASE("plan: the segment choosers side by side, each verified by a meta run 
 
 TEST_CASE("plan: --checkpoint auto never refuses a budget that one of its plans meets") {
   // A budget exactly at one row's smallest limit: that row runs under it, so best_fit finds a plan.
-  const auto model = plan::ModelSpec::mlp(8, 48);
-  const plan::InputShape input{300, 1};
+  const auto model = train::ModelSpec::mlp(8, 48);
+  const train::InputShape input{300, 1};
   for (const Policy& p : {Policy::none(), Policy::sqrt_n(8), Policy::every_block(8)}) {
     INFO(p.name);
     const int64_t budget = plan::plan(model, input, {}, p).smallest_limit;
@@ -320,23 +320,25 @@ std::vector<Policy> all_policies(int64_t n) {
 
 struct Case {
   std::string name;
-  plan::ModelSpec model;
-  plan::InputShape input;
-  plan::StepOptions step;
+  train::ModelSpec model;
+  train::InputShape input;
+  train::StepOptions step;
 };
 
 std::vector<Case> small_cases() {
   nn::GPTConfig g = tiny_gpt();
   g.n_layer = 5;
-  return {
-      {"MLP n=6 (wide batch)", plan::ModelSpec::mlp(6, 32), {512, 1}, {}},
-      {"MLP n=6 (narrow batch, SGD momentum)", plan::ModelSpec::mlp(6, 40), {5, 1}, {plan::OptimizerKind::SGDMomentum}},
-      {"tiny GPT n=5", plan::ModelSpec::gpt_model(g), {3, 16}, {}},
-      {"tiny GPT n=5, SGD", plan::ModelSpec::gpt_model(g), {3, 16}, {plan::OptimizerKind::SGD}},
-      {"tiny GPT n=5, bfloat16 storage",
-       plan::ModelSpec::gpt_model(g),
-       {2, 16},
-       {plan::OptimizerKind::Adam, plan::Precision::BFloat16Storage}}};
+  return {{"MLP n=6 (wide batch)", train::ModelSpec::mlp(6, 32), {512, 1}, {}},
+          {"MLP n=6 (narrow batch, SGD momentum)",
+           train::ModelSpec::mlp(6, 40),
+           {5, 1},
+           {optim::OptimizerSpec("sgd", 0.9)}},
+          {"tiny GPT n=5", train::ModelSpec::gpt_model(g), {3, 16}, {}},
+          {"tiny GPT n=5, SGD", train::ModelSpec::gpt_model(g), {3, 16}, {optim::OptimizerSpec("sgd")}},
+          {"tiny GPT n=5, bfloat16 storage",
+           train::ModelSpec::gpt_model(g),
+           {2, 16},
+           {optim::OptimizerSpec("adam"), train::Precision::BFloat16Storage}}};
 }
 }  // namespace
 
@@ -386,10 +388,10 @@ TEST_CASE("plan: the DP's plan is the fewest-recompute plan that fits when measu
 TEST_CASE("plan: for any allocated target the DP recomputes no more than Chen's greedy or sqrt(n)") {
   nn::GPTConfig g = tiny_gpt();
   g.n_layer = 8;
-  const std::vector<Case> cases = {{"MLP n=16", plan::ModelSpec::mlp(16, 32), {512, 1}, {}},
-                                   {"MLP n=64", plan::ModelSpec::mlp(64, 32), {256, 1}, {}},
-                                   {"MLP n=16, narrow", plan::ModelSpec::mlp(16, 50), {6, 1}, {}},
-                                   {"tiny GPT n=8", plan::ModelSpec::gpt_model(g), {3, 16}, {}}};
+  const std::vector<Case> cases = {{"MLP n=16", train::ModelSpec::mlp(16, 32), {512, 1}, {}},
+                                   {"MLP n=64", train::ModelSpec::mlp(64, 32), {256, 1}, {}},
+                                   {"MLP n=16, narrow", train::ModelSpec::mlp(16, 50), {6, 1}, {}},
+                                   {"tiny GPT n=8", train::ModelSpec::gpt_model(g), {3, 16}, {}}};
   for (const Case& k : cases) {
     const int64_t n = k.model.num_blocks();
     const auto costs = plan::measure_block_costs(k.model, k.input, k.step);
@@ -412,7 +414,7 @@ TEST_CASE("plan: for any allocated target the DP recomputes no more than Chen's 
 }
 
 TEST_CASE("plan: the largest batch whose steady-state steps run under a budget, per policy") {
-  const auto model = plan::ModelSpec::mlp(16, 64);
+  const auto model = train::ModelSpec::mlp(16, 64);
   const int64_t budget = plan::plan(model, {100, 1}).smallest_limit;  // batch 100, no checkpointing
   const auto prog = plan::program(model, {1, 1}, {});
   for (const Policy& p : {Policy::none(), Policy::sqrt_n(16), Policy::every_block(16)}) {

@@ -11,7 +11,7 @@
 #include "../../examples/convnet.h"
 
 using namespace mg;
-using plan::Policy;
+using train::Policy;
 
 namespace {
 
@@ -31,22 +31,22 @@ int64_t between(std::mt19937_64& rng, int64_t lo, int64_t hi) {
 
 Config draw(std::mt19937_64& rng) {
   std::ostringstream os;
-  plan::StepOptions step;
+  train::StepOptions step;
   step.optimizer =
-      pick(rng, std::vector<plan::OptimizerKind>{plan::OptimizerKind::SGD, plan::OptimizerKind::SGDMomentum,
-                                                 plan::OptimizerKind::Adam, plan::OptimizerKind::AdamW});
-  step.precision = pick(
-      rng, std::vector<plan::Precision>{plan::Precision::Float32, plan::Precision::Float16, plan::Precision::BFloat16,
-                                        plan::Precision::Float16Storage, plan::Precision::BFloat16Storage});
+      pick(rng, std::vector<optim::OptimizerSpec>{optim::OptimizerSpec("sgd"), optim::OptimizerSpec("sgd", 0.9),
+                                                  optim::OptimizerSpec("adam"), optim::OptimizerSpec("adamw")});
+  step.precision = pick(rng, std::vector<train::Precision>{train::Precision::Float32, train::Precision::Float16,
+                                                           train::Precision::BFloat16, train::Precision::Float16Storage,
+                                                           train::Precision::BFloat16Storage});
   step.accum = between(rng, 1, 3);
   step.clip_norm = pick(rng, std::vector<double>{0.0, 0.5});
   // Loss scaling for every float16 mode and now and then elsewhere; a small first scale, so that no
   // CPU step overflows and is skipped (a plan assumes every step is taken).
-  step.grad_scaler = step.precision == plan::Precision::Float16 || step.precision == plan::Precision::Float16Storage ||
-                     between(rng, 0, 3) == 0;
+  step.grad_scaler = step.precision == train::Precision::Float16 ||
+                     step.precision == train::Precision::Float16Storage || between(rng, 0, 3) == 0;
   step.scaler.init_scale(8.0);
-  os << "optimizer " << int(step.optimizer) << ", " << plan::precision_name(step.precision) << ", accum " << step.accum
-     << ", clip " << step.clip_norm << (step.grad_scaler ? ", scaler" : "");
+  os << "optimizer " << step.optimizer.label() << ", " << train::precision_name(step.precision) << ", accum "
+     << step.accum << ", clip " << step.clip_norm << (step.grad_scaler ? ", scaler" : "");
   Config c;
   c.ctx.batch = between(rng, 1, 5);
   int64_t n = 0;
@@ -55,7 +55,7 @@ Config draw(std::mt19937_64& rng) {
       n = between(rng, 2, 5);
       const int64_t width = pick(rng, std::vector<int64_t>{16, 24, 40, 64});
       os << "; MLP " << n << " x " << width;
-      c.program = plan::program(plan::ModelSpec::mlp(n, width), {1, 1}, step);
+      c.program = plan::program(train::ModelSpec::mlp(n, width), {1, 1}, step);
       break;
     }
     case 1: {
@@ -70,7 +70,7 @@ Config draw(std::mt19937_64& rng) {
       os << "; GPT n_layer " << g.n_layer << " n_head " << g.n_head << " n_embd " << g.n_embd << " vocab "
          << g.vocab_size << " seq " << g.block_size << " dropout " << g.dropout
          << (g.fused_attention ? " fused" : " composed");
-      c.program = plan::program(plan::ModelSpec::gpt_model(g), {1, g.block_size}, step);
+      c.program = plan::program(train::ModelSpec::gpt_model(g), {1, g.block_size}, step);
       break;
     }
     default: {

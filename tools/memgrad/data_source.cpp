@@ -87,8 +87,10 @@ void print_loader_memory(const mg::data::DataLoaderOptions& o, const mg::data::B
 void add_data_flags(CLI::App& app, DataFlags& d) {
   app.add_option("--data", d.data,
                  "train the GPT on this: a text file, a folder of them (bytes), or llm.c token shards (.bin, a file, "
-                 "a folder or a quoted glob such as 'fineweb_train_*.bin'); default: the embedded sonnets");
-  app.add_option("--val-data", d.val_data, "held-out data, of the same kind (default: the last tenth of the data)");
+                 "a folder or a quoted glob such as 'fineweb_train_*.bin'); default: the embedded sonnets")
+      ->check(non_empty("a file, a folder or a pattern"));
+  app.add_option("--val-data", d.val_data, "held-out data, of the same kind (default: the last tenth of the data)")
+      ->check(non_empty("a file, a folder or a pattern"));
   app.add_flag("--show-batch", d.show_batch, "print the first batch: its examples' positions, inputs and targets");
 }
 
@@ -141,7 +143,7 @@ ModelFlags TrainData::model_flags(const ModelFlags& m) const {
   return out;
 }
 
-void TrainData::start(const mg::plan::ModelSpec& spec, const StepFlags& s, const mg::Device& device, int rank,
+void TrainData::start(const mg::train::ModelSpec& spec, const StepFlags& s, const mg::Device& device, int rank,
                       int ranks) {
   device_ = device;
   const mg::data::DataLoaderOptions o = loader_options(s, device).shard(rank, ranks, s.accum);
@@ -218,7 +220,7 @@ void TrainData::resume(const std::map<std::string, std::string>& meta, const std
   }
 }
 
-void TrainData::print_held_out_loss(const mg::plan::ChainModel& chain, mg::distributed::DataParallel* dp) const {
+void TrainData::print_held_out_loss(const mg::train::ChainModel& chain, mg::distributed::DataParallel* dp) const {
   if (!is_gpt()) return;
   mg::NoGradGuard no_grad;
   chain.module().eval();
@@ -231,7 +233,7 @@ void TrainData::print_held_out_loss(const mg::plan::ChainModel& chain, mg::distr
     const std::optional<mg::data::Batch> b = loader.next();
     if (!b) break;
     if (dp) dp->prepare_forward();  // ZeRO-3, --offload params: the units gathered one at a time
-    sum += chain.loss(b->data, b->target, mg::plan::Policy::none(), dp).item<double>() * double(b->data.size(0));
+    sum += chain.loss(b->data, b->target, mg::train::Policy::none(), dp).item<double>() * double(b->data.size(0));
     rows += b->data.size(0);
   }
   if (dp) dp->zero_grad();  // releases the root unit, held since the last forward
@@ -258,7 +260,7 @@ void TrainData::print_memory() const {
   print_loader_memory(loader_->options(), loader_->bytes(), ", held for the run:");
 }
 
-void print_loader_plan(const mg::plan::ModelSpec& spec, const StepFlags& s, mg::DeviceType target) {
+void print_loader_plan(const mg::train::ModelSpec& spec, const StepFlags& s, mg::DeviceType target) {
   const mg::data::DataLoaderOptions o = loader_options(s, mg::Device(target));
   const auto [data, targets] = example_fields(spec, s);
   const char* note = target == mg::DeviceType::CPU        ? ", counted in the plan below"

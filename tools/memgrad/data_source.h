@@ -32,7 +32,7 @@ class TrainData {
   // Builds the DataLoader on `device` (the MLP's teacher first): its buffers in the ledger, as
   // train_program plans them. This process is rank `rank` of `ranks`, each running s.accum
   // micro-batches a step, and together what one process with ranks * s.accum of them runs.
-  void start(const mg::plan::ModelSpec& spec, const StepFlags& s, const mg::Device& device, int rank, int ranks);
+  void start(const mg::train::ModelSpec& spec, const StepFlags& s, const mg::Device& device, int rank, int ranks);
   // This process's next micro-batch: input and target.
   std::pair<mg::Tensor, mg::Tensor> next();
   std::string str() const;  // what it reads, in a line for the run's header
@@ -45,7 +45,7 @@ class TrainData {
   // GPT: the mean loss over the held-out windows (up to 20 batches of them, consecutive), printed.
   // With `dp` (every rank calls it then: sharded parameters are gathered collectively) the model runs
   // through its units.
-  void print_held_out_loss(const mg::plan::ChainModel& chain, mg::distributed::DataParallel* dp = nullptr) const;
+  void print_held_out_loss(const mg::train::ChainModel& chain, mg::distributed::DataParallel* dp = nullptr) const;
   // The time the training thread spent waiting for batches, per step, after `steps` steps.
   void print_wait(int64_t steps, double train_seconds) const;
   // The loader's own buffers: in the host ledger, page-locked, in the device's ledger.
@@ -66,6 +66,6 @@ class TrainData {
 
 // `memgrad plan`: checks --pin-memory against the device the plan is for, and prints the buffers the
 // loader of these flags holds (none without workers or pinning).
-void print_loader_plan(const mg::plan::ModelSpec& spec, const StepFlags& s, mg::DeviceType target);
+void print_loader_plan(const mg::train::ModelSpec& spec, const StepFlags& s, mg::DeviceType target);
 
 }  // namespace memgrad_cli

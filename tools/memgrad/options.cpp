@@ -1,8 +1,5 @@
 #include "options.h"
 
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -114,15 +111,31 @@ CLI::Option* byte_size(CLI::Option* option) {
 }
 
 void check_writable(const char* flag, const std::string& path) {
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-  struct stat st;
-  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
-    throw UsageError(std::string(flag) + " " + path + ": is a folder; expected a file name");
-  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    throw UsageError(std::string(flag) + " " + path + ": the folder '" + dir + "' does not exist");
-  if (::access(dir.c_str(), W_OK | X_OK) != 0)
-    throw UsageError(std::string(flag) + " " + path + ": the folder '" + dir + "' is not writable");
+  try {
+    mg::output_file(path, flag);  // core/files.h: a regular file, a link to one, or a new name in a writable folder
+  } catch (const mg::IOError& e) {
+    throw UsageError(e.what());
+  }
+}
+
+CLI::Validator non_empty(const std::string& what) {
+  return CLI::Validator(
+      [what](std::string& s) -> std::string { return s.empty() ? "expected " + what + ", got an empty value" : ""; },
+      "");
+}
+
+CLI::Validator input_file() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        if (s.empty()) return "expected a file name, got an empty value";
+        try {
+          mg::InputFile(s, "");  // a regular file: opened without blocking, then closed
+          return {};
+        } catch (const mg::IOError& e) {
+          return e.what();
+        }
+      },
+      "FILE");
 }
 
 void add_model_flags(CLI::App& app, ModelFlags& m) {
@@ -166,10 +179,12 @@ void add_step_flags(CLI::App& app, StepFlags& s) {
   app.add_option("-t,--seq", s.seq, "GPT sequence length (and block size)")
       ->transform(integer_in(1, kMaxCount))
       ->capture_default_str();
-  app.add_option("--optimizer", s.optimizer,
-                 "sgd, adam, adamw, adam8bit or adamw8bit (8-bit moments in blocks of 256, as bitsandbytes), or "
-                 "adafactor (factored second moments, torch.optim.Adafactor)")
-      ->check(CLI::IsMember({"sgd", "adam", "adamw", "adam8bit", "adamw8bit", "adafactor"}))
+  std::string optimizers;  // "sgd (...), adam, ... or lion (...)"
+  const std::vector<mg::optim::OptimizerEntry>& entries = mg::optim::optimizers();
+  for (size_t i = 0; i < entries.size(); ++i)
+    optimizers += (i == 0 ? "" : i + 1 == entries.size() ? " or " : ", ") + entries[i].help;
+  app.add_option("--optimizer", s.optimizer, optimizers)
+      ->check(CLI::IsMember(mg::optim::optimizer_names()))
       ->capture_default_str();
   app.add_flag("--step-in-backward", s.step_in_backward,
                "step each parameter inside backward as soon as its gradient is complete, and free that gradient "
@@ -214,18 +229,17 @@ void add_data_parallel_flags(CLI::App& app, StepFlags& s) {
                  "data parallelism: ZeRO stage 0 (all-reduce gradients), 1 (shard optimizer state), 2 (shard "
                  "gradients too) or 3 (shard the parameters: each block gathered for its forward and backward only); "
                  "train runs the ranks mpirun starts")
-      ->check(CLI::Range(0, 3))
+      ->transform(integer_in(0, 3))
       ->capture_default_str();
   app.add_flag("!--no-unit-prefetch", s.unit_prefetch,
                "--zero 3 and --offload params: gather each block only when it runs, not while the one before runs "
                "(shows what prefetching hides)");
-  app.add_option("--bucket-cap", s.bucket_cap, "data parallelism: gradient bucket size, e.g. 25MiB")
-      ->transform(CLI::AsSizeValue(true))
-      ->check(CLI::PositiveNumber);
+  byte_size(app.add_option("--bucket-cap", s.bucket_cap, "data parallelism: gradient bucket size, e.g. 25MiB"))
+      ->check(CLI::Validator([](std::string& v) { return v == "0" ? "expected a byte count > 0, got 0" : ""; }, ""));
 }
 
-mg::plan::ModelSpec model_spec(const ModelFlags& m, int64_t seq) {
-  if (m.model == "mlp") return mg::plan::ModelSpec::mlp(m.layers, m.width);
+mg::train::ModelSpec model_spec(const ModelFlags& m, int64_t seq) {
+  if (m.model == "mlp") return mg::train::ModelSpec::mlp(m.layers, m.width);
   Preset p = kPresets.at(m.model == "custom" ? "tiny" : m.model);
   mg::nn::GPTConfig c;
   c.n_layer = m.n_layer ? m.n_layer : p.n_layer;
@@ -242,11 +256,11 @@ mg::plan::ModelSpec model_spec(const ModelFlags& m, int64_t seq) {
   if (c.n_embd % c.n_head != 0)
     throw UsageError("--n-embd " + std::to_string(c.n_embd) + " must be a multiple of --n-head " +
                      std::to_string(c.n_head));
-  return mg::plan::ModelSpec::gpt_model(c);
+  return mg::train::ModelSpec::gpt_model(c);
 }
 
-std::string model_str(const mg::plan::ModelSpec& spec) {
-  if (spec.kind == mg::plan::ModelSpec::Kind::MLP)
+std::string model_str(const mg::train::ModelSpec& spec) {
+  if (spec.kind == mg::train::ModelSpec::Kind::MLP)
     return "MLP of " + std::to_string(spec.mlp_layers) + " Linear(" + std::to_string(spec.mlp_width) + ", " +
            std::to_string(spec.mlp_width) + ")+ReLU blocks";
   const auto& c = spec.gpt;
@@ -256,40 +270,32 @@ std::string model_str(const mg::plan::ModelSpec& spec) {
          (c.fused_elementwise ? "" : ", unfused element-wise ops");
 }
 
-mg::plan::StepOptions step_options(const StepFlags& s) {
-  using mg::plan::OptimizerKind;
-  mg::plan::StepOptions o;
+mg::train::StepOptions step_options(const StepFlags& s) {
+  mg::train::StepOptions o;
   o.accum = s.accum;
   o.clip_norm = s.clip;
-  o.precision = mg::plan::parse_precision(s.precision);
+  o.precision = mg::train::parse_precision(s.precision);
   o.grad_scaler = s.precision.rfind("fp16", 0) == 0;
   o.world_size = s.world_size, o.rank = s.rank, o.zero_stage = s.zero, o.bucket_bytes = int64_t(s.bucket_cap);
   o.offload_params = s.offload_params, o.unit_prefetch = s.unit_prefetch;
-  o.optimizer = s.optimizer == "sgd"         ? (s.momentum > 0 ? OptimizerKind::SGDMomentum : OptimizerKind::SGD)
-                : s.optimizer == "adam"      ? OptimizerKind::Adam
-                : s.optimizer == "adam8bit"  ? OptimizerKind::Adam8bit
-                : s.optimizer == "adamw8bit" ? OptimizerKind::AdamW8bit
-                : s.optimizer == "adafactor" ? OptimizerKind::Adafactor
-                                             : OptimizerKind::AdamW;
+  const mg::optim::OptimizerEntry& optimizer = mg::optim::optimizer_entry(s.optimizer);
+  o.optimizer = mg::optim::OptimizerSpec(s.optimizer, optimizer.has_momentum ? s.momentum : 0);
   o.step_in_backward = s.step_in_backward;
-  if (s.optimizer == "adafactor" && s.zero > 0)
-    throw UsageError("--optimizer adafactor does not run under --zero " + std::to_string(s.zero) +
-                     ": its moments are factored and its step scaled per parameter, and a rank holds flat slices");
+  // ZeRO's shards cut parameters: into flat slices (stages 1-2), into 1-D pieces of flat chunks (stage 3 and
+  // --offload params). An element-wise update takes them as they are; other state needs more (optim/registry.h).
+  const int stage = o.sharding_stage();
+  if (!optimizer.runs_sharded(stage))
+    throw UsageError("--optimizer " + s.optimizer + " does not run under " +
+                     (s.offload_params ? std::string("--offload params") : "--zero " + std::to_string(s.zero)) + ": " +
+                     optimizer.why_not_sharded(stage) + "; use " + mg::optim::optimizer_names_at(stage));
   if (o.step_in_backward && o.data_parallel())
     throw UsageError(
         "--step-in-backward does not run with data parallelism (--zero, several processes, --offload params): a "
         "parameter could be stepped only once its gradient bucket's reduction or its unit's copy had finished");
-  // Stage 3's chunks cut parameters anywhere: the optimizer steps 1-D pieces of them, which an element-wise
-  // update takes as it is, but 8-bit blocks and Adafactor's factored rows and columns would not match one rank's.
-  if ((s.zero == 3 || s.offload_params) &&
-      (s.optimizer == "adafactor" || s.optimizer.find("8bit") != std::string::npos))
-    throw UsageError("--optimizer " + s.optimizer + " does not run under --zero 3 or --offload params: a rank steps " +
-                     "1-D pieces of its units' flat chunks, and its state (quantization blocks, factored moments) " +
-                     "needs whole parameters; use sgd, adam or adamw");
   return o;
 }
 
-mg::plan::InputShape input_shape(const StepFlags& s) { return {s.batch, s.seq}; }
+mg::train::InputShape input_shape(const StepFlags& s) { return {s.batch, s.seq}; }
 
 mg::data::DataLoaderOptions loader_options(const StepFlags& s, const mg::Device& device) {
   const bool cuda = device.is_cuda() || (device.is_meta() && mg::meta_target() == mg::DeviceType::CUDA);
@@ -303,15 +309,15 @@ mg::data::DataLoaderOptions loader_options(const StepFlags& s, const mg::Device&
       .device(device);
 }
 
-std::pair<mg::data::Field, mg::data::Field> example_fields(const mg::plan::ModelSpec& spec, const StepFlags& s) {
-  if (spec.kind == mg::plan::ModelSpec::Kind::MLP)
+std::pair<mg::data::Field, mg::data::Field> example_fields(const mg::train::ModelSpec& spec, const StepFlags& s) {
+  if (spec.kind == mg::train::ModelSpec::Kind::MLP)
     return {{{spec.mlp_width}, mg::kFloat32}, {{spec.mlp_width}, mg::kFloat32}};
   return {{{s.seq}, mg::kInt64}, {{s.seq}, mg::kInt64}};
 }
 
-mg::plan::Program train_program(const mg::plan::ModelSpec& spec, const StepFlags& s) {
+mg::plan::Program train_program(const mg::train::ModelSpec& spec, const StepFlags& s) {
   const mg::plan::Program model = mg::plan::program(spec, input_shape(s), step_options(s));
-  const int64_t n = spec.kind == mg::plan::ModelSpec::Kind::MLP ? spec.mlp_width : 0;
+  const int64_t n = spec.kind == mg::train::ModelSpec::Kind::MLP ? spec.mlp_width : 0;
   const auto fields = example_fields(spec, s);
   return [model, n, fields, s](const mg::plan::StepContext& ctx) -> mg::plan::Step {
     auto teacher = std::make_shared<mg::Tensor>();
@@ -326,9 +332,9 @@ mg::plan::Program train_program(const mg::plan::ModelSpec& spec, const StepFlags
   };
 }
 
-mg::plan::Policy policy(const StepFlags& s, const mg::plan::ModelSpec& spec, bool table,
-                        const mg::plan::PlanOptions& plan_options) {
-  using mg::plan::Policy;
+mg::train::Policy policy(const StepFlags& s, const mg::train::ModelSpec& spec, bool table,
+                         const mg::plan::PlanOptions& plan_options) {
+  using mg::train::Policy;
   const int64_t n = spec.num_blocks();
   const std::string& c = s.checkpoint;
   if (c == "auto") {
@@ -373,8 +379,8 @@ mg::plan::Policy policy(const StepFlags& s, const mg::plan::ModelSpec& spec, boo
   }
 }
 
-int64_t parameter_count(const mg::plan::ModelSpec& spec) {
-  return mg::plan::ChainModel(spec, mg::kMeta).module().num_parameters();
+int64_t parameter_count(const mg::train::ModelSpec& spec) {
+  return mg::train::ChainModel(spec, mg::kMeta).module().num_parameters();
 }
 
 std::string thousands(int64_t n) {

@@ -42,9 +42,16 @@ CLI::Validator any_uint64();  // [0, 2^64 - 1], e.g. seeds
 CLI::Validator number_in(double lo, double hi, bool open = false);
 // A byte size such as 512MiB or 80GB (CLI11's AsSizeValue) below 2^63, for --memory-limit and --budget.
 CLI::Option* byte_size(CLI::Option* option);
-// Throws UsageError unless `path` can be written when the run ends: its folder exists and is
-// writable, and it is not a folder itself (checked before any work, not after a long run).
+// Throws UsageError unless `path` can be written when the run ends (mg::output_file: a regular file, a
+// symbolic link to one, or a new name in an existing writable folder; never a folder, FIFO or device),
+// checked before any work, not after a long run. Every flag that writes a file is checked with it.
 void check_writable(const char* flag, const std::string& path);
+// Refuses an empty value ("expected <what>, got an empty value"): paths, where '' would otherwise
+// silently mean "none".
+CLI::Validator non_empty(const std::string& what);
+// An existing regular file (or a symbolic link to one), checked without blocking on a FIFO
+// (mg::InputFile): files read whole, such as --resume and memgrad view's snapshots.
+CLI::Validator input_file();
 
 struct ModelFlags {
   std::string model;  // tiny | gpt2-124m | gpt2-350m | gpt2-774m | gpt2-1.5b | custom | mlp
@@ -56,9 +63,9 @@ struct ModelFlags {
 };
 
 struct StepFlags {
-  int64_t batch = 0, seq = 0;       // seq is the GPT's block size too
-  std::string optimizer = "adamw";  // sgd | adam | adamw | adam8bit | adamw8bit | adafactor
-  double momentum = 0.0;            // sgd
+  int64_t batch = 0, seq = 0;                              // seq is the GPT's block size too
+  std::string optimizer = mg::optim::default_optimizer();  // a name of optim/registry.h
+  double momentum = 0.0;                                   // sgd
   std::string precision = "fp32";   // fp32 | fp16 | bf16 (autocast) | fp16-storage | bf16-storage
   std::string checkpoint = "none";  // none | every-K | sqrt | selective | auto
   uint64_t budget = 0;              // bytes; `auto` chooses segments for it
@@ -87,31 +94,31 @@ void add_step_flags(CLI::App& app, StepFlags& s);
 void add_data_parallel_flags(CLI::App& app, StepFlags& s);
 
 // The planner's description of the model (GPT presets have GPT-2's vocabulary of 50257).
-mg::plan::ModelSpec model_spec(const ModelFlags& m, int64_t seq);
-std::string model_str(const mg::plan::ModelSpec& spec);
+mg::train::ModelSpec model_spec(const ModelFlags& m, int64_t seq);
+std::string model_str(const mg::train::ModelSpec& spec);
 // Loss scaling (a GradScaler) for the float16 modes.
-mg::plan::StepOptions step_options(const StepFlags& s);
-mg::plan::InputShape input_shape(const StepFlags& s);
+mg::train::StepOptions step_options(const StepFlags& s);
+mg::train::InputShape input_shape(const StepFlags& s);
 // The DataLoader of a step: batches of --batch, every one full (drop_last), --num-workers,
 // --prefetch and --pin-memory, delivered to `device`. UsageError for --pin-memory unless the device
 // is cuda (on meta: the device the plan is for).
 mg::data::DataLoaderOptions loader_options(const StepFlags& s, const mg::Device& device);
 // One example of the built-in model's data: a GPT's window of --seq token ids and the same window one
 // token later; an MLP's input and target rows.
-std::pair<mg::data::Field, mg::data::Field> example_fields(const mg::plan::ModelSpec& spec, const StepFlags& s);
+std::pair<mg::data::Field, mg::data::Field> example_fields(const mg::train::ModelSpec& spec, const StepFlags& s);
 // What `memgrad train` runs on a device, as a program for the planner: the built-in model and its
 // trainer (plan::program), after the teacher matrix the MLP's data is drawn through ([width, width]
 // float32, Input), which train holds on the cpu, and the DataLoader's buffers (data::plan_buffers).
 // Every plan of the command is of this program.
-mg::plan::Program train_program(const mg::plan::ModelSpec& spec, const StepFlags& s);
+mg::plan::Program train_program(const mg::train::ModelSpec& spec, const StepFlags& s);
 // none, every-K, sqrt or selective for n blocks; `auto` chooses segments for the budget with the
 // planner: among its methods' plans that run under the budget on meta, the one that recomputes
 // least (printing the side-by-side table when `table` is set). `plan_options` says what device the
 // plans are for.
-mg::plan::Policy policy(const StepFlags& s, const mg::plan::ModelSpec& spec, bool table,
-                        const mg::plan::PlanOptions& plan_options = {});
+mg::train::Policy policy(const StepFlags& s, const mg::train::ModelSpec& spec, bool table,
+                         const mg::plan::PlanOptions& plan_options = {});
 
-int64_t parameter_count(const mg::plan::ModelSpec& spec);
+int64_t parameter_count(const mg::train::ModelSpec& spec);
 std::string thousands(int64_t n);  // 124439808 -> "124,439,808"
 
 }  // namespace memgrad_cli

@@ -8,14 +8,16 @@ namespace memgrad_cli {
 
 struct PlanFlags {
   ModelFlags model{"gpt2-124m"};
-  StepFlags step{8, 1024, "adamw", 0.0, "fp32", "none", 0, 1, 1.0};  // clip 1.0, as memgrad train
-  std::string device = "cpu";                                        // the device the plan is for
-  std::string offload = "none";                                      // none | params (StepFlags::offload_params)
-  bool compare = true;                                               // the side-by-side table of policies
-  int top = 10;                                                      // owners listed
-  std::string plan;                                                  // mixed: keep/recompute/offload for --budget
-  std::string pareto;                                                // the memory-time curve's HTML or SVG file
-  std::string cost_model = "fit";                                    // fit (cpu: on this machine) | fixed
+  StepFlags step{8, 1024, mg::optim::default_optimizer(), 0.0, "fp32", "none", 0,
+                 1, 1.0};          // clip 1.0, as memgrad train
+  std::string device = "cpu";      // the device the plan is for
+  std::string offload = "none";    // none | params (StepFlags::offload_params)
+  bool compare = true;             // the side-by-side table of policies
+  int top = 10;                    // owners listed
+  std::string plan;                // mixed: keep/recompute/offload for --budget
+  std::string save_plan;           // the mixed plan's file, for memgrad train --plan FILE
+  std::string pareto;              // the memory-time curve's HTML or SVG file
+  std::string cost_model = "fit";  // fit (cpu: on this machine) | fixed
 };
 
 void add_plan_flags(CLI::App& app, PlanFlags& f);

@@ -67,8 +67,8 @@ void print_host_memory(const mg::Device& device, const mg::HostMemoryStats& at_e
       peak == planned_peak ? "exact" : ("off by " + std::to_string(peak - planned_peak) + " B").c_str());
 }
 
-int64_t zero_formula_bytes(int64_t parameters, const mg::plan::StepOptions& step, int stage, int64_t world) {
-  const bool half = mg::plan::storage_dtype(step.precision).has_value();
+int64_t zero_formula_bytes(int64_t parameters, const mg::train::StepOptions& step, int stage, int64_t world) {
+  const bool half = mg::train::storage_dtype(step.precision).has_value();
   const double p = half ? 2 : 4;
   const double k = double(mg::plan::optimizer_state_bytes_per_parameter(step.optimizer, half));
   return int64_t(std::llround(double(parameters) * mg::plan::zero_bytes_per_parameter(p, p, k, stage, world)));

@@ -26,6 +26,6 @@ void print_host_memory(const mg::Device& device, const mg::HostMemoryStats& at_e
 
 // ZeRO's bytes for one rank's parameters, gradients and optimizer state (Rajbhandari et al. 2020)
 // for `parameters` elements at `stage` of `world` ranks, in the run's precision and optimizer.
-int64_t zero_formula_bytes(int64_t parameters, const mg::plan::StepOptions& step, int stage, int64_t world);
+int64_t zero_formula_bytes(int64_t parameters, const mg::train::StepOptions& step, int stage, int64_t world);
 
 }  // namespace memgrad_cli

@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "train.h"
 #include "train_state.h"
@@ -17,12 +18,13 @@ namespace dist = mg::distributed;
 // phases share, declared in the order they are made, so they are destroyed in reverse, as locals were.
 struct TrainRun {
   explicit TrainRun(const TrainFlags& flags) : f(flags), data(flags) {}
-  void set_up();                  // processes, device, limits, the plan's policy, a saved state, the data loader
-  void build();                   // the model and its trainer, the saved state loaded, the run's header
-  void run_steps();               // the steps: progress, log, peaks, timeline, profile
-  void report_training();         // time, loss, held-out loss, sample, and the memory at the peak
-  void report_plan();             // the same steps planned on meta, against the measured peaks
-  void report_ranks_and_state();  // every rank's figures, the optimizer state, the files written
+  void set_up();                   // processes, device, limits, the plan's policy, a saved state, the data loader
+  void build();                    // the model and its trainer, the saved state loaded, the run's header
+  void run_steps();                // the steps: progress, log, peaks, timeline, profile
+  void report_training();          // time, loss, held-out loss, sample, and the memory at the peak
+  void report_plan();              // the same steps planned on meta, against the measured peaks
+  void report_ranks_and_state();   // every rank's figures, the optimizer state, the files written
+  void report_timed_plan() const;  // --plan: each step against the plan carried out
   std::map<std::string, int64_t> owners_since_base(std::map<std::string, int64_t> owners) const;
 
   const TrainFlags& f;
@@ -33,10 +35,13 @@ struct TrainRun {
   StepFlags step_flags;  // this rank's
   mg::Device device = mg::kCPU;
   bool budgeted = false;
-  mg::plan::ModelSpec spec;
-  mg::plan::InputShape shape;
-  mg::plan::Policy policy;
-  std::optional<int64_t> tokens;  // per step, this rank's (mlp: rows)
+  mg::train::ModelSpec spec;
+  mg::train::InputShape shape;
+  mg::train::Policy policy;
+  std::optional<mg::plan::TimedPlan> timed;  // --plan: the plan carried out (its policy, budget and runtime)
+  std::vector<double> step_seconds;          // --plan: each step's wall time
+  std::vector<int64_t> step_peaks;           // --plan: each step's allocated peak
+  std::optional<int64_t> tokens;             // per step, this rank's (mlp: rows)
   std::string signature;
   std::optional<SavedState> saved;
   mg::MemoryStats base;           // before the model was built
@@ -45,9 +50,9 @@ struct TrainRun {
   std::optional<mg::cuda::DeviceMemory> driver_before;  // cuda: the driver's view, for the bytes outside the ledger
   std::unique_ptr<dist::ProcessGroup> nccl;
   dist::ProcessGroup* group = nullptr;
-  std::optional<mg::plan::ChainModel> chain;
-  mg::plan::StepOptions options;
-  std::optional<mg::plan::Trainer> trainer;
+  std::optional<mg::train::ChainModel> chain;
+  mg::train::StepOptions options;
+  std::optional<mg::train::Trainer> trainer;
   mg::amp::GradScaler* scaler = nullptr;
   dist::DataParallel* dp = nullptr;
   std::optional<mg::optim::LinearWarmupLR> warmup;  // made before a resume overwrites the lr with its scheduled value

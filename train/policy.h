@@ -7,9 +7,9 @@
 #include <vector>
 
 #include <memgrad/core/tensor.h>
-#include <memgrad/nn/module.h>
+#include <memgrad/nn/layers.h>
 
-namespace mg::plan {
+namespace mg::train {
 
 struct Segment {
   int64_t begin = 0, end = 0;  // blocks [begin, end) run as one recompute-on-backward segment
@@ -30,7 +30,7 @@ struct Policy {
   static Policy sqrt_n(int64_t n);              // uniform(n, round(sqrt(n)))
   static Policy selective_only();
   // By name, over n blocks: none, sqrt, selective, or every-K (segments of K blocks, 1 <= K <= n), as
-  // memgrad train|plan --checkpoint takes them (its "auto" is choose_segments). ValueError otherwise.
+  // memgrad train|plan --checkpoint takes them (its "auto" is plan::choose_segments). ValueError otherwise.
   static Policy parse(const std::string& name, int64_t n);
   int64_t recomputed_blocks() const;
   std::string str() const;  // "[0,4) [4,8)" or "-"
@@ -54,7 +54,22 @@ Chain chain_of(const nn::ModuleList<M>& blocks) {
 }
 // Runs x through the chain as `policy` says: each segment as one checkpoint (its blocks' activations
 // recomputed in backward), the other blocks kept. Raises ValueError for segments outside the chain.
-// While the planner measures block costs (measure_block_costs) it runs the chain its own way here.
+// While a ChainRunner is installed on this thread it runs the chain its own way instead.
 Tensor run_chain(const Chain& chain, const Tensor& x, const Policy& policy);
 
-}  // namespace mg::plan
+// Another way to run every chain on this thread, installed from above (the planner's probe, which
+// measures block costs: plan::measure_block_costs). Construction installs it, destruction puts the
+// previous one back.
+class ChainRunner {
+ public:
+  ChainRunner();
+  virtual ~ChainRunner();
+  ChainRunner(const ChainRunner&) = delete;
+  ChainRunner& operator=(const ChainRunner&) = delete;
+  virtual Tensor run(const Chain& chain, const Tensor& x) = 0;
+
+ private:
+  ChainRunner* previous_;
+};
+
+}  // namespace mg::train

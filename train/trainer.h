@@ -14,10 +14,10 @@
 #include <memgrad/nn/module.h>
 #include <memgrad/optim/in_backward.h>
 #include <memgrad/optim/optimizer.h>
+#include <memgrad/optim/registry.h>
 
-namespace mg::plan {
+namespace mg::train {
 
-enum class OptimizerKind { None, SGD, SGDMomentum, Adam, AdamW, Adam8bit, AdamW8bit, Adafactor };
 // Float32. Float16 and BFloat16: autocast (float32 parameters, gradients and optimizer state;
 // matmuls and convolutions on half copies). Float16Storage and BFloat16Storage: the model stored in
 // half (parameters, gradients, activations), the optimizer updating float32 master weights.
@@ -31,7 +31,9 @@ const char* precision_name(Precision p);
 Precision parse_precision(const std::string& name);  // ValueError for another name
 
 struct StepOptions {
-  OptimizerKind optimizer = OptimizerKind::AdamW;
+  // The optimizer (optim/registry.h) with the planner's hyperparameters, which do not change any
+  // byte; OptimizerSpec::none() for no optimizer.
+  optim::OptimizerSpec optimizer{};
   Precision precision = Precision::Float32;
   int64_t accum = 1;       // micro-batches per optimizer step (gradient accumulation)
   double clip_norm = 0.0;  // clip_grad_norm_ to this before the update (0: no clipping)
@@ -43,13 +45,13 @@ struct StepOptions {
   amp::GradScalerOptions scaler{};
   // Data parallelism (distributed::DataParallel): the step of rank `rank` of `world_size` processes,
   // each running `accum` micro-batches, with ZeRO stage `zero_stage` and buckets of `bucket_bytes`.
-  // plan() simulates that rank on meta (no processes needed); world_size 1 with stage 0 is no data
+  // plan::plan() simulates that rank on meta (no processes needed); world_size 1 with stage 0 is no data
   // parallelism at all.
   int64_t world_size = 1, rank = 0;
   int zero_stage = 0;
   int64_t bucket_bytes = int64_t(25) << 20;
   // ZeRO stage 3 (distributed::ParameterUnits): the module paths whose parameters form a unit each
-  // (a ChainModel's blocks, ChainModel::unit_names(), which program() and the memgrad command fill
+  // (a ChainModel's blocks, ChainModel::unit_names(), which plan::program() and the memgrad command fill
   // in), and whether the next unit is gathered while one runs. offload_params: the parameters,
   // their gradients and optimizer state live in host memory and visit the device unit by unit,
   // stage 3's schedule at any world size (zero_stage must be 0 or 3); the optimizer steps on the host.
@@ -72,10 +74,6 @@ struct StepOptions {
   bool step_in_backward = false;
 };
 
-// The optimizer plans build for `kind` over `params` (null for None), with the planner's
-// hyperparameters (which do not change any byte).
-std::unique_ptr<optim::Optimizer> make_optimizer(OptimizerKind kind, const nn::NamedTensors& params);
-
 // The optimizer side of training in a precision mode, shared by the built-in models, the memgrad
 // command and any program that wants it. For a storage mode it converts `model` to half and gives
 // the optimizer float32 master weights (amp::MasterWeights); with options.grad_scaler it scales the
@@ -97,7 +95,7 @@ std::unique_ptr<optim::Optimizer> make_optimizer(OptimizerKind kind, const nn::N
 class Trainer {
  public:
   // make: the optimizer for the parameters it updates (the masters' in a storage mode, the rank's
-  // slices with data parallelism); by default make_optimizer(options.optimizer, ...).
+  // slices with data parallelism); by default optim::make_optimizer(options.optimizer, ...).
   using OptimizerFactory = std::function<std::unique_ptr<optim::Optimizer>(const nn::NamedTensors&)>;
   Trainer(nn::Module& model, const StepOptions& options, const OptimizerFactory& make = {},
           distributed::ProcessGroup* group = nullptr);
@@ -110,7 +108,7 @@ class Trainer {
   const StepOptions& options() const { return options_; }
   // Its hooks with options.step_in_backward, else null.
   optim::StepInBackward* in_backward() const;
-  struct InBackward;  // the hooks and the step's factors (plan/chain.cpp)
+  struct InBackward;  // the hooks and the step's factors (train/trainer.cpp)
 
  private:
   nn::Module& model_;
@@ -125,4 +123,4 @@ class Trainer {
 // Philox counters reserved for each micro-batch of a training step (see Trainer).
 inline constexpr uint64_t kMicroBatchCounters = uint64_t(1) << 40;
 
-}  // namespace mg::plan
+}  // namespace mg::train

@@ -36,7 +36,7 @@ double cpu_seconds() {
   return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
 }
 
-std::string env(const char* name, const char* fallback) {
+std::string env_or(const char* name, const char* fallback) {
   const char* v = std::getenv(name);
   return v && *v ? v : fallback;
 }
@@ -112,8 +112,8 @@ int main(int argc, char** argv) try {
     std::fprintf(stderr, "usage: bench_train_step mlp|gpt|gpt-fused [steps] [sizes...]\n");
     return 2;
   }
-  const Device device(env("MG_DEVICE", "cpu"));
-  const std::string precision = env("MG_PRECISION", "fp32"), checkpoint = env("MG_CHECKPOINT", "none");
+  const Device device(env_or("MG_DEVICE", "cpu"));
+  const std::string precision = env_or("MG_PRECISION", "fp32"), checkpoint = env_or("MG_CHECKPOINT", "none");
   if (precision != "fp32" && precision != "tf32" && precision != "bf16" && precision != "fp16")
     throw ValueError("MG_PRECISION: expected fp32, tf32, bf16 or fp16, got " + precision);
   if (precision == "tf32") {

@@ -1,11 +1,11 @@
-// The CPU backend's kernels, one family per file. Each file is compiled once per ISA level the build
-// dispatches on (CMakeLists.txt: baseline x86-64, x86-64-v3 and x86-64-v4 in a default build; one
-// level under MG_NATIVE) into a namespace of its own, mg::cpu::<level> (MG_CPU_ISA_NS), with the
-// helpers of loops.h: code of one level never calls code of a higher one, nor shares an inline
-// function's copy with a higher one (the lower levels' objects come first in the link, and the linker
-// keeps the first copy). table.cpp gathers each level's kernels into its Backend table, backend.cpp
-// picks the table of the CPU's level (core/cpu_isa.h). Code outside these namespaces is compiled for
-// the baseline. The CPU has no optional (library) kernels: conv2d lowers to im2col + GEMM.
+// The CPU backend's kernels, one family per file, compiled once per ISA level the build dispatches on
+// (CMakeLists.txt: baseline x86-64, x86-64-v3 and x86-64-v4 in a default build, except the families
+// that gain nothing there, MG_CPU_BASELINE_FAMILIES; one level under MG_NATIVE) into a namespace of its
+// own, mg::cpu::<level> (MG_CPU_ISA_NS), with the helpers of loops.h: code of one level never calls code
+// of a higher one, nor shares an inline function's copy with a higher one (the linker keeps the first
+// copy: the lower levels' objects come first). table.cpp gathers each level's kernels into its Backend
+// table (the level below's where it lacks a family), backend.cpp picks the CPU's level's (core/cpu_isa.h).
+// Code outside these namespaces is for the baseline. No optional kernels: conv2d lowers to im2col + GEMM.
 #pragma once
 #include <memgrad/core/dispatch.h>
 #include <memgrad/kernels/backend.h>

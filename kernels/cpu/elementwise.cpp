@@ -1,10 +1,11 @@
-// Elementwise CPU kernels: copies and casts, fills, random fills, unary and binary maps.
+// Elementwise CPU kernels: copies and casts, fills, random fills, where and dropout (the unary and
+// binary maps are elementwise_unary.cpp, elementwise_unary_backward.cpp and elementwise_binary.cpp).
+// Loops for float32/float16/bfloat16 at every level, for other dtypes at the baseline's (cpu_kernels.h).
 #include <cmath>
 #include <cstring>
 
 #include <memgrad/kernels/cpu/cpu_kernels.h>
 #include <memgrad/kernels/cpu/loops.h>
-#include <memgrad/kernels/unary.h>
 
 namespace mg::cpu::MG_CPU_ISA_NS {
 
@@ -13,9 +14,10 @@ void copy(const Tensor& src, const Out& dst) {
     std::memcpy(dst.raw_data(), src.raw_data(), dst.nbytes());
     return;
   }
-  dispatch(dst.dtype(), [&](auto d) {
+  MG_CPU_LOWER_UNLESS(level_has_all(src.dtype(), dst.dtype()), copy, src, dst);
+  dispatch_level(dst.dtype(), [&](auto d) {
     using D = typename decltype(d)::type;
-    dispatch(src.dtype(), [&](auto s) {
+    dispatch_level(src.dtype(), [&](auto s) {
       using S = typename decltype(s)::type;
       map<D, S>(
           dst, [](auto v) { return v; }, src);
@@ -24,7 +26,8 @@ void copy(const Tensor& src, const Out& dst) {
 }
 
 void fill(const Out& dst, double value) {
-  dispatch(dst.dtype(), [&](auto d) {
+  MG_CPU_LOWER_UNLESS(level_has(dst.dtype()), fill, dst, value);
+  dispatch_level(dst.dtype(), [&](auto d) {
     using T = typename decltype(d)::type;
     opmath_t<T> v = kernels::scalar_as<opmath_t<T>>(value);
     map<T>(dst, [v]() { return v; });
@@ -34,7 +37,7 @@ void fill(const Out& dst, double value) {
 // Writes f(i) into element i of a contiguous tensor.
 template <class F>
 void fill_indexed(const Tensor& dst, F f) {
-  dispatch(dst.dtype(), [&](auto d) {
+  dispatch_level(dst.dtype(), [&](auto d) {
     using T = typename decltype(d)::type;
     T* p = ptr<T>(dst);
     int64_t n = dst.numel();
@@ -43,158 +46,31 @@ void fill_indexed(const Tensor& dst, F f) {
 }
 
 void fill_range(const Out& dst, double start, double step) {
+  MG_CPU_LOWER_UNLESS(level_has(dst.dtype()), fill_range, dst, start, step);
   fill_indexed(dst, [=](int64_t i) { return start + double(i) * step; });
 }
 
 void uniform(const Out& dst, uint64_t seed, uint64_t offset, double lo, double hi) {
+  MG_CPU_LOWER_UNLESS(level_has(dst.dtype()), uniform, dst, seed, offset, lo, hi);
   fill_indexed(dst, [=](int64_t i) { return lo + (hi - lo) * double(kernels::random_uniform(seed, offset, i)); });
 }
 
 void normal(const Out& dst, uint64_t seed, uint64_t offset, double mean, double std) {
+  MG_CPU_LOWER_UNLESS(level_has(dst.dtype()), normal, dst, seed, offset, mean, std);
   fill_indexed(dst, [=](int64_t i) { return mean + std * double(kernels::random_normal(seed, offset, i)); });
 }
 
 void randint(const Out& dst, uint64_t seed, uint64_t offset, int64_t lo, int64_t hi) {
+  MG_CPU_LOWER_UNLESS(level_has(dst.dtype()), randint, dst, seed, offset, lo, hi);
   uint64_t range = uint64_t(hi - lo);
   fill_indexed(dst, [=](int64_t i) {  // multiply-shift maps a 32-bit word onto [0, range)
     return double(lo + int64_t((uint64_t(kernels::random_word(seed, offset, i)) * range) >> 32));
   });
 }
 
-void unary(UnaryOp op, const Tensor& x, const Out& out, UnaryParams p) {
-  dispatch(x.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using A = std::conditional_t<std::is_same_v<T, bool>, int64_t, opmath_t<T>>;
-    auto go = [&](auto f) {
-      map<T, T>(
-          out, [f](auto v) { return f(A(v)); }, x);
-    };
-    const A a = kernels::scalar_as<A>(p.a), b = kernels::scalar_as<A>(p.b);
-    switch (op) {
-      case UnaryOp::Neg:
-        return go([](A v) { return -v; });
-      case UnaryOp::Exp:
-        return go([](A v) { return std::exp(v); });
-      case UnaryOp::Log:
-        return go([](A v) { return std::log(v); });
-      case UnaryOp::Sqrt:
-        return go([](A v) { return std::sqrt(v); });
-      case UnaryOp::Rsqrt:
-        return go([](A v) { return A(1) / std::sqrt(v); });
-      case UnaryOp::Abs:
-        return go([](A v) { return v < A(0) ? -v : v; });
-      case UnaryOp::Tanh:
-        return go([](A v) { return std::tanh(v); });
-      case UnaryOp::Sigmoid:
-        return go([](A v) { return kernels::sigmoid_f(v); });
-      case UnaryOp::Relu:
-        return go([](A v) { return v > A(0) ? v : A(0); });
-      case UnaryOp::GeluErf:
-        return go([](A v) { return kernels::gelu_erf_f(v); });
-      case UnaryOp::GeluTanh:
-        return go([](A v) { return kernels::gelu_tanh_f(v); });
-      case UnaryOp::Silu:
-        return go([](A v) { return kernels::silu_f(v); });
-      case UnaryOp::Erf:
-        return go([](A v) { return std::erf(v); });
-      case UnaryOp::PowScalar:
-        return go([e = p.a](A v) { return A(std::pow(v, e)); });
-      case UnaryOp::Clamp:
-        return go([a, b](A v) { return v < a ? a : (v > b ? b : v); });
-      case UnaryOp::AddScalar:
-        return go([a](A v) { return v + a; });
-      case UnaryOp::MulScalar:
-        return go([a](A v) { return v * a; });
-      case UnaryOp::RsubScalar:
-        return go([a](A v) { return a - v; });
-    }
-  });
-}
-
-void unary_backward(UnaryOp op, const Tensor& grad, const Tensor& saved, const Out& grad_in, UnaryParams p) {
-  dispatch_floating(grad.dtype(), "unary_backward", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using A = opmath_t<T>;
-    kernels::with_unary_op(op, [&](auto u) {  // the formula is picked once, outside the loop
-      constexpr UnaryOp o = decltype(u)::value;
-      map<T, T, T>(
-          grad_in, [p](A g, A s) { return kernels::unary_grad<o>(g, s, p); }, grad, saved);
-    });
-  });
-}
-
-void binary(BinaryOp op, const Tensor& x, const Tensor& y, const Out& out, double alpha) {
-  dispatch(x.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using A = std::conditional_t<std::is_same_v<T, bool>, int64_t, opmath_t<T>>;
-    auto go = [&](auto f) {
-      map<T, T, T>(
-          out, [f](auto u, auto v) { return f(A(u), A(v)); }, x, y);
-    };
-    auto cmp = [&](auto f) {
-      map<bool, T, T>(
-          out, [f](auto u, auto v) { return f(A(u), A(v)); }, x, y);
-    };
-    const A al = kernels::scalar_as<A>(alpha);
-    switch (op) {
-      case BinaryOp::Add:
-        return go([al](A u, A v) { return u + al * v; });
-      case BinaryOp::Sub:
-        return go([al](A u, A v) { return u - al * v; });
-      case BinaryOp::Mul:
-        return go([](A u, A v) { return u * v; });
-      case BinaryOp::Div:
-        return go([](A u, A v) { return u / v; });
-      case BinaryOp::Pow:
-        return go([](A u, A v) { return A(std::pow(u, v)); });
-      case BinaryOp::Max:
-        return go([](A u, A v) { return is_nan(u) ? u : (u > v ? u : v); });
-      case BinaryOp::Min:
-        return go([](A u, A v) { return is_nan(u) ? u : (u < v ? u : v); });
-      case BinaryOp::Eq:
-        return cmp([](A u, A v) { return u == v; });
-      case BinaryOp::Ne:
-        return cmp([](A u, A v) { return u != v; });
-      case BinaryOp::Lt:
-        return cmp([](A u, A v) { return u < v; });
-      case BinaryOp::Le:
-        return cmp([](A u, A v) { return u <= v; });
-      case BinaryOp::Gt:
-        return cmp([](A u, A v) { return u > v; });
-      case BinaryOp::Ge:
-        return cmp([](A u, A v) { return u >= v; });
-    }
-  });
-}
-
-void bias_gelu(const Tensor& x, const Tensor& bias, const Out& out, bool tanh) {
-  dispatch_floating(x.dtype(), "bias_gelu", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using A = opmath_t<T>;
-    if (tanh)
-      map<T, T, T>(
-          out, [](A v, A b) { return kernels::gelu_tanh_f(v + b); }, x, bias);
-    else
-      map<T, T, T>(
-          out, [](A v, A b) { return kernels::gelu_erf_f(v + b); }, x, bias);
-  });
-}
-
-void bias_gelu_backward(const Tensor& grad, const Tensor& x, const Tensor& bias, const Out& grad_in, bool tanh) {
-  dispatch_floating(x.dtype(), "bias_gelu_backward", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using A = opmath_t<T>;
-    if (tanh)
-      map<T, T, T, T>(
-          grad_in, [](A g, A v, A b) { return g * kernels::gelu_tanh_grad(v + b); }, grad, x, bias);
-    else
-      map<T, T, T, T>(
-          grad_in, [](A g, A v, A b) { return g * kernels::gelu_erf_grad(v + b); }, grad, x, bias);
-  });
-}
-
 void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Out& out) {
-  dispatch(out.dtype(), [&](auto tag) {
+  MG_CPU_LOWER_UNLESS(level_has(out.dtype()), where, cond, a, b, out);
+  dispatch_level(out.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     map<T, bool, T, T>(
         out, [](bool c, auto u, auto v) { return c ? u : v; }, cond, a, b);
@@ -203,7 +79,8 @@ void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Out& out)
 
 void dropout(const Tensor& x, const Out& out, double p, uint64_t seed, uint64_t offset) {
   // x and out are contiguous; element i keeps when its uniform draw is >= p.
-  dispatch_floating(x.dtype(), "dropout", [&](auto tag) {
+  MG_CPU_LOWER_UNLESS(level_has(x.dtype()), dropout, x, out, p, seed, offset);
+  dispatch_floating_level(x.dtype(), "dropout", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
     const T* xp = ptr<T>(x);
@@ -223,13 +100,10 @@ void dropout(const Tensor& x, const Out& out, double p, uint64_t seed, uint64_t 
   });
 }
 
-}  // namespace mg::cpu::MG_CPU_ISA_NS
-
-namespace mg::cpu::MG_CPU_ISA_NS {
-
 void bias_dropout_add(const Tensor& x, const Tensor& bias, const Tensor& residual, const Out& out, double p,
                       uint64_t seed, uint64_t offset) {
-  dispatch_floating(x.dtype(), "bias_dropout_add", [&](auto tag) {
+  MG_CPU_LOWER_UNLESS(level_has(x.dtype()), bias_dropout_add, x, bias, residual, out, p, seed, offset);
+  dispatch_floating_level(x.dtype(), "bias_dropout_add", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
     const T *xp = ptr<T>(x), *bp = ptr<T>(bias), *rp = ptr<T>(residual);

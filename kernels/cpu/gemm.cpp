@@ -328,31 +328,45 @@ template <class A>
 void gemm_serial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, A alpha, const A* a, int64_t lda,
                  const A* b, int64_t ldb, A beta, A* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
-  if constexpr (std::is_same_v<A, float> || std::is_same_v<A, double>) {
+  if constexpr (std::is_integral_v<A>) {
+    // Integers: row by row, exact in any order (wrapping as the type does). Eigen's blocked products
+    // for the four integer types were two thirds of this file's compile time (bench/RESULTS.md, issue
+    // 42), for products no training step runs.
+    const int64_t bs = trans_b ? ldb : 1;  // b's stride along n
+    for (int64_t i = 0; i < m; ++i) {
+      A* ci = c + i * ldc;
+      for (int64_t j = 0; j < n; ++j) ci[j] = beta == A(0) ? A(0) : A(beta * ci[j]);
+      for (int64_t p = 0; p < k; ++p) {
+        const A s = A(alpha * (trans_a ? a[p * lda + i] : a[i * lda + p]));
+        const A* bp = trans_b ? b + p : b + p * ldb;
+        for (int64_t j = 0; j < n; ++j) ci[j] = A(ci[j] + s * bp[j * bs]);
+      }
+    }
+  } else {
     const Gemm library = gemm_library(dtype_of<A>::value, trans_a, m, n, k);
     if (library != Gemm::Eigen &&
         library_gemm<A>(library, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
       return;
-  }
-  using Stride = Eigen::OuterStride<>;
-  Eigen::Map<RowMat<A>, 0, Stride> cm(c, m, n, Stride(ldc));
-  auto product = [&](const auto& am, const auto& bm) {
-    if (beta == A(0)) return void(cm.noalias() = alpha * am * bm);
-    if (beta != A(1)) cm *= beta;
-    cm.noalias() += alpha * am * bm;
-  };
-  auto with_b = [&](const auto& am) {  // a transposed operand is a column-major view of its storage
-    if (trans_b)
-      product(am, MatMap<A, Eigen::ColMajor>(b, k, n, Stride(ldb)));
+    using Stride = Eigen::OuterStride<>;
+    Eigen::Map<RowMat<A>, 0, Stride> cm(c, m, n, Stride(ldc));
+    auto product = [&](const auto& am, const auto& bm) {
+      if (beta == A(0)) return void(cm.noalias() = alpha * am * bm);
+      if (beta != A(1)) cm *= beta;
+      cm.noalias() += alpha * am * bm;
+    };
+    auto with_b = [&](const auto& am) {  // a transposed operand is a column-major view of its storage
+      if (trans_b)
+        product(am, MatMap<A, Eigen::ColMajor>(b, k, n, Stride(ldb)));
+      else
+        product(am, MatMap<A, Eigen::RowMajor>(b, k, n, Stride(ldb)));
+    };
+    if (trans_a)
+      with_b(MatMap<A, Eigen::ColMajor>(a, m, k, Stride(lda)));
     else
-      product(am, MatMap<A, Eigen::RowMajor>(b, k, n, Stride(ldb)));
-  };
-  if (trans_a)
-    with_b(MatMap<A, Eigen::ColMajor>(a, m, k, Stride(lda)));
-  else
-    with_b(MatMap<A, Eigen::RowMajor>(a, m, k, Stride(lda)));
+      with_b(MatMap<A, Eigen::RowMajor>(a, m, k, Stride(lda)));
+  }
 }
-// Every dtype matmul dispatches over (the integer ones through Eigen).
+// Every dtype matmul dispatches over (the integer ones in the plain loop).
 #define MG_GEMM_SERIAL(A)                                                                                             \
   template void gemm_serial<A>(bool, bool, int64_t, int64_t, int64_t, A, const A*, int64_t, const A*, int64_t, A, A*, \
                                int64_t);

@@ -61,8 +61,8 @@ bool library_gemm(Gemm library, bool trans_a, bool trans_b, int64_t m, int64_t n
 // C = alpha op(A) op(B) + beta C for kernels that split their own work over threads (matmul,
 // fused attention): row-major m x k / k x n operands (op transposes a stored k x m / n x k one)
 // with leading dimensions lda, ldb, ldc, on the library gemm_library picks (float, double) or
-// Eigen (int32, int64, and operands a library cannot take). Single-threaded when called inside a
-// parallel region (the libraries thread outside one).
+// Eigen (operands a library cannot take); the integer types in a plain loop. Single-threaded when
+// called inside a parallel region (the libraries thread outside one).
 template <class A>
 void gemm_serial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, A alpha, const A* a, int64_t lda,
                  const A* b, int64_t ldb, A beta, A* c, int64_t ldc);

@@ -11,6 +11,8 @@
 #include <type_traits>
 #include <utility>
 
+#include <omp.h>
+
 #include <memgrad/core/dispatch.h>
 #include <memgrad/core/small_vector.h>
 #include <memgrad/core/tensor.h>
@@ -68,14 +70,21 @@ inline constexpr int64_t kParallelGrain = 32768;
 // Calls f(i) for i < n: on the OpenMP threads when `parallel`, else in a plain loop. Not
 // `omp parallel for if (...)`: libgomp enters a one-thread region even when the condition is
 // false, with a team, a barrier and a futex syscall, which is most of a small op's kernel time.
+// The loop over f is compiled once, for both: each thread runs a contiguous share of [0, n), as
+// schedule(static) deals them. (Inlined in both places, f's code was there twice in every kernel,
+// and four times in for_each_row's: a kernel file's compile time, for one call per share.)
 template <class F>
 void parallel_for(int64_t n, bool parallel, F&& f) {
-  if (!parallel) {
-    for (int64_t i = 0; i < n; ++i) f(i);
-    return;
+  auto run = [&f](int64_t lo, int64_t hi) __attribute__((noinline)) {
+    for (int64_t i = lo; i < hi; ++i) f(i);
+  };
+  if (!parallel) return run(0, n);
+#pragma omp parallel
+  {
+    const int64_t t = omp_get_thread_num(), threads = omp_get_num_threads();
+    const int64_t q = n / threads, r = n % threads, lo = t * q + std::min(t, r);
+    run(lo, lo + q + (t < r ? 1 : 0));
   }
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) f(i);
 }
 
 // u[k] = random_uniform(seed, offset, first + k) for k < n, with one Philox evaluation per four
@@ -227,12 +236,11 @@ __attribute__((flatten)) void map_run(Out* o, const std::tuple<const In*...>& in
     if ((apart(std::get<I>(b)) && ...)) {
 #pragma omp simd
       for (int64_t i = 0; i < n; ++i) ob[i] = store<Out>(f(load(std::get<I>(b)[i])...));
-    } else {
-      for (int64_t i = 0; i < n; ++i) ob[i] = store<Out>(f(load(std::get<I>(b)[i])...));
+      return;
     }
-  } else {
-    for (int64_t i = 0; i < n; ++i) ob[i * s[0]] = store<Out>(f(load(std::get<I>(b)[i * s[I + 1]])...));
   }
+  // Strided, or overlapping: element by element in order (unit strides too, s holding ones).
+  for (int64_t i = 0; i < n; ++i) ob[i * s[0]] = store<Out>(f(load(std::get<I>(b)[i * s[I + 1]])...));
 }
 }  // namespace detail
 

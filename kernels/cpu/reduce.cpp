@@ -1,4 +1,5 @@
-// Reductions and arg reductions on a contiguous [outer, r, inner] view, along r.
+// Reductions and arg reductions on a contiguous [outer, r, inner] view, along r. Loops for
+// float32/float16/bfloat16 at every level, for other dtypes at the baseline's (cpu_kernels.h).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -16,11 +17,12 @@ using acc_t = std::conditional_t<std::is_floating_point_v<opmath_t<T>>, double, 
 }  // namespace
 
 void reduce(ReduceOp op, const Tensor& x, const Out& out, int64_t outer, int64_t r, int64_t inner) {
-  dispatch(x.dtype(), [&](auto xt) {
+  MG_CPU_LOWER_UNLESS(level_has_all(x.dtype(), out.dtype()), reduce, op, x, out, outer, r, inner);
+  dispatch_level(x.dtype(), [&](auto xt) {
     using T = typename decltype(xt)::type;
     using A = acc_t<T>;
     const T* xp = ptr<T>(x);
-    dispatch(out.dtype(), [&](auto ot) {
+    dispatch_level(out.dtype(), [&](auto ot) {
       using O = typename decltype(ot)::type;
       O* op_ = ptr<O>(out);
       if (op == ReduceOp::Sum && inner > 1) {  // add whole rows with unit stride, a block of columns per task
@@ -87,11 +89,12 @@ void reduce(ReduceOp op, const Tensor& x, const Out& out, int64_t outer, int64_t
 }
 
 void scan(ScanOp op, const Tensor& x, const Out& out, int64_t outer, int64_t r, int64_t inner) {
-  dispatch(x.dtype(), [&](auto xt) {
+  MG_CPU_LOWER_UNLESS(level_has_all(x.dtype(), out.dtype()), scan, op, x, out, outer, r, inner);
+  dispatch_level(x.dtype(), [&](auto xt) {
     using T = typename decltype(xt)::type;
     using A = acc_t<T>;  // double for floating x, as PyTorch's CPU scans; int64 otherwise
     const T* xp = ptr<T>(x);
-    dispatch(out.dtype(), [&](auto ot) {
+    dispatch_level(out.dtype(), [&](auto ot) {
       using O = typename decltype(ot)::type;
       O* yp = ptr<O>(out);
       const bool sum = op == ScanOp::Sum;
@@ -109,7 +112,8 @@ void scan(ScanOp op, const Tensor& x, const Out& out, int64_t outer, int64_t r, 
 
 void cumprod_backward(const Tensor& grad, const Tensor& x, const Tensor& out, const Out& grad_in, int64_t outer,
                       int64_t r, int64_t inner) {
-  dispatch_floating(x.dtype(), "cumprod_backward", [&](auto xt) {
+  MG_CPU_LOWER_UNLESS(level_has(x.dtype()), cumprod_backward, grad, x, out, grad_in, outer, r, inner);
+  dispatch_floating_level(x.dtype(), "cumprod_backward", [&](auto xt) {
     using T = typename decltype(xt)::type;
     const T *gp = ptr<T>(grad), *xp = ptr<T>(x), *yp = ptr<T>(out);
     T* dp = ptr<T>(grad_in);
@@ -124,7 +128,8 @@ void cumprod_backward(const Tensor& grad, const Tensor& x, const Tensor& out, co
 
 void arg_reduce(ReduceOp op, const Tensor& x, const Out& values, const Out& indices, int64_t outer, int64_t r,
                 int64_t inner) {
-  dispatch(x.dtype(), [&](auto xt) {
+  MG_CPU_LOWER_UNLESS(level_has(x.dtype()), arg_reduce, op, x, values, indices, outer, r, inner);
+  dispatch_level(x.dtype(), [&](auto xt) {
     using T = typename decltype(xt)::type;
     const T* xp = ptr<T>(x);
     T* vp = values.defined() ? ptr<T>(values) : nullptr;

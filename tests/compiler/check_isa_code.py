@@ -11,8 +11,11 @@ function that only a level's kernels call (a local clone, or the one copy the li
 the lowest level's: the levels are linked from the lowest up). No function may hold code above the
 level it is reached at: VEX-encoded instructions need AVX, EVEX ones AVX-512.
 
-  tests/compiler/check_isa_code.py LIBRARY    (objdump from binutils on PATH)
-Exit status 0 when the library keeps to that, 1 with the offending functions listed.
+And, for each level given with --levels, that the level's code was compiled for its ISA: some of its
+functions hold VEX (avx2) or EVEX (avx512) instructions.
+
+  tests/compiler/check_isa_code.py [--levels avx2,avx512] LIBRARY    (objdump from binutils on PATH)
+Exit status 0 when the library keeps to that, 1 with the offending functions or levels listed.
 """
 import bisect
 import re
@@ -49,10 +52,14 @@ def encoding(hex_bytes):
 
 
 def main():
-    if len(sys.argv) != 2:
+    args = sys.argv[1:]
+    expected = []
+    if len(args) == 3 and args[0] == "--levels":
+        expected, args = args[1].split(","), args[2:]
+    if len(args) != 1 or any(lv not in ("avx2", "avx512") for lv in expected):
         print(__doc__, file=sys.stderr)
         return 2
-    dump = subprocess.run(["objdump", "-d", "-w", sys.argv[1]], capture_output=True, text=True, check=True)
+    dump = subprocess.run(["objdump", "-d", "-w", args[0]], capture_output=True, text=True, check=True)
     # Functions by start address (local clones of one inline function share a name across levels).
     names, needs, calls = {}, {}, []  # address -> name, address -> highest encoding, (caller, target)
     at = None
@@ -103,10 +110,17 @@ def main():
         via = sorted(names[c] for c in callers.get(fn, ()) if reach[c] == reach[fn])[:2]
         bad.append(f"{names[fn]}: {what} code reachable from {where} code" + (f" ({via})" if via else ""))
     counts = [sum(1 for fn in needs if level_of_name(names[fn]) == lv) for lv in (1, 2)]
+    # The other half: each level given with --levels was compiled for its ISA, its copies holding its
+    # instructions (VEX for avx2, EVEX for avx512), not just named for it.
+    wide = [sum(1 for fn in needs if level_of_name(names[fn]) == lv and needs[fn] == lv) for lv in (1, 2)]
+    for lv in expected:
+        i = LEVELS[lv] - 1
+        if wide[i] == 0:
+            bad.append(f"level {lv}: none of its {counts[i]} functions holds {['VEX', 'EVEX'][i]} code")
     for b in demangle(bad):
         print(b)
-    print(f"{len(needs)} functions, {counts[0]} of level avx2 and {counts[1]} of level avx512; "
-          f"{len(bad)} that a CPU without their ISA could reach")
+    print(f"{len(needs)} functions, {counts[0]} of level avx2 ({wide[0]} with VEX code) and {counts[1]} of level "
+          f"avx512 ({wide[1]} with EVEX code); {len(bad)} problems")
     return 1 if bad else 0
 
 

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <random>
 
+#include <CLI/CLI.hpp>
+
 #include "corpus.h"
 #include "train.h"
 

@@ -7,6 +7,8 @@
 // Exit codes: 0 done, 1 error, 2 bad flag or value (MG_* environment variables included), 3 out of memory.
 #include <cstdio>
 
+#include <CLI/CLI.hpp>
+
 #include "options.h"
 #include "plan.h"
 #include "train.h"

@@ -8,6 +8,8 @@
 #include <limits>
 #include <map>
 
+#include <CLI/CLI.hpp>
+
 namespace memgrad_cli {
 
 namespace {

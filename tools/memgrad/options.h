@@ -6,7 +6,15 @@
 #include <string>
 
 #include <memgrad/memgrad.h>
-#include <CLI/CLI.hpp>
+
+// CLI11's types by name only: CLI/CLI.hpp costs each file that includes it about 6 s of compiling
+// (its validators are objects that every such file constructs), so only the files that build or
+// read flags include it.
+namespace CLI {
+class App;
+class Option;
+class Validator;
+}  // namespace CLI
 
 namespace memgrad_cli {
 

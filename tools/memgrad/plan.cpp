@@ -5,6 +5,8 @@
 #include <limits>
 #include <map>
 
+#include <CLI/CLI.hpp>
+
 #include "data_source.h"
 #include "plan_file.h"
 #include "report.h"

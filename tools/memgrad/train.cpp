@@ -8,6 +8,8 @@
 #include <map>
 #include <optional>
 
+#include <CLI/CLI.hpp>
+
 #include "paths.h"
 #include "plan_file.h"
 #include "report.h"

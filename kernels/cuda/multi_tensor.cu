@@ -110,6 +110,17 @@ struct AdamElement {
   }
 };
 
+struct LionElement {
+  template <class T>
+  __device__ __forceinline__ void operator()(const Batch<T, 3, rules::LionScalars>& b, int j, int64_t i) const {
+    using A = opmath_t<T>;
+    T *p = b.ptr[0][j], *m = b.ptr[2][j];
+    A x = dload(p[i]), mi = dload(m[i]);
+    rules::lion<A>(x, dload(b.ptr[1][j][i]), mi, rules::LionCoeffs<A>(b.scalars[j]));
+    p[i] = dstore<T>(x), m[i] = dstore<T>(mi);
+  }
+};
+
 struct UnscaleElement {
   float* found_inf;
   double inv_scale;
@@ -134,6 +145,11 @@ void sgd_update(const TensorLists& lists, const std::vector<rules::SGDScalars>& 
 void adam_update(const TensorLists& lists, const std::vector<rules::AdamScalars>& scalars) {
   if (lists.empty() || lists[0].empty()) return;
   for_each_dtype<5>("Adam", lists, scalars, AdamElement{});
+}
+
+void lion_update(const TensorLists& lists, const std::vector<rules::LionScalars>& scalars) {
+  if (lists.empty() || lists[0].empty()) return;
+  for_each_dtype<3>("Lion", lists, scalars, LionElement{});
 }
 
 void non_finite_check_and_unscale(const std::vector<Tensor>& tensors, const Out& found_inf, double inv_scale) {

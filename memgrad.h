@@ -26,7 +26,9 @@
 #include <memgrad/core/cuda.h>
 #include <memgrad/core/device.h>
 #include <memgrad/core/dtype.h>
+#include <memgrad/core/env.h>
 #include <memgrad/core/error.h>
+#include <memgrad/core/files.h>
 #include <memgrad/core/flops.h>
 #include <memgrad/core/grad_mode.h>
 #include <memgrad/core/host_memory.h>

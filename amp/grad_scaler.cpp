@@ -78,13 +78,15 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
 }
 
 void GradScaler::unscale_(optim::Optimizer& opt, MasterWeights& masters) {
-  if (!o_.enabled_) return masters.grads_to_masters(1.0);
+  if (!o_.enabled_) return masters.use_model_grads(1.0);
   MG_CHECK(!unscaled_, ValueError, "GradScaler.unscale_: expected one call per step, got a second before update()");
   unscaled_ = true;
   std::vector<Tensor> half_grads;
   for (auto& p : masters.model_parameters()) half_grads.push_back(p.grad());
   found_inf_ = any_non_finite(half_grads);
-  masters.grads_to_masters(inverse(scale_));  // widen first: dividing in half precision could underflow
+  // Dividing in half precision could underflow: the step widens each gradient to float32 as it reads
+  // it, then multiplies by 1/scale (no float32 copy of the gradients).
+  masters.use_model_grads(inverse(scale_));
   (void)opt;
 }
 
@@ -100,11 +102,10 @@ bool GradScaler::step(optim::Optimizer& opt, MasterWeights& masters) {
   if (!unscaled_) unscale_(opt, masters);
   if (o_.enabled_ && found_inf_) {
     ++skipped_;
-    for (auto& m : masters.parameters()) m.set_grad(Tensor());
+    masters.drop_grads();
     return false;
   }
-  opt.step();
-  masters.masters_to_params();
+  masters.step(opt);
   return true;
 }
 

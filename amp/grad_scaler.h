@@ -11,8 +11,9 @@
 //   scaler.step(opt);      // unscale_ (if not done yet), skip on inf/NaN, else opt.step()
 //   scaler.update();
 //
-// Unlike PyTorch it also accepts half gradients: with MasterWeights, pass them to unscale_/step
-// and the half gradients are unscaled into the float32 masters' gradients.
+// Unlike PyTorch it also accepts half gradients: with MasterWeights, pass them to unscale_/step;
+// the half gradients are checked for inf/NaN and the optimizer reads them, times 1/scale, into the
+// float32 masters' step (MasterWeights::step: no float32 copy of the gradients).
 #pragma once
 #include <map>
 #include <string>
@@ -44,7 +45,9 @@ class GradScaler {
   // inf/NaN: one fused pass per device (one launch per batch of gradients on CUDA) and one read of
   // a flag. Once per step: a second call before update() raises ValueError.
   void unscale_(optim::Optimizer& opt);
-  // The same for half model gradients: unscales them into the masters (opt's parameters).
+  // The same for half model gradients: checks them and gives them to the masters (opt's parameters)
+  // with 1/scale as the factor the step reads them with (MasterWeights::use_model_grads); clip
+  // them with MasterWeights::clip_grad_norm_.
   void unscale_(optim::Optimizer& opt, MasterWeights& masters);
   // Steps unless an inf/NaN was found; returns whether it stepped. With masters, the model's half
   // parameters are refreshed from the updated masters.

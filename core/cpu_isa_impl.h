@@ -6,8 +6,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <optional>
+#include <string>
 
 #include <memgrad/core/cpu_isa.h>
+#include <memgrad/core/env.h>
 
 namespace mg::detail {
 
@@ -28,15 +31,22 @@ static inline CpuIsa detected_cpu_isa() {
 #endif
 }
 
+// The level MG_CPU_ISA names ("baseline", "avx2", "avx512"), or nullopt for another value.
+static inline std::optional<CpuIsa> parse_cpu_isa(const std::string& value) {
+  for (CpuIsa level : {CpuIsa::Baseline, CpuIsa::AVX2, CpuIsa::AVX512})
+    if (value == to_string(level)) return level;
+  return std::nullopt;
+}
+inline const char* const kCpuIsaExpected = "expected baseline, avx2 or avx512";
+
 // detected_cpu_isa(), lowered to MG_CPU_ISA ("baseline", "avx2", "avx512") when that is set and lower.
-// A value that names no level is reported on stderr (once per library) and ignored.
+// A value that names no level is reported on stderr (once per library: core/env.h) and ignored.
 static inline CpuIsa effective_cpu_isa() {
   const CpuIsa detected = detected_cpu_isa();
   const char* cap = std::getenv("MG_CPU_ISA");
   if (!cap || !*cap) return detected;
-  for (CpuIsa level : {CpuIsa::Baseline, CpuIsa::AVX2, CpuIsa::AVX512})
-    if (std::strcmp(cap, to_string(level)) == 0) return level < detected ? level : detected;
-  std::fprintf(stderr, "memgrad: MG_CPU_ISA=%s is not one of baseline, avx2, avx512; ignored\n", cap);
+  if (const std::optional<CpuIsa> level = parse_cpu_isa(cap)) return *level < detected ? *level : detected;
+  env::warn_ignored(env::message("MG_CPU_ISA", cap, kCpuIsaExpected));
   return detected;
 }
 

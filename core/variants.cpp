@@ -9,6 +9,7 @@
 #include <mutex>
 #include <sstream>
 
+#include <memgrad/core/env.h>
 #include <memgrad/core/error.h>
 
 namespace mg {
@@ -28,26 +29,50 @@ Registry& registry() {
   return r;
 }
 
-// The variant MG_KERNEL_VARIANTS names for `op` on `d` ("cuda:attention=simt,cpu:matmul=eigen"), as
-// an index into `names`; 0 (the default) where it names none. Backends register their variants while
-// the library loads, where an exception cannot be caught: a name that is not a variant is reported
-// on stderr and the default kept.
-int variant_from_env(DeviceType d, const std::string& op, const std::vector<std::string>& names) {
-  const char* env = std::getenv("MG_KERNEL_VARIANTS");
-  if (!env) return 0;
-  const std::string key = std::string(d == DeviceType::CUDA  ? "cuda"
-                                      : d == DeviceType::CPU ? "cpu"
-                                                             : "meta") +
-                          ":" + op;
-  std::stringstream list(env);
+const char* device_prefix(DeviceType d) {
+  return d == DeviceType::CUDA ? "cuda" : d == DeviceType::CPU ? "cpu" : "meta";
+}
+
+// MG_KERNEL_VARIANTS's items ("cuda:attention=simt,cpu:matmul=eigen"; empty items skipped) as
+// (device:op, variant) pairs; "" and the message of the first malformed item in `error`.
+std::vector<std::pair<std::string, std::string>> variant_items(const std::string& text, std::string* error) {
+  std::vector<std::pair<std::string, std::string>> items;
+  std::stringstream list(text);
   for (std::string item; std::getline(list, item, ',');) {
-    const size_t eq = item.find('=');
-    if (eq == std::string::npos || item.substr(0, eq) != key) continue;
-    const std::string variant = item.substr(eq + 1);
+    if (item.empty()) continue;
+    const size_t eq = item.find('='), colon = item.find(':');
+    const std::string device = item.substr(0, std::min(colon, item.size()));
+    if (eq == std::string::npos || colon > eq || colon + 1 == eq || eq + 1 == item.size() ||
+        (device != "cpu" && device != "cuda" && device != "meta")) {
+      if (error->empty())
+        *error = "the item '" + env::shown(item) + "' is not device:op=variant (device cpu, cuda or meta)";
+      continue;
+    }
+    items.emplace_back(item.substr(0, eq), item.substr(eq + 1));
+  }
+  return items;
+}
+
+// The variant MG_KERNEL_VARIANTS names for `op` on `d`, as an index into `names`; 0 (the default)
+// where it names none. Backends register their variants while the library loads, where an
+// exception cannot be caught: a malformed value, or a name that is not a variant, is said on stderr
+// (core/env.h) and the default kept.
+int variant_from_env(DeviceType d, const std::string& op, const std::vector<std::string>& names) {
+  const char* text = std::getenv("MG_KERNEL_VARIANTS");
+  if (!text) return 0;
+  std::string error;
+  const auto items = variant_items(text, &error);
+  static bool said = false;  // (registration runs under the registry's lock)
+  if (!error.empty() && !said) env::warn_ignored(env::message("MG_KERNEL_VARIANTS", text, error));
+  said = said || !error.empty();
+  const std::string key = std::string(device_prefix(d)) + ":" + op;
+  for (const auto& [name, variant] : items) {
+    if (name != key) continue;
     auto pos = std::find(names.begin(), names.end(), variant);
     if (pos != names.end()) return int(pos - names.begin());
-    std::fprintf(stderr, "memgrad: MG_KERNEL_VARIANTS: %s has no variant '%s'; keeping '%s'\n", key.c_str(),
-                 variant.c_str(), names.empty() ? "" : names.front().c_str());
+    env::warn_ignored(env::message(
+        "MG_KERNEL_VARIANTS", text,
+        key + " has no variant '" + env::shown(variant) + "'; keeping '" + (names.empty() ? "" : names.front()) + "'"));
   }
   return 0;
 }
@@ -119,6 +144,34 @@ std::string kernel_variant(DeviceType d, const std::string& op) {
   std::lock_guard<std::mutex> g(r.mu);
   auto it = r.entries.find({d, op});
   return it == r.entries.end() ? std::string() : it->second.names[size_t(it->second.selected.load())];
+}
+
+std::string detail::kernel_variants_env_error(const std::string& text) {
+  std::string error;
+  const auto items = variant_items(text, &error);
+  if (!error.empty()) return error;
+  auto& r = registry();
+  std::lock_guard<std::mutex> g(r.mu);
+  for (const auto& [name, variant] : items) {
+    const size_t colon = name.find(':');
+    const std::string device = name.substr(0, colon), op = name.substr(colon + 1);
+    const DeviceType d = device == "cuda" ? DeviceType::CUDA : device == "cpu" ? DeviceType::CPU : DeviceType::Meta;
+    auto it = r.entries.find({d, op});
+    if (it == r.entries.end()) {
+      std::string ops;
+      for (auto& [key, e] : r.entries)
+        if (key.first == d) ops += (ops.empty() ? "" : ", ") + key.second;
+      return "'" + env::shown(name) + "': " + device + " has no kernel '" + env::shown(op) + "' with variants in " +
+             "this build (" + (ops.empty() ? "none" : ops) + ")";
+    }
+    const std::vector<std::string>& names = it->second.names;
+    if (std::find(names.begin(), names.end(), variant) == names.end()) {
+      std::string list;
+      for (auto& v : names) list += (list.empty() ? "" : ", ") + v;
+      return "'" + env::shown(name) + "' has no variant '" + env::shown(variant) + "' (" + list + ")";
+    }
+  }
+  return {};
 }
 
 }  // namespace mg

@@ -29,6 +29,9 @@ const std::atomic<int>& register_kernel_variants(DeviceType d, const std::string
 // registry's lock, on demand.
 void describe_kernel_variants(DeviceType d, const std::string& op,
                               std::function<std::string(const std::string& variant)> describe);
+// What is wrong with MG_KERNEL_VARIANTS's value `text` once every kernel has registered (a malformed
+// item, a kernel without variants, a variant it does not have), or "" (check_environment).
+std::string kernel_variants_env_error(const std::string& text);
 }  // namespace detail
 
 // One kernel's variants on one device type. Define it at namespace scope in the kernel's file: it

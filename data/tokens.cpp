@@ -1,6 +1,5 @@
 #include <memgrad/data/tokens.h>
 
-#include <fcntl.h>
 #include <glob.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -10,6 +9,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+
+#include <memgrad/core/files.h>
 
 namespace mg::data {
 
@@ -33,19 +34,11 @@ struct Mapping {
 };
 
 std::shared_ptr<const Mapping> map_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw IOError(path + ": cannot open it (" + std::strerror(errno) + ")");
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw IOError(path + ": not a regular file");
-  }
+  const InputFile f(path, "");  // a regular file, checked before it is opened: a FIFO would block
   auto m = std::make_shared<Mapping>();
-  m->bytes = size_t(st.st_size);
-  if (m->bytes) m->base = mmap(nullptr, m->bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-  const int mmap_errno = errno;
-  ::close(fd);
-  if (m->bytes && m->base == MAP_FAILED) throw IOError(path + ": cannot map it (" + std::strerror(mmap_errno) + ")");
+  m->bytes = size_t(f.size());
+  if (m->bytes) m->base = mmap(nullptr, m->bytes, PROT_READ, MAP_PRIVATE, f.fd(), 0);
+  if (m->bytes && m->base == MAP_FAILED) throw IOError(path + ": cannot map it (" + std::strerror(errno) + ")");
   return m;
 }
 
@@ -112,29 +105,51 @@ Tokens::Span text_span(const std::string& path) {
 
 bool is_shard(const std::string& path) { return fs::path(path).extension() == ".bin"; }
 
+// What a --data path or one of its folder's entries is, with symbolic links followed: a regular
+// file (true), a folder (false, where `folders` allows one), or an IOError naming it (missing, a loop
+// of links, a FIFO, a device, a socket).
+bool is_file(const std::string& path, bool folders) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    const int e = errno;
+    if (e == ENOENT) throw IOError(path + ": no such file or folder");
+    if (e == ELOOP) throw IOError(path + ": a loop of symbolic links");
+    throw IOError(path + ": cannot be examined (" + std::strerror(e) + ")");
+  }
+  if (S_ISREG(st.st_mode)) return true;
+  if (folders && S_ISDIR(st.st_mode)) return false;
+  throw IOError(path + ": is " + file_kind(st.st_mode) +
+                (folders ? "; expected a regular file or a folder of them" : "; expected a regular file"));
+}
+
 // The files `path` names, in order: itself, a folder's files (recursively, hidden ones skipped), or
-// a glob pattern's matches.
+// a glob pattern's matches. Each is a regular file (or a link to one), checked before any is opened:
+// anything else under a folder or matched by a pattern (a FIFO, a device, a loop of links) is refused.
 std::vector<std::string> list_files(const std::string& path) {
   std::vector<std::string> files;
+  if (path.empty()) throw IOError("expected a file, a folder or a pattern, got an empty path");
   if (path.find_first_of("*?[") != std::string::npos) {
     glob_t g{};
     const int rc = glob(path.c_str(), GLOB_ERR, nullptr, &g);
     for (size_t i = 0; rc == 0 && i < g.gl_pathc; ++i) files.emplace_back(g.gl_pathv[i]);
     globfree(&g);
     if (files.empty()) throw IOError(path + ": no file matches the pattern");
+    for (const std::string& f : files) is_file(f, false);
     return files;  // glob sorts them
   }
+  if (is_file(path, true)) return {path};
   std::error_code ec;
-  const fs::file_status st = fs::status(path, ec);
-  if (ec || !fs::exists(st)) throw IOError(path + ": no such file or folder");
-  if (!fs::is_directory(st)) return {path};
   for (auto it = fs::recursive_directory_iterator(path, ec); !ec && it != fs::recursive_directory_iterator();
        it.increment(ec)) {
+    const std::string entry = it->path().string();
     if (it->path().filename().string()[0] == '.') {
-      if (it->is_directory()) it.disable_recursion_pending();
+      if (it->symlink_status(ec).type() == fs::file_type::directory) it.disable_recursion_pending();
       continue;
     }
-    if (it->is_regular_file()) files.push_back(it->path().string());
+    const fs::file_type own = it->symlink_status(ec).type();
+    if (ec) break;
+    if (own == fs::file_type::directory) continue;     // its files come next
+    if (is_file(entry, true)) files.push_back(entry);  // (a link to a folder is not followed)
   }
   if (ec) throw IOError(path + ": cannot list the folder (" + ec.message() + ")");
   if (files.empty()) throw FormatError(path + ": the folder holds no files");
@@ -154,6 +169,8 @@ Tokens::Tokens(std::vector<Span> spans, int64_t vocab, std::string kind, std::st
   for (Span& s : spans_) s.first = size_, size_ += s.count;
   if (!size_) throw FormatError(name_ + ": empty, no tokens to train on");
 }
+
+std::vector<std::string> Tokens::files_of(const std::string& path) { return list_files(path); }
 
 std::shared_ptr<const Tokens> Tokens::open(const std::string& path) {
   const std::vector<std::string> files = list_files(path);

@@ -39,6 +39,9 @@ class Tokens {
   // is text (bytes). All files must be of one kind. Each shard's header is checked, and every token
   // id it holds is checked against its vocabulary once here (one pass over the file).
   static std::shared_ptr<const Tokens> open(const std::string& path);
+  // The files open(path) reads, in order, each checked to be a regular file (IOError naming one that
+  // is missing, a FIFO, a device, a loop of links), none opened.
+  static std::vector<std::string> files_of(const std::string& path);
   // Bytes of text held in memory (vocabulary 256); `name` says where they came from.
   static std::shared_ptr<const Tokens> from_text(std::string text, const std::string& name);
   // Token ids held in memory, each in [0, vocab): ValueError otherwise.

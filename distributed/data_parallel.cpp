@@ -1,5 +1,6 @@
 #include <memgrad/distributed/data_parallel.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -47,6 +48,8 @@ DataParallel::DataParallel(const nn::NamedTensors& named, ProcessGroup& group, c
            options.zero_stage_);
   MG_CHECK(options.bucket_bytes_ > 0, ValueError, "DataParallel: expected bucket_bytes > 0, got ",
            options.bucket_bytes_);
+  MG_CHECK(options.slice_multiple_ >= 1 && options.slice_multiple_ <= (int64_t(1) << 40), ValueError,
+           "DataParallel: expected slice_multiple in [1, 2^40], got ", options.slice_multiple_);
   MG_CHECK(!named.empty(), ValueError, "DataParallel: expected parameters, got none");
   m.group = &group, m.options = options, m.rank = group.rank(), m.size = group.size();
   int halves = 0;
@@ -58,7 +61,9 @@ DataParallel::DataParallel(const nn::NamedTensors& named, ProcessGroup& group, c
       MG_CHECK(!p.tensor.is_same(t), ValueError, "DataParallel: parameter '", name, "' appears twice");
     Impl::Param p;
     p.name = name, p.tensor = t, p.index = m.params.size(), p.numel = t.numel();
+    const int64_t k = options.slice_multiple_;  // (ZeRO-3's units cut their own pieces: k plays no part there)
     p.chunk = std::max<int64_t>(1, (p.numel + m.size - 1) / m.size);
+    if (options.zero_stage_ == 1 || options.zero_stage_ == 2) p.chunk = (p.chunk + k - 1) / k * k;
     halves += is_half(t.dtype());
     m.params.push_back(std::move(p));
   }
@@ -86,19 +91,25 @@ DataParallel::DataParallel(const nn::NamedTensors& named, ProcessGroup& group, c
   }
   for (auto& b : m.buckets) m.layouts.push_back(b.layout);
 
+  const bool deferred = nn::is_placeholder(m.params[0].tensor);
+  MG_CHECK(!deferred || (options.zero_stage_ == 3 && options.deferred_), ValueError,
+           "DataParallel: placeholder parameters (built under nn::DeferredInit) are materialized by ZeRO stage 3 "
+           "with DataParallelOptions::deferred; at stage ",
+           options.zero_stage_, " materialize them first");
   NoGradGuard ng;
-  for (auto& p : m.params) {  // every rank starts from rank 0's values
+  for (auto& p : m.params) {  // every rank starts from rank 0's values (deferred: computes the same)
+    if (deferred) break;
     Tensor values = p.tensor.detach();
     m.group->broadcast(values, 0).wait();
     values.storage()->bump_version();
   }
   if (options.zero_stage_ == 3)  // the parameters become views of their units, each rank keeping its shard
-    m.units = std::make_unique<ParameterUnits>(named, group,
-                                               UnitOptions{options.units_, options.offload_, options.prefetch_});
+    m.units = std::make_unique<ParameterUnits>(
+        named, group, UnitOptions{options.units_, options.offload_, options.prefetch_, options.deferred_});
   for (auto& p : m.params) {
     if (m.units) {
       p.slice = m.units->piece_view(p.index);
-      for (int r = 0; r < m.size; ++r) p.chunk = std::max(p.chunk, m.slice(p, r).second - m.slice(p, r).first);
+      p.chunk = std::max(p.chunk, m.units->longest_piece(p.index));
       continue;
     }
     const auto [begin, end] = m.slice(p, m.rank);
@@ -107,6 +118,12 @@ DataParallel::DataParallel(const nn::NamedTensors& named, ProcessGroup& group, c
     else if (end > begin)
       p.slice = p.tensor.detach().view({-1}).narrow(0, begin, end - begin);
   }
+  // A rank past the last element of every parameter (more ranks than a parameter has elements) keeps
+  // an empty slice of the first: its optimizer then has a parameter (an optimizer over none is an
+  // error, as in torch), which never gets a gradient, and it runs the step every rank runs.
+  if (options.zero_stage_ > 0 &&
+      std::none_of(m.params.begin(), m.params.end(), [](auto& p) { return p.slice.defined(); }))
+    m.params[0].slice = m.params[0].tensor.detach().view({-1}).narrow(0, 0, 0);
   if (halves) {
     nn::NamedTensors slices;
     for (auto& p : m.params)
@@ -204,13 +221,17 @@ void DataParallel::finish_backward() {
 bool DataParallel::any_rank(bool flag) const { return impl_->group->all_reduce(flag ? 1.0 : 0.0, ReduceOp::Max) != 0; }
 
 double DataParallel::clip_grad_norm_(double max_norm, double norm_type) {
+  std::function<double(double)> combine;  // the slices' parts summed across ranks (stages 1-3)
+  if (impl_->options.zero_stage_ > 0) {
+    ProcessGroup* g = impl_->group;
+    const ReduceOp op = std::isinf(norm_type) ? ReduceOp::Max : ReduceOp::Sum;
+    combine = [g, op](double partial) { return g->all_reduce(partial, op); };
+  }
+  // Half parameters: the masters' gradients are the half ones, read with the loss scaler's factor.
+  if (impl_->masters) return impl_->masters->clip_grad_norm_(max_norm, norm_type, combine);
   std::vector<Tensor> tensors;
   for (auto& [name, t] : optimizer_parameters()) tensors.push_back(t);
-  if (impl_->options.zero_stage_ == 0) return optim::clip_grad_norm_(tensors, max_norm, norm_type);
-  ProcessGroup* g = impl_->group;
-  const ReduceOp op = std::isinf(norm_type) ? ReduceOp::Max : ReduceOp::Sum;
-  return optim::clip_grad_norm_(tensors, max_norm, norm_type,
-                                [g, op](double partial) { return g->all_reduce(partial, op); });
+  return optim::clip_grad_norm_(tensors, max_norm, norm_type, combine);
 }
 
 void DataParallel::gather_parameters() {

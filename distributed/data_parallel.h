@@ -16,10 +16,11 @@
 //                 offload_parameters the shards, their gradients and the optimizer state live in the
 //                 device's host memory (core/host_memory.h) and are stepped there, at any world size.
 //
-// Stages 1-2: parameter j of n elements is cut into `size` slices of c = ceil(n / size) elements: rank
-// r holds elements [r c, min(n, (r + 1) c)) (possibly none). Stage 3: rank r holds the piece of each
-// parameter that falls in its chunk of the parameter's unit (ParameterUnits::piece). Buckets hold parameters in reverse
-// order (the order backward reaches them), up to `bucket_bytes` each, one dtype and device per bucket.
+// Stages 1-2: parameter j of n elements is cut into `size` slices of c = ceil(n / size) elements (rounded
+// up to options.slice_multiple): rank r holds elements [r c, min(n, (r + 1) c)) (possibly none). Stage 3: rank r holds
+// the piece of each parameter that falls in its chunk of the parameter's unit (ParameterUnits::piece). Buckets hold
+// parameters in reverse order (the order backward reaches them), up to `bucket_bytes` each, one dtype and device per
+// bucket.
 //
 // In the ledger (each rank's own):
 //   stage 0-1  the bucket an all-reduce runs on becomes the gradients' memory: each .grad is a view of
@@ -36,8 +37,9 @@
 //   for each micro-batch i of A: dp.prepare_forward(); forward (the units through dp.run_unit);
 //                                loss / (A * world); dp.prepare_backward(i == A - 1);
 //                                backward(); dp.finish_backward();
-//   [scaler: unscale, found_inf merged with dp.any_rank]; dp.clip_grad_norm_(...); opt.step()
-//   [half parameters: dp.masters()->masters_to_params()]; dp.gather_parameters();
+//   [scaler: unscale, found_inf merged with dp.any_rank]; dp.clip_grad_norm_(...);
+//   opt.step() [half parameters: dp.masters()->use_model_grads() before clipping, then
+//   dp.masters()->step(opt) instead]; dp.gather_parameters();
 // with `opt` built over dp.optimizer_parameters().
 #pragma once
 #include <cstdint>
@@ -50,6 +52,7 @@
 #include <memgrad/amp/master_weights.h>
 #include <memgrad/distributed/parameter_units.h>
 #include <memgrad/distributed/process_group.h>
+#include <memgrad/nn/deferred.h>
 #include <memgrad/nn/module.h>
 #include <memgrad/optim/optimizer.h>
 
@@ -61,11 +64,20 @@ struct DataParallelOptions {
   std::vector<std::string> units_;            // stage 3: module paths, one unit each (UnitOptions::units)
   bool offload_ = false;                      // stage 3: shards in host memory (UnitOptions::offload)
   bool prefetch_ = true;                      // stage 3: gather the next unit ahead (UnitOptions::prefetch)
+  // Stage 3: the recipes of placeholder parameters (a model built under nn::DeferredInit), each
+  // rank materializing its shards only (UnitOptions::deferred).
+  std::shared_ptr<nn::DeferredParameters> deferred_;
+  // Stages 1-2: every rank's slice of a parameter starts at a multiple of this many elements (c is
+  // rounded up to one), so that state kept in blocks of them (8-bit state: Adam8bit::kBlockSize) is
+  // the whole parameter's blocks, sliced. 1: slices of ceil(n / size).
+  int64_t slice_multiple_ = 1;
   DataParallelOptions& zero_stage(int s) { return zero_stage_ = s, *this; }
   DataParallelOptions& bucket_bytes(int64_t b) { return bucket_bytes_ = b, *this; }
   DataParallelOptions& units(std::vector<std::string> u) { return units_ = std::move(u), *this; }
   DataParallelOptions& offload_parameters(bool on = true) { return offload_ = on, *this; }
   DataParallelOptions& prefetch(bool on) { return prefetch_ = on, *this; }
+  DataParallelOptions& deferred(std::shared_ptr<nn::DeferredParameters> d) { return deferred_ = std::move(d), *this; }
+  DataParallelOptions& slice_multiple(int64_t elements) { return slice_multiple_ = elements, *this; }
 };
 
 // One bucket: parameters (indices into the constructor's list), their dtype, and its sizes.
@@ -79,7 +91,8 @@ struct BucketLayout {
 class DataParallel {
  public:
   // `params` (name, leaf that requires grad; contiguous; all float32/float64, or all half with float32
-  // masters made here) are broadcast from rank 0, so every rank starts from the same values.
+  // masters made here) are broadcast from rank 0, so every rank starts from the same values (at stage 3
+  // they may be placeholders with options.deferred's recipes: every rank materializes its shards).
   DataParallel(const nn::NamedTensors& params, ProcessGroup& group, const DataParallelOptions& options = {});
   ~DataParallel();
   DataParallel(const DataParallel&) = delete;
@@ -102,6 +115,11 @@ class DataParallel {
   nn::NamedTensors optimizer_parameters() const;
   // The float32 masters for half parameters (null for float32/float64 ones).
   amp::MasterWeights* masters() const;
+  // Tells `opt` (built over optimizer_parameters(), before its first step) which slice of which
+  // parameter each of its tensors is (Optimizer::set_slice), so that state whose form depends on the
+  // whole parameter (8-bit blocks) is the whole's, sliced. ValueError when such state is kept in
+  // blocks that the slices cut (build with slice_multiple of the block).
+  void attach(optim::Optimizer& opt) const;
 
   // Drops every gradient: the parameters', the slices' and the masters' (stage 3: and anything the
   // units have in flight).
@@ -133,7 +151,9 @@ class DataParallel {
 
   // The optimizer's state with every rank's slices gathered: the keys and shapes an optimizer over
   // the whole parameters (in constructor order) would have, so a run of any world size can load it;
-  // for half parameters also "master.<i>" (float32). Collective: every rank gets the whole dict.
+  // for half parameters also "master.<i>" (float32). State kept per element is gathered element by
+  // element, state kept in blocks (Optimizer::StateSpec::block) block by block; other state (factored
+  // moments) only at stage 0, where every rank holds the whole. Collective: every rank gets the dict.
   optim::StateDict state_dict(const optim::Optimizer& opt) const;
   // Loads such a dict into `opt` (built over optimizer_parameters()), each rank taking its slices.
   void load_state_dict(optim::Optimizer& opt, const optim::StateDict& dict);

@@ -112,7 +112,7 @@ struct DataParallel::Impl {
       b.work = group->all_reduce(b.buffer);
     } else {
       bool padded = missing;
-      for (size_t j : l.params) padded = padded || params[j].numel % size != 0;
+      for (size_t j : l.params) padded = padded || params[j].chunk * size != params[j].numel;
       b.buffer = detail::comm_buffer(l.chunk * size, l.dtype, b.device, Category::Workspace,
                                      "zero.reduce_scatter." + std::to_string(k), padded);
       for (size_t j : l.params) {
@@ -181,7 +181,8 @@ struct DataParallel::Impl {
         p.tensor.set_grad(Tensor());
         continue;
       }
-      if (options.zero_stage_ == 0 || !p.slice.defined()) continue;
+      if (options.zero_stage_ == 0 || !p.slice.defined() || p.slice.numel() == 0)
+        continue;  // (an empty slice: padding)
       const auto [begin, end] = slice(p, rank);
       p.slice.set_grad(options.zero_stage_ == 1 ? p.tensor.grad().view({-1}).narrow(0, begin, end - begin)
                                                 : buckets[p.bucket].shard_grad.narrow(0, p.slice_offset, end - begin));
@@ -204,24 +205,37 @@ struct DataParallel::Impl {
   }
   Tensor optimizer_tensor(size_t i) const { return params[i].optimized; }
 
+  // Rank r's part of state kept per `block` elements of parameter p (stages 1-2, whose slices start at
+  // multiples of the block): blocks [first, second) of its ceil(n / block); block 0: its elements.
+  std::pair<int64_t, int64_t> blocks(const Param& p, int r, int64_t block) const {
+    if (block == 0) return slice(p, r);
+    const int64_t n = (p.numel + block - 1) / block, c = p.chunk / block, begin = std::min(n, int64_t(r) * c);
+    return {begin, std::min(n, begin + c)};
+  }
   // The whole of parameter p's `values` (this rank's slice of it, or undefined for none), gathered
-  // from every rank's slice (collective): padded to the longest, all-gathered, put end to end.
-  Tensor gather_slices(const Param& p, DType dtype, const Tensor& values) const {
+  // from every rank's slice (collective): padded to the longest, all-gathered, put end to end. With a
+  // `block`, values kept per block of the slice (one value each), into the whole's blocks (1-D).
+  Tensor gather_slices(const Param& p, DType dtype, const Tensor& values, int64_t block = 0) const {
     const TensorOptions o = TensorOptions(dtype).device(p.tensor.device());
-    Tensor mine = zeros({p.chunk}, o), all = empty({p.chunk * size}, o), whole = empty({p.numel}, o);
+    const int64_t c = block ? p.chunk / block : p.chunk, n = block ? (p.numel + block - 1) / block : p.numel;
+    Tensor mine = zeros({c}, o), all = empty({c * size}, o), whole = empty({n}, o);
     if (values.defined()) mine.narrow(0, 0, values.numel()).copy_(values.reshape({-1}));
     group->all_gather(all, mine).wait();
     for (int r = 0; r < size; ++r)
-      if (const auto [begin, end] = slice(p, r); end > begin)
-        whole.narrow(0, begin, end - begin).copy_(all.narrow(0, int64_t(r) * p.chunk, end - begin));
-    return whole.view(p.tensor.shape());
+      if (const auto [begin, end] = blocks(p, r, block); end > begin)
+        whole.narrow(0, begin, end - begin).copy_(all.narrow(0, int64_t(r) * c, end - begin));
+    return block ? whole : whole.view(p.tensor.shape());
   }
-  // This rank's slice of `t`, a whole value of parameter p (checked for its size).
-  Tensor my_slice(const Param& p, const Tensor& t, const std::string& key) const {
-    MG_CHECK(t.numel() == p.numel, ShapeError, "DataParallel: '", key, "' expected ", shape_str(p.tensor.shape()),
-             " (the parameter '", p.name, "'), got ", shape_str(t.shape()));
+  // This rank's slice of `t`, a whole value of parameter p (checked for its size); with a `block`, of
+  // a value per block of p (8-bit state's absmax).
+  Tensor my_slice(const Param& p, const Tensor& t, const std::string& key, int64_t block = 0) const {
+    const int64_t n = block ? (p.numel + block - 1) / block : p.numel;
+    MG_CHECK(t.numel() == n, ShapeError, "DataParallel: '", key, "' expected ",
+             block ? "[" + std::to_string(n) + "] (one value per " + std::to_string(block) + " elements of the"
+                   : shape_str(p.tensor.shape()) + " (the",
+             " parameter '", p.name, "'), got ", shape_str(t.shape()));
     if (options.zero_stage_ == 0) return t;
-    const auto [begin, end] = slice(p, rank);
+    const auto [begin, end] = blocks(p, rank, block);
     return t.reshape({-1}).narrow(0, begin, end - begin).contiguous();
   }
 };

@@ -21,7 +21,31 @@ bool parse_state_key(const std::string& key, const char* prefix, size_t* i, std:
   *field = dot == std::string::npos ? "" : key.substr(dot + 1);
   return true;
 }
+
+// The elements per value of `opt`'s state `field` for its tensor `t` (Optimizer::StateSpec::block):
+// 0 for state kept per element (or not the optimizer's: a master).
+int64_t block_of(const optim::Optimizer& opt, const Tensor& t, const std::string& field) {
+  for (const optim::StateSpec& s : opt.state_layout(t))
+    if (s.name == field) return s.block;
+  return 0;
+}
 }  // namespace
+
+void DataParallel::attach(optim::Optimizer& opt) const {
+  const Impl& m = *impl_;
+  if (m.options.zero_stage_ != 1 && m.options.zero_stage_ != 2) return;  // whole parameters, or units' pieces
+  const std::vector<int64_t> index = m.optimizer_index(opt);
+  size_t k = 0;
+  for (auto& g : opt.param_groups())
+    for (auto& t : g.params) {
+      const Impl::Param& p = m.params[size_t(index[k++])];
+      opt.set_slice(t, m.slice(p, m.rank).first, p.numel);
+      for (const optim::StateSpec& s : opt.state_layout(t))
+        MG_CHECK(s.block == 0 || p.chunk % s.block == 0, ValueError, "DataParallel::attach: ", opt.type(), " keeps '",
+                 s.name, "' of '", p.name, "' in blocks of ", s.block, " elements, which slices of ", p.chunk,
+                 " elements cut: build DataParallel with slice_multiple(", s.block, ")");
+    }
+}
 
 optim::StateDict DataParallel::state_dict(const optim::Optimizer& opt) const {
   const Impl& m = *impl_;
@@ -34,11 +58,12 @@ optim::StateDict DataParallel::state_dict(const optim::Optimizer& opt) const {
     std::string field;
     if (parse_state_key(key, "state.", &k, &field)) {
       const size_t i = size_t(index.at(k));
-      // Sharded state is gathered slice by slice: it must be shaped like the parameter's slice.
-      MG_CHECK(m.options.zero_stage_ == 0 || field == "step" || t.numel() == m.optimizer_tensor(i).numel(),
+      // Sharded state is gathered slice by slice: per element, or per block of the slice.
+      const int64_t n = m.optimizer_tensor(i).numel(), block = block_of(opt, m.optimizer_tensor(i), field);
+      MG_CHECK(m.options.zero_stage_ == 0 || field == "step" || t.numel() == (block ? (n + block - 1) / block : n),
                NotImplementedError, "DataParallel::state_dict: the optimizer state '", field, "' of '",
-               m.params[i].name, "' has ", t.numel(), " elements for a slice of ", m.optimizer_tensor(i).numel(),
-               ": ZeRO gathers only state shaped like its parameter (not 8-bit blocks or factored moments); ",
+               m.params[i].name, "' has ", t.numel(), " elements for a slice of ", n,
+               ": ZeRO gathers state kept per element or per block of its parameter, not factored moments; ",
                "save it with ZeRO stage 0");
       local[{i, field}] = t;
     } else {
@@ -52,15 +77,19 @@ optim::StateDict DataParallel::state_dict(const optim::Optimizer& opt) const {
   std::ostringstream manifest;
   for (auto& [key, t] : local)
     manifest << key.first << ' ' << key.second << ' ' << int(t.dtype()) << ' '
-             << (key.second == "step" ? t.item<int64_t>() : 0) << '\n';
-  std::map<std::pair<size_t, std::string>, std::pair<int, int64_t>> entries;  // -> dtype, step
+             << (key.second == "step" ? t.item<int64_t>() : 0) << ' '
+             << (key.second == "master" ? 0 : block_of(opt, m.optimizer_tensor(key.first), key.second)) << '\n';
+  struct Entry {
+    int dtype;
+    int64_t step, block;
+  };
+  std::map<std::pair<size_t, std::string>, Entry> entries;
   for (int r = 0; r < m.size; ++r) {
     std::istringstream in(m.group->broadcast(manifest.str(), r));
     size_t i;
     std::string field;
-    int dtype;
-    int64_t step;
-    while (in >> i >> field >> dtype >> step) entries[{i, field}] = {dtype, step};
+    Entry e;
+    while (in >> i >> field >> e.dtype >> e.step >> e.block) entries[{i, field}] = e;
   }
   NoGradGuard ng;
   MemoryScope scope(Category::Temporary, "zero.state_dict");
@@ -70,11 +99,12 @@ optim::StateDict DataParallel::state_dict(const optim::Optimizer& opt) const {
         field == "master" ? "master." + std::to_string(i) : "state." + std::to_string(i) + "." + field;
     auto it = local.find(entry);
     if (field == "step")
-      out[key] = scalar_tensor(double(value.second), kInt64);
+      out[key] = scalar_tensor(double(value.step), kInt64);
     else if (m.options.zero_stage_ == 0)
       out[key] = it->second;
     else
-      out[key] = m.gather_slices(m.params[i], dtype_from_code(value.first), it == local.end() ? Tensor() : it->second);
+      out[key] = m.gather_slices(m.params[i], dtype_from_code(value.dtype), it == local.end() ? Tensor() : it->second,
+                                 value.block);
   }
   return out;
 }
@@ -142,8 +172,10 @@ void DataParallel::load_state_dict(optim::Optimizer& opt, const optim::StateDict
       MG_CHECK(m.masters, ValueError, "DataParallel::load_state_dict: '", key,
                "' is a master weight, but the parameters are not half");
       master_values.emplace_back(i, my_slice(i, t, key));
-    } else {
-      mine["state." + std::to_string(inner[i]) + "." + field] = field == "step" ? t : my_slice(i, t, key);
+    } else {  // stage 0: the optimizer checks the whole state itself (8-bit blocks, factored moments)
+      const int64_t block = block_of(opt, m.optimizer_tensor(i), field);
+      mine["state." + std::to_string(inner[i]) + "." + field] =
+          field == "step" || m.options.zero_stage_ == 0 ? t : m.my_slice(m.params[i], t, key, block);
     }
   }
   std::optional<HostMemoryScope> in_host;  // offloaded: the state made here lives in host memory

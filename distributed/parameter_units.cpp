@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <optional>
 #include <thread>
 
 #include <memgrad/core/budget/budget.h>
@@ -363,14 +364,18 @@ ParameterUnits::ParameterUnits(const nn::NamedTensors& named, ProcessGroup& grou
   Impl& m = *impl_;
   MG_CHECK(!named.empty(), ValueError, "ParameterUnits: expected parameters, got none");
   m.group = &group, m.options = options, m.rank = group.rank(), m.size = group.size();
-  m.device = named[0].second.device();
+  const Device params_device = named[0].second.device();
   const DType dtype = named[0].second.dtype();
+  const bool deferred = nn::is_placeholder(named[0].second);
+  MG_CHECK(!deferred || options.deferred, ValueError,
+           "ParameterUnits: placeholder parameters (nn::DeferredInit) need UnitOptions::deferred, their recipes");
+  m.device = deferred ? options.deferred->device() : params_device;
   for (auto& [name, t] : named) {
     MG_CHECK(t.defined() && t.is_leaf() && t.requires_grad() && is_floating(t.dtype()) && t.is_contiguous(), ValueError,
              "ParameterUnits: expected contiguous floating leaf tensors that require grad, got '", name, "'");
-    MG_CHECK(t.device() == m.device && t.dtype() == dtype, ValueError,
-             "ParameterUnits: expected every parameter on one device in one dtype (", m.device, ", ", dtype, "), got '",
-             name, "' on ", t.device(), " in ", t.dtype());
+    MG_CHECK(t.device() == params_device && t.dtype() == dtype && nn::is_placeholder(t) == deferred, ValueError,
+             "ParameterUnits: expected every parameter on one device in one dtype (", params_device, ", ", dtype,
+             deferred ? ", placeholders" : "", "), got '", name, "' on ", t.device(), " in ", t.dtype());
   }
   MG_CHECK(m.device.is_cuda() || m.device.is_cpu() || m.device.is_meta(), DeviceError,
            "ParameterUnits: expected parameters on cpu, cuda or meta, got ", m.device);
@@ -408,18 +413,29 @@ ParameterUnits::ParameterUnits(const nn::NamedTensors& named, ProcessGroup& grou
   for (auto& u : m.units) {
     u.chunk = std::max<int64_t>(1, (u.numel + m.size - 1) / m.size);
     u.flat = detail::comm_buffer(u.chunk * m.size, dtype, m.device, Category::Parameter, u.name + " (gathered)", true);
-    for (size_t j : u.params) {
-      Impl::Param& p = m.params[j];
-      u.flat.narrow(0, p.offset, p.tensor.numel()).copy_(p.tensor.detach().reshape({-1}));
-    }
-    const Tensor mine = u.flat.narrow(0, int64_t(m.rank) * u.chunk, u.chunk);
-    if (options.offload) {
-      HostMemoryScope in_host(m.device);
-      u.shard =
-          detail::comm_buffer(u.chunk, dtype, host_device(m.device), Category::Parameter, u.name + " (shard)", false);
-      u.shard.copy_(mine);
+    if (deferred) {  // nothing to copy from: the bytes go at once, and the shard is computed
+      u.flat.storage()->release_bytes();
+      std::optional<HostMemoryScope> in_host;
+      if (options.offload) in_host.emplace(m.device);
+      u.shard = detail::comm_buffer(u.chunk, dtype, options.offload ? host_device(m.device) : m.device,
+                                    Category::Parameter, u.name + " (shard)", true);
+      for (size_t j : u.params) {
+        const auto [begin, end] = piece(j, m.rank);
+        if (end > begin)
+          options.deferred->materialize(
+              m.params[j].tensor,
+              u.shard.narrow(0, m.params[j].offset + begin - int64_t(m.rank) * u.chunk, end - begin), begin);
+      }
     } else {
-      u.shard = detail::comm_buffer(u.chunk, dtype, m.device, Category::Parameter, u.name + " (shard)", false);
+      for (size_t j : u.params) {
+        Impl::Param& p = m.params[j];
+        u.flat.narrow(0, p.offset, p.tensor.numel()).copy_(p.tensor.detach().reshape({-1}));
+      }
+      const Tensor mine = u.flat.narrow(0, int64_t(m.rank) * u.chunk, u.chunk);
+      std::optional<HostMemoryScope> in_host;
+      if (options.offload) in_host.emplace(m.device);
+      u.shard = detail::comm_buffer(u.chunk, dtype, options.offload ? host_device(m.device) : m.device,
+                                    Category::Parameter, u.name + " (shard)", false);
       u.shard.copy_(mine);
     }
     for (size_t j : u.params) {
@@ -428,7 +444,7 @@ ParameterUnits::ParameterUnits(const nn::NamedTensors& named, ProcessGroup& grou
       const auto [begin, end] = piece(j, m.rank);
       if (end > begin) p.piece = u.shard.narrow(0, p.offset + begin - int64_t(m.rank) * u.chunk, end - begin);
     }
-    u.flat.storage()->release_bytes();
+    if (u.flat.storage()->has_bytes()) u.flat.storage()->release_bytes();
   }
   Impl* impl = impl_.get();
   for (size_t i = 0; i < m.params.size(); ++i)
@@ -451,6 +467,7 @@ const std::string& ParameterUnits::name(size_t unit) const { return impl_->units
 int64_t ParameterUnits::elements(size_t unit) const { return impl_->units.at(unit).numel; }
 int64_t ParameterUnits::chunk(size_t unit) const { return impl_->units.at(unit).chunk; }
 size_t ParameterUnits::unit_of(size_t param) const { return impl_->params.at(param).unit; }
+int64_t ParameterUnits::offset(size_t param) const { return impl_->params.at(param).offset; }
 bool ParameterUnits::offloaded() const { return impl_->options.offload; }
 const Device& ParameterUnits::device() const { return impl_->device; }
 const UnitStats& ParameterUnits::stats() const { return impl_->stats; }
@@ -464,6 +481,22 @@ std::pair<int64_t, int64_t> ParameterUnits::piece(size_t i, int rank) const {
   const int64_t begin = std::clamp(int64_t(rank) * c - p.offset, int64_t(0), n);
   const int64_t end = std::clamp(int64_t(rank + 1) * c - p.offset, int64_t(0), n);
   return {begin, std::max(begin, end)};
+}
+
+int64_t ParameterUnits::longest_piece(size_t i) const {
+  const Impl& m = *impl_;
+  const Impl::Param& p = m.params.at(i);
+  const int64_t c = m.units[p.unit].chunk, n = p.tensor.numel();
+  if (n == 0) return 0;
+  // The ranks whose chunks meet [offset, offset + n): the first, the last, and the one after the
+  // first, whose chunk (if it is not the last) lies inside whole.
+  const int first = int(p.offset / c), last = int(std::min<int64_t>(m.size - 1, (p.offset + n - 1) / c));
+  int64_t most = 0;
+  for (int r : {first, std::min(first + 1, last), last}) {
+    const auto [begin, end] = piece(i, r);
+    most = std::max(most, end - begin);
+  }
+  return most;
 }
 
 Tensor ParameterUnits::piece_view(size_t i) const { return impl_->params.at(i).piece; }

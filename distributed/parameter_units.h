@@ -48,6 +48,7 @@
 #include <vector>
 
 #include <memgrad/distributed/process_group.h>
+#include <memgrad/nn/deferred.h>
 #include <memgrad/nn/module.h>
 
 namespace mg::distributed {
@@ -58,6 +59,10 @@ struct UnitOptions {
   std::vector<std::string> units;
   bool offload = false;  // shards in host memory (HostMemoryScope of the parameters' device)
   bool prefetch = true;  // gather the next unit while the current one runs
+  // The parameters are placeholders (a model built under nn::DeferredInit): each rank materializes
+  // its shards alone from these recipes, on deferred->device(), with the values the whole model would
+  // have; no unit is ever whole while building.
+  std::shared_ptr<nn::DeferredParameters> deferred{};
 };
 
 // What the units moved and waited for, on this rank, since construction.
@@ -74,7 +79,8 @@ struct UnitStats {
 class ParameterUnits {
  public:
   // `params`: the model's parameters (contiguous floating leaves that require grad, one dtype and
-  // device), already equal on every rank. They become views of their units' flat buffers, released.
+  // device), already equal on every rank, or placeholders with options.deferred's recipes. They
+  // become views of their units' flat buffers, released.
   ParameterUnits(const nn::NamedTensors& params, ProcessGroup& group, const UnitOptions& options);
   ~ParameterUnits();
   ParameterUnits(const ParameterUnits&) = delete;
@@ -85,11 +91,14 @@ class ParameterUnits {
   int64_t elements(size_t unit) const;  // its parameters' elements, unpadded
   int64_t chunk(size_t unit) const;     // elements of one rank's shard
   size_t unit_of(size_t param) const;
+  int64_t offset(size_t param) const;  // where the parameter starts in its unit's flat buffer
   bool offloaded() const;
   const Device& device() const;  // where the parameters compute
   // Rank `rank`'s piece of parameter i: elements [first, second) of the flattened parameter (first ==
   // second: none). Pieces of consecutive ranks are consecutive.
   std::pair<int64_t, int64_t> piece(size_t i, int rank) const;
+  // The most elements of parameter i any rank's piece holds (without visiting every rank).
+  int64_t longest_piece(size_t i) const;
   // This rank's piece of parameter i, a 1-D view of its shard (undefined when empty).
   Tensor piece_view(size_t i) const;
 

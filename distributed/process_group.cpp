@@ -5,7 +5,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
+#include <memgrad/core/env.h>
 #include <memgrad/core/grad_mode.h>
 #include <memgrad/distributed/work_impl.h>
 
@@ -33,9 +35,10 @@ double collective_timeout() {
   double t = g_timeout.load();
   if (t < 0) {
     const char* v = std::getenv("MG_COLLECTIVE_TIMEOUT");
-    char* end = nullptr;
-    const double x = v && *v ? std::strtod(v, &end) : 600.0;
-    t = v && *v && (*end != '\0' || !(x >= 0)) ? 600.0 : x;
+    const std::optional<double> seconds = v && *v ? env::parse_seconds(v) : 600.0;
+    if (!seconds)  // read inside a wait, which cannot raise for it: said once (core/env.h), 600 kept
+      env::warn_ignored(env::message("MG_COLLECTIVE_TIMEOUT", v, env::kSecondsExpected));
+    t = seconds.value_or(600.0);
     g_timeout.store(t);
   }
   return t;

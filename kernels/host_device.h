@@ -2,6 +2,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #if defined(__CUDACC__)
 #define MG_HD __host__ __device__ __forceinline__
@@ -10,6 +11,17 @@
 #endif
 
 namespace mg::kernels {
+
+// A double scalar (a unary op's parameter, a binary op's alpha, a fill value) as arithmetic type A:
+// integers through int64, so that -2 in a uint8 op wraps to 254 as integer arithmetic does (a double
+// outside an integer type's range has no defined conversion: x86 happens to wrap, the device saturates).
+template <class A>
+MG_HD A scalar_as(double v) {
+  if constexpr (std::is_integral_v<A> && !std::is_same_v<A, bool>)
+    return A(int64_t(v));
+  else
+    return A(v);
+}
 
 // Philox4x32-10 (Salmon et al. 2011): four 32-bit random words per (key, counter).
 struct Philox4 {

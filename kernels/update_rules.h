@@ -10,9 +10,24 @@ namespace mg::kernels::rules {
 MG_HD float sqrt_of(float x) { return ::sqrtf(x); }  // global: mg::sqrt (a tensor op) would hide it
 MG_HD double sqrt_of(double x) { return ::sqrt(x); }
 
+// What a step multiplies a float32 parameter's half gradient by as it reads it (mixed precision
+// without a float32 copy of the gradients, as apex's FusedAdam): the loss scaler's 1/scale, then
+// clipping's coefficient, each product rounded to float32, as a float32 copy of the gradient
+// scaled in place by mul_ would be (a factor of 1 changes nothing). Gradients of the parameter's own
+// dtype are read as they are.
+struct GradFactors {
+  float first = 1.0f, second = 1.0f;
+};
+template <class T>
+MG_HD T scaled_grad(T g, const GradFactors& f) {
+  const T once = g * T(f.first);
+  return once * T(f.second);
+}
+
 struct SGDScalars {
   double lr, momentum, dampening, weight_decay;
   bool nesterov, maximize, first_step;  // first_step: the momentum buffer starts as the gradient
+  GradFactors grad{};                   // half gradients of float32 parameters
 };
 // Updates p (and buf when momentum != 0).
 // PyTorch's `a.add(b, alpha)` is one fused multiply-add on CPU; so is each step here.
@@ -32,6 +47,7 @@ struct AdamScalars {
   double step_size;                   // lr / (1 - beta1^t)
   double bias_correction2_sqrt;       // sqrt(1 - beta2^t)
   bool amsgrad, maximize, decoupled;  // decoupled: AdamW's decay p *= 1 - lr * wd
+  GradFactors grad{};                 // half gradients of float32 parameters
 };
 // AdamScalars converted to the arithmetic type once per tensor, so the element loop has no
 // conversions or branches (the CPU loop vectorizes; the CUDA kernel converts per element).

@@ -4,6 +4,7 @@
 
 #include <memgrad/core/grad_mode.h>
 #include <memgrad/core/random.h>
+#include <memgrad/nn/deferred.h>
 #include <memgrad/nn/module.h>
 #include <memgrad/ops/random_fill_impl.h>
 
@@ -38,10 +39,37 @@ void check(const char* op, const Tensor& t) {
 }  // namespace
 
 // The fills run as ops (ops/), under NoGradGuard: parameters are leaves that require grad.
+namespace {
+// A placeholder parameter (nn/deferred.h) is not filled: the fill's recipe is recorded, with the
+// generator's draw, which advances the generator as the fill would.
+template <class Fill>
+Tensor& fill_or_record(Tensor& t, InitRecipe recipe, Generator* generator, const Fill& fill) {
+  if (!is_placeholder(t)) return fill();
+  const std::shared_ptr<DeferredParameters>& deferred = DeferredInit::active();
+  MG_CHECK(deferred, ValueError, "nn::init: a deferred parameter (a placeholder of shape ", shape_str(t.shape()),
+           ") filled outside nn::DeferredInit; materialize it first");
+  recipe.dtype = t.dtype();
+  if (recipe.kind != InitRecipe::Kind::Constant) {
+    DrawLog log;
+    {
+      DrawLog::Recording recording(log);
+      fill();  // on meta: draws its counters, writes nothing
+    }
+    MG_CHECK(log.draws.size() == 1, ValueError, "nn::init: expected one draw per fill, got ", log.draws.size());
+    recipe.seed = log.draws[0].seed, recipe.offset = log.draws[0].offset;
+  }
+  (void)generator;
+  deferred->record(t, recipe);
+  return t;
+}
+}  // namespace
+
 Tensor& constant_(Tensor& t, double value) {
   check("constant_", t);
   NoGradGuard no_grad;
-  return t.fill_(value);
+  InitRecipe r;
+  r.kind = InitRecipe::Kind::Constant, r.a = value;
+  return fill_or_record(t, r, nullptr, [&]() -> Tensor& { return t.fill_(value); });
 }
 Tensor& zeros_(Tensor& t) { return constant_(t, 0.0); }
 Tensor& ones_(Tensor& t) { return constant_(t, 1.0); }
@@ -49,13 +77,17 @@ Tensor& ones_(Tensor& t) { return constant_(t, 1.0); }
 Tensor& normal_(Tensor& t, double mean, double std, Generator* generator) {
   check("normal_", t);
   NoGradGuard no_grad;
-  return mg::detail::normal_(t, mean, std, generator);
+  InitRecipe r;
+  r.kind = InitRecipe::Kind::Normal, r.a = mean, r.b = std;
+  return fill_or_record(t, r, generator, [&]() -> Tensor& { return mg::detail::normal_(t, mean, std, generator); });
 }
 
 Tensor& uniform_(Tensor& t, double lo, double hi, Generator* generator) {
   check("uniform_", t);
   NoGradGuard no_grad;
-  return mg::detail::uniform_(t, lo, hi, generator);
+  InitRecipe r;
+  r.kind = InitRecipe::Kind::Uniform, r.a = lo, r.b = hi;
+  return fill_or_record(t, r, generator, [&]() -> Tensor& { return mg::detail::uniform_(t, lo, hi, generator); });
 }
 
 Tensor& xavier_uniform_(Tensor& t, double gain, Generator* generator) {

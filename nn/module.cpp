@@ -4,6 +4,7 @@
 #include <set>
 
 #include <memgrad/core/grad_mode.h>
+#include <memgrad/nn/deferred.h>
 #include <memgrad/ops/ops.h>
 
 namespace mg::nn {
@@ -28,10 +29,14 @@ void Module::check_new_name(const std::string& name) const {
            " already has a member named '", name, "'");
 }
 
+Module::Module(std::string type_name) : type_name_(std::move(type_name)), deferred_(DeferredInit::active()) {}
+
 Tensor& Module::register_parameter(const std::string& name, const Shape& shape, const TensorOptions& options) {
   check_new_name(name);
   Tensor t;
-  {
+  if (DeferredInit::active()) {
+    t = placeholder(shape, options.dtype_);
+  } else {
     MemoryScope scope(Category::Parameter, name);
     t = empty(shape, TensorOptions(options).requires_grad(false));
   }
@@ -134,6 +139,10 @@ void Module::convert(const Device* device, const DType* dtype) {
   auto move = [&](const Tensor& t, Category category, const std::string& owner) {
     if (!t.defined() || !done.insert(t.impl()).second) return;
     Tensor r = t;
+    if (is_placeholder(t)) {  // a deferred parameter stays a placeholder: only its dtype changes
+      if (dtype && is_floating(t.dtype()) && *dtype != t.dtype()) t.set_data(placeholder(t.shape(), *dtype));
+      return;
+    }
     {
       MemoryScope scope(category, owner);
       if (device && *device != r.device()) r = r.to(*device);

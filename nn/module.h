@@ -17,9 +17,11 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 // A flat map from dotted names to tensors: what state_dict() returns and safetensors files hold.
 using StateDict = std::map<std::string, Tensor>;
 
+class DeferredParameters;
+
 class Module : public std::enable_shared_from_this<Module> {
  public:
-  explicit Module(std::string type_name = "Module") : type_name_(std::move(type_name)) {}
+  explicit Module(std::string type_name = "Module");
   virtual ~Module() = default;
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
@@ -50,6 +52,10 @@ class Module : public std::enable_shared_from_this<Module> {
   // Clears (set_to_none) or zeroes every parameter's .grad.
   void zero_grad(bool set_to_none = true);
 
+  // Built under an nn::DeferredInit (nn/deferred.h): the recipes its placeholder parameters
+  // materialize from; null otherwise.
+  const std::shared_ptr<DeferredParameters>& deferred_parameters() const { return deferred_; }
+
   // Parameters and persistent buffers by path. load_state_dict validates every name, shape and
   // dtype before copying anything, so a bad dict leaves the module unchanged; strict also
   // rejects missing and unexpected names.
@@ -58,7 +64,8 @@ class Module : public std::enable_shared_from_this<Module> {
 
  protected:
   // Allocates an uninitialised parameter of `shape` under MemoryScope(Parameter, name) (nested in
-  // the scope the module is built in) and registers it. Initialise it in place.
+  // the scope the module is built in) and registers it. Initialise it in place. Under an
+  // nn::DeferredInit it is a placeholder instead (no bytes), which nn::init's fills record.
   Tensor& register_parameter(const std::string& name, const Shape& shape, const TensorOptions& options = {});
   // Registers an existing tensor; its bytes are relabelled Parameter.
   Tensor& register_parameter(const std::string& name, Tensor tensor, bool requires_grad = true);
@@ -94,6 +101,7 @@ class Module : public std::enable_shared_from_this<Module> {
   bool training_ = true;
   std::vector<Entry> params_, buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  std::shared_ptr<DeferredParameters> deferred_;
 };
 
 // A module with a one-tensor forward; call it like a function.

@@ -1,14 +1,11 @@
 #include <memgrad/nn/safetensors.h>
 
-#include <dirent.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -16,6 +13,7 @@
 #include <set>
 #include <vector>
 
+#include <memgrad/core/files.h>
 #include <memgrad/core/grad_mode.h>
 #include <memgrad/ops/ops.h>
 
@@ -79,25 +77,7 @@ nlohmann::json parse_header(const std::string& text, const std::string& where) {
 
 namespace {
 
-// A file descriptor closed when it goes out of scope.
-struct File {
-  int fd = -1;
-  ~File() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
 std::string errno_text() { return std::strerror(errno); }
-
-void write_all(int fd, const void* data, size_t n, const std::string& where) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, std::min<size_t>(n, size_t(1) << 30));
-    if (w < 0 && errno == EINTR) continue;
-    MG_CHECK(w > 0, IOError, where, ": write failed: ", w < 0 ? errno_text() : "no progress");
-    p += w, n -= size_t(w);
-  }
-}
 
 // Exactly n bytes at `offset`: an IOError naming the file and the offset on an error or a short read
 // (a file that shrank, or one whose size fstat does not know).
@@ -110,31 +90,6 @@ void read_all(int fd, void* data, size_t n, uint64_t offset, const std::string& 
     MG_CHECK(r > 0, IOError, where, ": the file ends at offset ", offset, ", ", n, " bytes short of what it declares");
     p += r, n -= size_t(r), offset += uint64_t(r);
   }
-}
-
-// The folder of `path` and its file name.
-std::pair<std::string, std::string> split_path(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return {".", path};
-  return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
-}
-
-// Removes "<name>.tmp.<pid>" files in `dir` left by saves of processes that no longer exist (killed
-// mid-save). Best effort: a file that cannot be removed stays.
-void remove_stale_temporaries(const std::string& dir, const std::string& name) {
-  DIR* d = ::opendir(dir.c_str());
-  if (!d) return;
-  const std::string prefix = name + ".tmp.";
-  while (const dirent* e = ::readdir(d)) {
-    const std::string entry = e->d_name;
-    if (entry.compare(0, prefix.size(), prefix) != 0) continue;
-    const std::string digits = entry.substr(prefix.size());
-    pid_t pid = 0;
-    auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), pid);
-    if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size() || pid <= 0) continue;
-    if (pid != ::getpid() && ::kill(pid, 0) != 0 && errno == ESRCH) ::unlink((dir + "/" + entry).c_str());
-  }
-  ::closedir(d);
 }
 
 }  // namespace
@@ -161,47 +116,23 @@ void save_safetensors(const StateDict& tensors, const std::string& path, const M
   unsigned char len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
 
-  // Durable and atomic: a temporary file in the same folder, synced to disk, renamed over `path`,
-  // then the folder synced so the rename itself survives a crash.
-  const auto [dir, name] = split_path(path);
-  remove_stale_temporaries(dir, name);
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const std::string where = "save_safetensors: '" + tmp + "'";
-  try {
-    File f{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666)};
-    MG_CHECK(f.fd >= 0, IOError, "save_safetensors: cannot open '", tmp, "' for writing: ", errno_text());
-    write_all(f.fd, len, 8, where);
-    write_all(f.fd, text.data(), text.size(), where);
-    for (auto& h : host) write_all(f.fd, h.raw_data(), h.nbytes(), where);
-    MG_CHECK(::fsync(f.fd) == 0, IOError, where, ": fsync failed: ", errno_text());
-    const int fd = f.fd;
-    f.fd = -1;
-    MG_CHECK(::close(fd) == 0, IOError, where, ": close failed: ", errno_text());
-    MG_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, IOError, "save_safetensors: cannot rename '", tmp, "' to '",
-             path, "': ", errno_text());
-  } catch (...) {
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  File d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
-  // Some file systems cannot sync a folder (EINVAL); the file itself is on disk by now.
-  MG_CHECK(d.fd >= 0 && (::fsync(d.fd) == 0 || errno == EINVAL), IOError, "save_safetensors: wrote '", path,
-           "' but could not sync its folder '", dir, "': ", errno_text());
+  // Durable and atomic (core/files.h): a temporary file beside the final one, synced, renamed over
+  // it (a symbolic link followed, a special file refused), then the folder synced.
+  AtomicFile f(path, "save_safetensors");
+  f.write(len, 8);
+  f.write(text);
+  for (auto& h : host) f.write(h.raw_data(), h.nbytes());
+  f.commit();
 }
 
 StateDict load_safetensors(const std::string& path, Metadata* metadata) {
   const std::string where = "load_safetensors: '" + path + "'";
-  // Non-blocking, so that opening a FIFO does not wait for a writer; only regular files are read.
-  File f{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)};
-  MG_CHECK(f.fd >= 0, IOError, where, " cannot be opened: ", errno_text());
-  struct stat st;
-  MG_CHECK(::fstat(f.fd, &st) == 0, IOError, where, " cannot be examined: ", errno_text());
-  MG_CHECK(!S_ISDIR(st.st_mode), IOError, where, " is a directory, not a safetensors file");
-  MG_CHECK(S_ISREG(st.st_mode), IOError, where, " is not a regular file (a device, FIFO or socket)");
-  const uint64_t size = uint64_t(st.st_size);
+  // Only a regular file is opened, without blocking on a FIFO (core/files.h).
+  const InputFile f(path, "load_safetensors");
+  const uint64_t size = uint64_t(f.size());
   MG_CHECK(size >= 8, IOError, where, " is truncated: expected at least an 8-byte header length, got ", size, " bytes");
   unsigned char len[8];
-  read_all(f.fd, len, 8, 0, where);
+  read_all(f.fd(), len, 8, 0, where);
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= uint64_t(len[i]) << (8 * i);
   MG_CHECK(n <= size - 8, IOError, where, " is truncated or corrupted: the header claims ", n, " bytes, but only ",
@@ -209,7 +140,7 @@ StateDict load_safetensors(const std::string& path, Metadata* metadata) {
   MG_CHECK(n <= kMaxHeaderBytes, IOError, where, " has a header of ", n, " bytes, more than the format's limit of ",
            kMaxHeaderBytes);
   std::string text(n, '\0');
-  read_all(f.fd, text.data(), n, 8, where);
+  read_all(f.fd(), text.data(), n, 8, where);
   nlohmann::json header;
   try {
     header = parse_header(text, where);
@@ -281,7 +212,7 @@ StateDict load_safetensors(const std::string& path, Metadata* metadata) {
   StateDict out;
   for (auto& e : entries) {
     Tensor t = empty(e.shape, e.dtype);
-    read_all(f.fd, t.raw_data(), e.end - e.begin, 8 + n + e.begin, where + " entry '" + e.name + "'");
+    read_all(f.fd(), t.raw_data(), e.end - e.begin, 8 + n + e.begin, where + " entry '" + e.name + "'");
     if (e.dtype == kBool) {  // any non-zero byte is true; store canonical 0/1
       auto* p = static_cast<unsigned char*>(t.raw_data());
       for (int64_t i = 0; i < t.numel(); ++i) p[i] = p[i] != 0;

@@ -8,20 +8,26 @@ namespace {
 
 // Checks the operands (an undefined one is an unused optional state) and runs `fn` once per device
 // over the tensors on it. They must be contiguous and, unless `shaped_like_param` is false (state
-// with shapes of its own, which the optimizer made to its spec), of the parameter's size and dtype.
+// with shapes of its own, which the optimizer made to its spec), of the parameter's size and dtype;
+// with `half_grads` the gradients (operand 1) of float32 parameters may be float16 or bfloat16.
 template <class S>
 void run_update(Op id, const char* optimizer, void (*kernels::Backend::*fn)(const TensorLists&, const std::vector<S>&),
-                const TensorLists& lists, const std::vector<S>& scalars, bool shaped_like_param = true) {
+                const TensorLists& lists, const std::vector<S>& scalars, bool shaped_like_param = true,
+                bool half_grads = false) {
   OpScope scope(id);
   std::vector<std::pair<Device, std::vector<size_t>>> by_device;  // in order of first appearance
   for (size_t j = 0; j < scalars.size(); ++j) {
     const Tensor& p = lists[0][j];
     if (!p.is_meta())
-      for (auto& list : lists)
-        if (list[j].defined())
-          MG_CHECK(list[j].is_contiguous() &&
-                       (!shaped_like_param || (list[j].numel() == p.numel() && list[j].dtype() == p.dtype())),
-                   ValueError, optimizer, ": expected contiguous tensors of one size and dtype");
+      for (size_t k = 0; k < lists.size(); ++k) {
+        const Tensor& t = lists[k][j];
+        const bool half_grad = half_grads && k == 1 && p.dtype() == kFloat32 && is_half(t.dtype());
+        if (t.defined())
+          MG_CHECK(t.is_contiguous() &&
+                       (!shaped_like_param || (t.numel() == p.numel() && (t.dtype() == p.dtype() || half_grad))),
+                   ValueError, optimizer,
+                   ": expected contiguous tensors of one size and dtype (or a half gradient of a float32 parameter)");
+      }
     auto it = by_device.begin();
     while (it != by_device.end() && it->first != p.device()) ++it;
     if (it == by_device.end()) it = by_device.insert(it, {p.device(), {}});
@@ -47,12 +53,12 @@ void run_update(Op id, const char* optimizer, void (*kernels::Backend::*fn)(cons
 
 void sgd_update_(const char* optimizer, const TensorLists& lists,
                  const std::vector<kernels::rules::SGDScalars>& scalars) {
-  run_update(Op::sgd_update_, optimizer, &Backend::sgd_update, lists, scalars);
+  run_update(Op::sgd_update_, optimizer, &Backend::sgd_update, lists, scalars, true, true);
 }
 
 void adam_update_(const char* optimizer, const TensorLists& lists,
                   const std::vector<kernels::rules::AdamScalars>& scalars) {
-  run_update(Op::adam_update_, optimizer, &Backend::adam_update, lists, scalars);
+  run_update(Op::adam_update_, optimizer, &Backend::adam_update, lists, scalars, true, true);
 }
 
 void lion_update_(const TensorLists& lists, const std::vector<kernels::rules::LionScalars>& scalars) {

@@ -11,7 +11,9 @@ namespace mg::detail {
 
 using kernels::TensorLists;
 // One SGD step: rules::sgd with scalars[j] on tensor j; lists = {params, grads, momentum buffers
-// (optional)}. `optimizer` names the caller in errors. The parameters' versions are bumped.
+// (optional)}. `optimizer` names the caller in errors. The parameters' versions are bumped. The SGD
+// and Adam steps also take a float16/bfloat16 gradient for a float32 parameter (its state float32),
+// read with scalars[j].grad's factors (mixed precision without float32 copies of the gradients).
 void sgd_update_(const char* optimizer, const TensorLists& lists,
                  const std::vector<kernels::rules::SGDScalars>& scalars);
 // One Adam(W) step: rules::adam; lists = {params, grads, exp_avg, exp_avg_sq, max_exp_avg_sq (optional)}.

@@ -49,8 +49,17 @@ void Adam::update(const Hyperparameters& o, const std::vector<ParamUpdate>& para
     lists[3].push_back(state_tensor(*u.state, param, *u.name, "exp_avg_sq"));
     lists[4].push_back(amsgrad ? state_tensor(*u.state, param, *u.name, "max_exp_avg_sq") : Tensor());
     const double t = double(++u.state->step);
-    scalars.push_back({lr, b1, b2, o.at("eps"), o.at("weight_decay"), lr / (1 - std::pow(b1, t)),
-                       std::sqrt(1 - std::pow(b2, t)), amsgrad, o.at("maximize") != 0, decoupled_});
+    scalars.push_back({lr,
+                       b1,
+                       b2,
+                       o.at("eps"),
+                       o.at("weight_decay"),
+                       lr / (1 - std::pow(b1, t)),
+                       std::sqrt(1 - std::pow(b2, t)),
+                       amsgrad,
+                       o.at("maximize") != 0,
+                       decoupled_,
+                       {float(grad_factors().first), float(grad_factors().second)}});
   }
   mg::detail::adam_update_(type().c_str(), lists, scalars);
 }

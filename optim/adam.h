@@ -41,6 +41,7 @@ class Adam : public Optimizer {
   // betas in [0, 1), eps and weight_decay >= 0 (as torch).
   void check_options(const Hyperparameters& o) const override;
   std::vector<std::string> state_names(const Hyperparameters& o) const override;
+  bool reads_half_grads() const override { return true; }  // its kernel reads them with the factors
 
  private:
   bool decoupled_;

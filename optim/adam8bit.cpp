@@ -8,6 +8,7 @@
 namespace mg::optim {
 
 using kernels::quant::kBlock;
+static_assert(Adam8bit::kBlockSize == kBlock, "Adam8bit::kBlockSize is the kernels' block");
 
 Hyperparameters Adam8bitOptions::to_map() const {
   return {{"lr", lr_},
@@ -38,14 +39,16 @@ void Adam8bit::check_options(const Hyperparameters& o) const {
 
 std::vector<StateSpec> Adam8bit::state_specs(const Tensor& param, const Hyperparameters& o) const {
   const int64_t n = param.numel();
-  if (!quantized(n, o)) return {{"exp_avg", param.shape(), kFloat32, ""}, {"exp_avg_sq", param.shape(), kFloat32, ""}};
+  // A ZeRO slice keeps the form its whole parameter would have (set_slice).
+  if (!quantized(whole_numel(param), o))
+    return {{"exp_avg", param.shape(), kFloat32, ""}, {"exp_avg_sq", param.shape(), kFloat32, ""}};
   const int64_t blocks = (n + kBlock - 1) / kBlock;
   const std::string why = "one float32 absmax per block of " + std::to_string(kBlock) + " of the parameter's " +
                           std::to_string(n) + " elements";
   return {{"exp_avg", param.shape(), kUInt8, ""},
           {"exp_avg_sq", param.shape(), kUInt8, ""},
-          {"exp_avg.absmax", {blocks}, kFloat32, why},
-          {"exp_avg_sq.absmax", {blocks}, kFloat32, why}};
+          {"exp_avg.absmax", {blocks}, kFloat32, why, kBlock},
+          {"exp_avg_sq.absmax", {blocks}, kFloat32, why, kBlock}};
 }
 
 void Adam8bit::check_state(const std::string& key, const StateSpec& spec, const Tensor& value) const {
@@ -62,7 +65,7 @@ void Adam8bit::update(const Hyperparameters& o, const std::vector<ParamUpdate>& 
   std::vector<kernels::quant::Adam8bitScalars> scalars;
   for (const ParamUpdate& u : params) {
     const Tensor& p = *u.param;
-    const bool q = quantized(p.numel(), o);
+    const bool q = quantized(whole_numel(p), o);
     lists[0].push_back(p), lists[1].push_back(p.grad());
     lists[2].push_back(state_tensor(*u.state, p, *u.name, "exp_avg"));
     lists[3].push_back(state_tensor(*u.state, p, *u.name, "exp_avg_sq"));

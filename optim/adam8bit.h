@@ -10,8 +10,10 @@
 // parameter's shape) with exp_avg.absmax and exp_avg_sq.absmax (float32 [ceil(numel / 256)]), or
 // exp_avg and exp_avg_sq in float32 below the threshold.
 //
-// Under ZeRO stages 1-2 a rank steps flat slices, so the blocks of 256 start at its slice; such
-// state cannot be gathered into one state_dict (DataParallel says so).
+// Under ZeRO stages 1-2 a rank steps a flat slice of each parameter: DataParallel then starts every
+// slice at a multiple of 256 elements and tells the optimizer the whole parameter's size (set_slice),
+// so the rank keeps exactly its blocks of the state one process keeps for the whole parameter, and a
+// state_dict gathered from the ranks is that state, loadable at any world size.
 //
 // As in bitsandbytes, the update differs from torch.optim.Adam in small ways: eps is added to
 // sqrt(v) before the bias correction is divided out (eps * sqrt(1 - beta2^t) after), weight decay
@@ -55,6 +57,8 @@ class Adam8bit : public Optimizer {
 
   // Whether a parameter of `numel` elements keeps 8-bit state under `options` (min_8bit_size).
   static bool quantized(int64_t numel, const Hyperparameters& options);
+  // The elements each absmax covers: blocks of the flattened parameter, from its first element.
+  static constexpr int64_t kBlockSize = 256;
 
  protected:
   Adam8bit(std::vector<ParamGroup> groups, const Adam8bitOptions& options, const char* type);

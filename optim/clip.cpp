@@ -30,11 +30,12 @@ GradNormClipper::GradNormClipper(double max_norm, double norm_type) : max_norm_(
   MG_CHECK(norm_type > 0, ValueError, "clip_grad_norm_: expected a positive norm type, got ", norm_type);
 }
 
-void GradNormClipper::add(size_t i, const Tensor& g) {
+void GradNormClipper::add(size_t i, const Tensor& g, double scale) {
   NoGradGuard ng;
   // One gradient-sized temporary (the sums accumulate in double): no float64 copy. Half gradients
   // are widened first, as their squares could overflow.
   Tensor x = g.dtype() == kFloat16 || g.dtype() == kBFloat16 ? g.to(kFloat32) : g;
+  if (scale != 1.0) x = x * scale;
   Tensor part = std::isinf(norm_type_) ? max(abs(x)) : norm_type_ == 2.0 ? sum(x * x) : sum(pow(abs(x), norm_type_));
   if (parts_.size() <= i) parts_.resize(i + 1, 0.0);
   parts_[i] = part.is_meta() ? 0.0 : part.item<double>();

@@ -25,8 +25,10 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
 class GradNormClipper {
  public:
   explicit GradNormClipper(double max_norm, double norm_type = 2.0);
-  // Records grad's part as parameter i's (on meta: the temporaries' bytes, no value).
-  void add(size_t i, const Tensor& grad);
+  // Records grad's part as parameter i's (on meta: the temporaries' bytes, no value). A half grad is
+  // widened to float32 first; `scale` then multiplies it (rounded to its dtype, as mul_ would): the
+  // part of a half gradient that a float32 master's step reads with that factor (set_grad_factors).
+  void add(size_t i, const Tensor& grad, double scale = 1.0);
   // The parts so far combined (the sum of the norm_type-th powers, or the largest for the infinity norm).
   double partial() const;
   // The total norm and the coefficient of a partial (combined across processes, say).

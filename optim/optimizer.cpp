@@ -112,6 +112,19 @@ const Hyperparameters& Optimizer::options_of(const Tensor& param) const {
   throw ValueError(detail::str(type_, ": expected one of the optimizer's parameters, got another tensor"));
 }
 
+void Optimizer::set_slice(const Tensor& param, int64_t offset, int64_t whole) {
+  options_of(param);  // one of ours
+  MG_CHECK(param.dim() == 1 && offset >= 0 && whole >= 0 && offset <= whole && param.numel() <= whole - offset,
+           ValueError, type_, ".set_slice: expected a 1-D parameter inside [0, ", whole, ") from offset ", offset,
+           ", got ", param.numel(), " elements of shape ", shape_str(param.shape()));
+  whole_[param.impl()] = whole;
+}
+
+int64_t Optimizer::whole_numel(const Tensor& param) const {
+  auto it = whole_.find(param.impl());
+  return it == whole_.end() ? param.numel() : it->second;
+}
+
 void Optimizer::step() {
   step_if([](const Tensor&) { return true; });
 }
@@ -133,8 +146,9 @@ void Optimizer::step_if(const std::function<bool(const Tensor&)>& which) {
       if (!grad.defined() || !which(p)) continue;
       MG_CHECK(grad.device() == p.device(), DeviceError, type_, ": '", g.names[i], "' is on ", p.device(),
                " but its gradient is on ", grad.device());
-      MG_CHECK(grad.dtype() == p.dtype(), DTypeError, type_, ": '", g.names[i], "' is ", p.dtype(),
-               " but its gradient is ", grad.dtype());
+      MG_CHECK(grad.dtype() == p.dtype() || (p.dtype() == kFloat32 && is_half(grad.dtype())), DTypeError, type_, ": '",
+               g.names[i], "' is ", p.dtype(), " but its gradient is ", grad.dtype(),
+               " (expected the parameter's dtype, or a half gradient of a float32 parameter)");
       params.push_back({&p, &g.names[i], nullptr});
     }
     if (!params.empty()) work.emplace_back(&g.options, std::move(params));
@@ -157,7 +171,47 @@ void Optimizer::step_if(const std::function<bool(const Tensor&)>& which) {
         state_[key].tensors.resize(n);
     throw;
   }
-  for (auto& [options, params] : work) update(*options, params);  // allocates nothing
+  struct Clear {  // the factors serve one step, however it ends
+    std::pair<double, double>& f;
+    ~Clear() { f = {1.0, 1.0}; }
+  } clear{grad_factors_};
+  for (auto& [options, params] : work) {
+    if (reads_half_grads()) {
+      update(*options, params);  // allocates nothing
+      continue;
+    }
+    std::vector<ParamUpdate> same;  // gradients of their parameter's dtype, in one call
+    for (const ParamUpdate& u : params)
+      if (u.param->grad().dtype() == u.param->dtype()) same.push_back(u);
+    if (!same.empty()) update(*options, same);
+    for (const ParamUpdate& u : params)
+      if (u.param->grad().dtype() != u.param->dtype()) update_with_float32_grad(*options, u);
+  }
+}
+
+void Optimizer::update_with_float32_grad(const Hyperparameters& options, const ParamUpdate& u) {
+  const Tensor half = u.param->grad();
+  Tensor g;
+  {
+    MemoryScope scope(Category::Gradient, *u.name);
+    g = half.to(kFloat32);
+    if (grad_factors_.first != 1.0) g.mul_(grad_factors_.first);
+    if (grad_factors_.second != 1.0) g.mul_(grad_factors_.second);
+  }
+  u.param->set_grad(g);
+  try {
+    update(options, {u});
+  } catch (...) {
+    u.param->set_grad(half);
+    throw;
+  }
+  u.param->set_grad(half);
+}
+
+void Optimizer::set_grad_factors(double first, double second) {
+  MG_CHECK(std::isfinite(first) && std::isfinite(second), ValueError, type_,
+           ".set_grad_factors: expected finite factors, got ", first, " and ", second);
+  grad_factors_ = {first, second};
 }
 
 void Optimizer::zero_grad(bool set_to_none) {

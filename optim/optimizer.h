@@ -34,6 +34,9 @@ struct StateSpec {
   Shape shape;
   DType dtype;
   std::string why;  // what the shape is, for error messages ("" for the parameter's shape)
+  // > 0: one value per `block` elements of the flattened parameter (8-bit state's absmax), so a
+  // slice of the parameter that starts at a multiple of `block` has the blocks of the whole.
+  int64_t block = 0;
 };
 
 // One parameter's row of state_report(). Bytes are ledger bytes (allocator blocks).
@@ -76,6 +79,14 @@ class Optimizer {
   void step(const Tensor& param);
   // Clears (set_to_none, PyTorch's default) or zeroes every parameter's .grad.
   void zero_grad(bool set_to_none = true);
+  // Mixed precision without float32 copies of the gradients (apex's FusedAdam): a float32 parameter
+  // may have a float16/bfloat16 gradient (a model's half gradient, given to its float32 master by
+  // amp::MasterWeights), which the step reads multiplied by `first`, then by `second` (the loss
+  // scaler's 1/scale and clipping's coefficient), each product rounded to float32: the values a
+  // float32 copy of the gradient scaled in place by mul_ would hold. The next step (either form)
+  // uses them and clears them. SGD and Adam(W) read half gradients in their kernels; the other
+  // optimizers get such a float32 copy made for one parameter at a time.
+  void set_grad_factors(double first, double second = 1.0);
 
   std::vector<ParamGroup>& param_groups() { return groups_; }
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
@@ -83,6 +94,15 @@ class Optimizer {
   double lr(size_t group = 0) const { return groups_.at(group).options.at("lr"); }
   void set_lr(double lr);  // every group
   const std::string& type() const { return type_; }
+
+  // The state tensors `param` keeps (or will keep from its first step) under its group's options.
+  std::vector<StateSpec> state_layout(const Tensor& param) const { return state_specs(param, options_of(param)); }
+  // Says that `param` (one of this optimizer's tensors, 1-D) is elements [offset, offset + numel) of a
+  // flattened parameter of `whole` elements: a ZeRO rank's slice (distributed::DataParallel::attach).
+  // State whose form depends on the whole parameter follows the whole: Adam8bit keeps 8-bit state for
+  // the slice when the whole has min_8bit_size elements, as one process would for the whole. Call it
+  // before the first step; ValueError for a tensor that is not a parameter or a range outside `whole`.
+  void set_slice(const Tensor& param, int64_t offset, int64_t whole);
 
   // Ledger bytes of `param`'s state (0 before its first step); all parameters' without argument.
   int64_t state_bytes(const Tensor& param) const;
@@ -138,15 +158,25 @@ class Optimizer {
   Tensor& state_tensor(ParamState& state, const Tensor& param, const std::string& name, const std::string& key);
   // The options of the group holding `param`.
   const Hyperparameters& options_of(const Tensor& param) const;
+  // Whether update() takes float32 parameters with half gradients, read with grad_factors() (see
+  // set_grad_factors); otherwise step() hands it each such parameter alone with a float32 copy.
+  virtual bool reads_half_grads() const { return false; }
+  std::pair<double, double> grad_factors() const { return grad_factors_; }
+  // The elements of the parameter `param` is a slice of (set_slice), else its own.
+  int64_t whole_numel(const Tensor& param) const;
 
  private:
   void check_group(ParamGroup& group);
   // step() over the parameters `which` accepts (all, or one for step(param)).
   void step_if(const std::function<bool(const Tensor&)>& which);
+  // update() of one float32 parameter whose gradient is half, given a float32 copy scaled by the factors.
+  void update_with_float32_grad(const Hyperparameters& options, const ParamUpdate& u);
   std::string type_;
   Hyperparameters defaults_;
   std::vector<ParamGroup> groups_;
   std::unordered_map<const TensorImpl*, ParamState> state_;
+  std::pair<double, double> grad_factors_{1.0, 1.0};
+  std::unordered_map<const TensorImpl*, int64_t> whole_;  // set_slice: the whole parameter's elements
 };
 
 // Single-group conveniences: plain parameters, or named ones (module.named_parameters()).

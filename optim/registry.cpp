@@ -19,6 +19,7 @@ OptimizerEntry entry(const char* name, const char* type, const char* help, State
   OptimizerEntry e;
   e.name = name, e.type = type, e.help = help, e.state = state;
   e.state_bytes = [bytes](const OptimizerSpec&) { return bytes; };
+  if (state == StateLayout::Quantized) e.block = Adam8bit::kBlockSize;
   e.make = [](const nn::NamedTensors& params, const OptimizerSpec& s) {
     return std::make_unique<Opt>(params, s.lr ? Options(*s.lr) : Options());
   };
@@ -27,7 +28,8 @@ OptimizerEntry entry(const char* name, const char* type, const char* help, State
 
 std::vector<OptimizerEntry> make_entries() {
   using L = StateLayout;
-  const double quantized = 2 + 8.0 / 256;  // two uint8 codes and two float32 absmax per block of 256
+  // two uint8 codes and two float32 absmax per block
+  const double quantized = 2 + 8.0 / Adam8bit::kBlockSize;
   OptimizerEntry sgd;
   sgd.name = "sgd", sgd.type = "SGD", sgd.help = "sgd", sgd.state = L::PerElement, sgd.has_momentum = true;
   sgd.state_bytes = [](const OptimizerSpec& s) { return s.momentum > 0 ? 4.0 : 0.0; };

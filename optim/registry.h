@@ -20,8 +20,8 @@ enum class StateLayout {
   // stepped exactly as inside the whole, so the state shards at every ZeRO stage.
   PerElement,
   // Codes with one scale per block of elements (the 8-bit Adams): a rank's flat slice (ZeRO 1-2)
-  // is quantized in blocks of its own, but not 1-D pieces of flat chunks (ZeRO-3, parameter
-  // offload), and a sharded state cannot be gathered into one state_dict.
+  // starts at a whole block (DataParallelOptions::slice_multiple), so it holds the whole parameter's
+  // blocks, sliced; 1-D pieces of flat chunks (ZeRO-3, parameter offload) would cut blocks.
   Quantized,
   // Statistics of a matrix's rows and columns, and a step scaled per parameter (Adafactor): needs
   // whole parameters, so no ZeRO stage and no parameter offload.
@@ -48,6 +48,8 @@ struct OptimizerEntry {
   std::string help;  // one phrase for --help
   StateLayout state = StateLayout::PerElement;
   bool has_momentum = false;  // takes OptimizerSpec::momentum
+  // Elements per quantization block (Quantized; 1 otherwise): a ZeRO 1-2 slice starts at a multiple.
+  int64_t block = 1;
   // Its state's bytes per parameter element for float32 parameters: exact for PerElement; for
   // Quantized those of a quantized tensor; Factored's tend to 0 as matrices grow.
   std::function<double(const OptimizerSpec&)> state_bytes;
@@ -59,8 +61,6 @@ struct OptimizerEntry {
   bool runs_sharded(int stage) const;
   // Why it does not run at `stage` (for an error message; "" where it does).
   std::string why_not_sharded(int stage) const;
-  // Whether a state sharded by ZeRO can be gathered into one state_dict (DataParallel::state_dict).
-  bool gathers_sharded() const { return state == StateLayout::PerElement; }
 };
 
 // Every optimizer, in the order --help and `memgrad plan` list them.

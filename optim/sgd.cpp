@@ -37,9 +37,14 @@ void SGD::update(const Hyperparameters& o, const std::vector<ParamUpdate>& param
   kernels::TensorLists lists(3);  // params, grads, momentum buffers
   std::vector<kernels::rules::SGDScalars> scalars;
   for (const ParamUpdate& u : params) {
-    kernels::rules::SGDScalars s{o.at("lr"),           o.at("momentum"),      o.at("dampening"),
-                                 o.at("weight_decay"), o.at("nesterov") != 0, o.at("maximize") != 0,
-                                 u.state->step == 0};
+    kernels::rules::SGDScalars s{o.at("lr"),
+                                 o.at("momentum"),
+                                 o.at("dampening"),
+                                 o.at("weight_decay"),
+                                 o.at("nesterov") != 0,
+                                 o.at("maximize") != 0,
+                                 u.state->step == 0,
+                                 {float(grad_factors().first), float(grad_factors().second)}};
     lists[2].push_back(s.momentum != 0 ? state_tensor(*u.state, *u.param, *u.name, "momentum_buffer") : Tensor());
     ++u.state->step;
     lists[0].push_back(*u.param), lists[1].push_back(u.param->grad());

@@ -30,6 +30,7 @@ class SGD : public Optimizer {
   // momentum and weight_decay >= 0; Nesterov needs momentum > 0 and no dampening (as torch).
   void check_options(const Hyperparameters& o) const override;
   std::vector<std::string> state_names(const Hyperparameters& o) const override;  // momentum_buffer with momentum
+  bool reads_half_grads() const override { return true; }  // its kernel reads them with the factors
 };
 
 }  // namespace mg::optim

@@ -36,10 +36,17 @@ std::vector<TimedPlan> mixed_candidates(const Program& program, const StepContex
   std::vector<TimedPlan> out;
   for (const auto& [name, p] : policies) {
     if (!seen.emplace(p.str() + (p.selective ? " selective" : ""), true).second) continue;
-    for (budget::Offload offload : {budget::Offload::None, budget::Offload::Activations})
+    for (budget::Offload offload : {budget::Offload::None, budget::Offload::Activations}) {
+      if (options.progress)
+        options.progress("candidate " + name + " (" + p.str() + ")" +
+                         (offload == budget::Offload::None ? "" : " with offload"));
       out.push_back(time_plan(program, ctx, name, p, mode(budget::Remat::None, offload, model), budget, options));
+    }
   }
-  if (ilp_available()) out.push_back(choose_per_tensor(program, ctx, budget, model, options));
+  if (ilp_available()) {
+    if (options.progress) options.progress("the per-tensor plan (ILP)");
+    out.push_back(choose_per_tensor(program, ctx, budget, model, options));
+  }
   return out;
 }
 

@@ -35,6 +35,16 @@ struct PlanOptions {
   int64_t max_steps = 12;               // steps at most while looking for the steady state
   int64_t steps = 0;                    // 0: until the allocator repeats itself; k: exactly k steps
   bool smallest_limit = true;           // search for the smallest memory limit the steps run under
+  // The search serves the first run's recorded requests again under each limit it tries (core/memory/
+  // trace.h) instead of running the program again; false reruns it (the same result, for tests).
+  bool replay_search = true;
+  // false: the caller reads only allocated figures (peak, first_peak, categories, owners, FLOPs), so
+  // the steps stop once the recorded requests show them periodic (steps 2 and 3 ask for the same
+  // bytes in the same order): every later step then allocates and frees as the last, and only the
+  // reserved bytes, which depend on the cache's layout, could still change. Implies no smallest_limit.
+  bool settle_reserved = true;
+  // Called with what a long planner (mixed_candidates) is about to plan, for progress lines.
+  std::function<void(const std::string&)> progress;
   // Run the steps under the budget runtime (budget::enable with these options, the allocator's cache
   // off, memory_limit as its limit): its evictions, recomputes, offloads, floor and modeled time.
   std::optional<budget::Options> budget;
@@ -51,6 +61,7 @@ struct StepReport {
   int64_t peak = 0;                     // allocated bytes at the last step's peak
   int64_t reserved = 0;                 // reserved bytes: the peak over all the steps run
   int64_t first_peak = 0;               // allocated bytes at the first step's peak
+  int64_t build_peak = 0;               // allocated bytes at the peak while the program was built
   // The smallest memory limit the steps run under: a limit kGranule bytes lower throws
   // OutOfMemoryError (found by bisection on meta runs; 0 when not searched). With no limit the cache
   // grows to `reserved`, which is at least this.
@@ -59,6 +70,9 @@ struct StepReport {
   int64_t below_limit_fails_at = -1;
   int64_t steps = 0;    // steps run (with out_of_memory: the one that failed, 0 while building); breakdown of the last
   bool steady = false;  // the allocator's layout repeated: every later step allocates as the last
+  // With PlanOptions::settle_reserved off: the requests repeated (the allocated figures are the steady
+  // state's; `reserved` is the largest so far, not necessarily the steady state's).
+  bool periodic = false;
   bool out_of_memory = false;  // the steps did not run under PlanOptions::memory_limit
   std::string oom_message;     // the OutOfMemoryError's message
   // With out_of_memory: the error's fragmentation forensics (why the cache could not serve it).

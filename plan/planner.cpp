@@ -9,6 +9,7 @@
 
 #include <memgrad/core/error.h>
 #include <memgrad/core/flops.h>
+#include <memgrad/core/memory/trace.h>
 #include <memgrad/core/random.h>
 
 namespace mg::plan {
@@ -46,11 +47,36 @@ void record_step(StepReport& r, const MemoryStats& s, const FlopCounter& flops) 
   r.recompute_flops = flops.recompute();
 }
 
+// A run's requests to the allocator (its trace) and where each step's begin: starts[k - 1] is the
+// first event of step k, starts[steps] the end of the last; ids[k - 1] the first allocation's number.
+struct Recorded {
+  AllocationTrace trace;
+  std::vector<size_t> starts;
+  std::vector<uint64_t> ids;
+  size_t steps() const { return starts.empty() ? 0 : starts.size() - 1; }
+  // Whether the last step asks for what the one before did (its allocations numbered `period` later),
+  // so that later steps can be served as copies of it. The planner's steps from the second on run
+  // the same code; this checks it rather than assumes it.
+  bool periodic(uint64_t* period) const {
+    const size_t k = steps();
+    if (k < 3) return false;
+    const uint64_t p = ids[k - 1] - ids[k - 2];
+    if (ids[k] - ids[k - 1] != p || starts[k] - starts[k - 1] != starts[k - 1] - starts[k - 2]) return false;
+    for (size_t i = starts[k - 2], j = starts[k - 1]; j < starts[k]; ++i, ++j) {
+      const AllocationTrace::Event &a = trace.events[i], &b = trace.events[j];
+      if (a.alloc != b.alloc || a.bytes != b.bytes || a.category != b.category || a.id + p != b.id) return false;
+    }
+    *period = p;
+    return true;
+  }
+};
+
 // Builds the program on `device` in a fresh allocator capped at `limit` and runs its steps: exactly
 // options.steps, or until the layout after a step repeats the one after an earlier step (every step
-// from the second on runs the same code, so from there the steps cycle) or options.max_steps.
+// from the second on runs the same code, so from there the steps cycle) or options.max_steps. With
+// `recorded`, its requests are recorded too.
 StepReport run_steps(const Program& program, const StepContext& given, const PlanOptions& o, const Device& device,
-                     int64_t limit) {
+                     int64_t limit, Recorded* recorded = nullptr) {
   MG_CHECK(o.steps >= 0 && o.max_steps >= 1, ValueError, "plan: expected steps >= 0 and max_steps >= 1, got ", o.steps,
            " and ", o.max_steps);
   MG_CHECK(o.device != DeviceType::Meta, ValueError, "plan: a plan is made for cpu or cuda, got meta");
@@ -72,6 +98,12 @@ StepReport run_steps(const Program& program, const StepContext& given, const Pla
       if (on) budget::disable(d);
     }
   } budgeted(device, o.budget, limit);
+  std::optional<TraceRecorder> recorder;
+  if (recorded) recorder.emplace(device, &recorded->trace);
+  auto mark = [recorded] {
+    if (recorded)
+      recorded->starts.push_back(recorded->trace.events.size()), recorded->ids.push_back(recorded->trace.allocations);
+  };
   StepContext ctx = given;
   ctx.device = device;
   StepReport r;
@@ -80,12 +112,14 @@ StepReport run_steps(const Program& program, const StepContext& given, const Pla
   std::vector<std::string> layouts;  // after steps 1, 2, ...
   try {
     const Step step = program(ctx);
+    r.build_peak = memory_stats(device).peak_allocated;
     for (int64_t k = 1;; ++k) {
       r.steps = k;
       reset_peak(device);
       FlopCounter flops;
       const double modeled = o.budget ? budget::stats(device).modeled_seconds : 0;
       if (o.budget) budget::begin_step(device);  // a per-tensor plan's storages are counted per step
+      mark();
       const auto t0 = std::chrono::steady_clock::now();
       step();
       if (!device.is_meta()) {
@@ -95,6 +129,15 @@ StepReport run_steps(const Program& program, const StepContext& given, const Pla
       if (o.budget) r.modeled_step_seconds = budget::stats(device).modeled_seconds - modeled;
       record_step(r, memory_stats(device), flops);
       if (k == 1) r.first_peak = r.peak;
+      if (!o.settle_reserved && recorded && k >= 3 && o.steps == 0) {
+        mark();
+        uint64_t period;
+        if (recorded->periodic(&period)) {
+          r.periodic = true;
+          break;
+        }
+        recorded->starts.pop_back(), recorded->ids.pop_back();
+      }
       if (o.steps > 0) {
         if (k == o.steps) break;
         continue;
@@ -107,6 +150,7 @@ StepReport run_steps(const Program& program, const StepContext& given, const Pla
       if (k == o.max_steps) break;
       layouts.push_back(std::move(now));
     }
+    if (!r.periodic) mark();
   } catch (const OutOfMemoryError& e) {
     r.out_of_memory = true;
     r.oom_message = e.what();
@@ -127,14 +171,57 @@ int64_t fails_at(const Program& program, const StepContext& ctx, const PlanOptio
   return r.out_of_memory ? r.steps : -1;
 }
 
+// What fails_at finds, from the recorded requests of a run without a limit served again under
+// `limit`, step by step to the steady state as run_steps goes (a layout that repeats, up to owner
+// labels, which decide nothing), without running the program: a deterministic program asks for the
+// same bytes in the same order under any limit until one fails. nullopt when it would need a step
+// past the recorded ones that the recording does not show to be periodic.
+std::optional<int64_t> replay_fails_at(const Recorded& rec, const PlanOptions& o, int64_t limit) {
+  uint64_t period = 0;
+  const bool periodic = rec.periodic(&period);
+  const size_t recorded = rec.steps();
+  MetaTargetGuard target(o.device);
+  IsolatedAllocator allocator(kMeta, limit);
+  TraceReplayer replay(kMeta);
+  if (!replay.run(rec.trace, 0, rec.starts[0])) return 0;
+  std::vector<std::string> layouts;
+  for (int64_t k = 1;; ++k) {
+    bool served;
+    if (size_t(k) <= recorded) {
+      served = replay.run(rec.trace, rec.starts[size_t(k) - 1], rec.starts[size_t(k)]);
+    } else {
+      if (!periodic) return std::nullopt;
+      served = replay.run(rec.trace, rec.starts[recorded - 1], rec.starts[recorded], (uint64_t(k) - recorded) * period);
+    }
+    if (!served) return k;
+    if (o.steps > 0) {
+      if (k == o.steps) return -1;
+      continue;
+    }
+    std::string now = layout(kMeta);
+    if (std::find(layouts.begin(), layouts.end(), now) != layouts.end() || k == o.max_steps) return -1;
+    layouts.push_back(std::move(now));
+  }
+}
+
 }  // namespace
 
 bool StepReport::fits(int64_t budget) const { return !out_of_memory && reserved <= budget; }
 
 StepReport plan(const Program& program, const StepContext& ctx, const PlanOptions& o) {
   GeneratorStateGuard rng;  // initialisation and dropout on meta still draw counters: give them back
-  StepReport r = run_steps(program, ctx, o, kMeta, o.memory_limit);
-  if (!o.smallest_limit || r.out_of_memory) return r;
+  // The limit's search serves the recorded requests again rather than running the program each time,
+  // except under the budget runtime, whose evictions depend on the limit.
+  Recorded rec;
+  const bool replay = o.smallest_limit && o.settle_reserved && o.replay_search && !o.budget;
+  const bool record = replay || (!o.settle_reserved && !o.budget);
+  StepReport r = run_steps(program, ctx, o, kMeta, o.memory_limit, record ? &rec : nullptr);
+  if (!o.smallest_limit || !o.settle_reserved || r.out_of_memory) return r;
+  auto fails = [&](int64_t limit) {
+    if (replay)
+      if (const std::optional<int64_t> at = replay_fails_at(rec, o, limit)) return *at;
+    return fails_at(program, ctx, o, limit);
+  };
   // Bisection over multiples of the granule: `lo` fails, `hi` runs. Below the largest allocated peak
   // nothing can run; at the reserved peak the run is this one.
   int64_t lo = std::max(r.peak, r.first_peak) - kGranule, hi = r.reserved;
@@ -145,14 +232,14 @@ StepReport plan(const Program& program, const StepContext& ctx, const PlanOption
   }
   while (hi - lo > kGranule) {
     const int64_t mid = lo + (hi - lo) / 2 / kGranule * kGranule;
-    const int64_t step = fails_at(program, ctx, o, mid);
+    const int64_t step = fails(mid);
     if (step >= 0)
       lo = mid, r.below_limit_fails_at = step;
     else
       hi = mid;
   }
   r.smallest_limit = hi;
-  if (r.below_limit_fails_at < 0) r.below_limit_fails_at = fails_at(program, ctx, o, lo);  // lo was never run
+  if (r.below_limit_fails_at < 0) r.below_limit_fails_at = fails(lo);  // lo was never run
   return r;
 }
 
@@ -200,7 +287,8 @@ std::string StepReport::str() const {
 
 Program program(const train::ModelSpec& model, const train::InputShape& input, const train::StepOptions& step) {
   return [model, input, step](const StepContext& ctx) -> Step {
-    auto chain = std::make_shared<train::ChainModel>(model, ctx.device);
+    // Data parallelism builds the model deferred: each rank materializes what it holds (nn/deferred.h).
+    auto chain = std::make_shared<train::ChainModel>(model, ctx.device, step.data_parallel());
     train::StepOptions o = step;
     o.units = chain->unit_names();
     auto trainer = std::make_shared<train::Trainer>(chain->module(), o);

@@ -13,10 +13,10 @@ namespace mg::plan {
 
 namespace {
 
-// The phases of one instrumented step (after an ordinary one, so the optimizer state exists): every
-// block kept, or all of them in one segment.
-detail::Phases measure_phases(const Program& program, const StepContext& given, const PlanOptions& o,
-                              bool one_segment) {
+// The phases of one instrumented step (after an ordinary one, so the optimizer state exists, unless
+// `warm` is false): every block kept, or all of them in one segment.
+detail::Phases measure_phases(const Program& program, const StepContext& given, const PlanOptions& o, bool one_segment,
+                              bool warm = true) {
   MetaTargetGuard target(o.device);
   IsolatedAllocator allocator(kMeta);
   StepContext ctx = given;
@@ -24,7 +24,7 @@ detail::Phases measure_phases(const Program& program, const StepContext& given, 
   ctx.policy = train::Policy::none();
 
   const Step step = program(ctx);
-  step();
+  if (warm) step();
   reset_peak(kMeta);
   detail::ChainProbe probe(one_segment);
   step();
@@ -92,6 +92,13 @@ BlockCosts measure_block_costs(const Program& program, const StepContext& ctx, c
 BlockCosts measure_block_costs(const train::ModelSpec& model, const train::InputShape& input,
                                const train::StepOptions& step) {
   return measure_block_costs(program(model, input, step), context(input));
+}
+
+int64_t measure_held_bytes(const train::ModelSpec& model, const train::InputShape& input,
+                           const train::StepOptions& step) {
+  GeneratorStateGuard rng;
+  // What a block's forward keeps does not depend on the optimizer state: the first step's probe will do.
+  return measure_phases(program(model, input, step), context(input), {}, false, false).block_bytes;
 }
 
 int64_t predicted_peak(const BlockCosts& c, const train::Policy& p) {

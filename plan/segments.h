@@ -37,6 +37,10 @@ struct BlockCosts {
 BlockCosts measure_block_costs(const Program& program, const StepContext& ctx, const PlanOptions& options = {});
 BlockCosts measure_block_costs(const train::ModelSpec& model, const train::InputShape& input,
                                const train::StepOptions& step = {});
+// held_bytes alone (one instrumented step with every block kept, not the segment's): what a block
+// holds, for tables that show only that.
+int64_t measure_held_bytes(const train::ModelSpec& model, const train::InputShape& input,
+                           const train::StepOptions& step = {});
 // The allocated peak of a step under `policy` (segments only; `selective` is not modelled).
 int64_t predicted_peak(const BlockCosts& costs, const train::Policy& policy);
 double recompute_flops(const BlockCosts& costs, const train::Policy& policy);

@@ -38,6 +38,21 @@ ModelStates model_states(const train::ModelSpec& model, const train::InputShape&
   return r;
 }
 
+std::vector<distributed::RankClass> rank_classes(const train::ModelSpec& model, const train::StepOptions& step) {
+  GeneratorStateGuard rng;
+  const train::ChainModel chain(model, kMeta);
+  const std::vector<std::string> units = chain.unit_names();
+  std::vector<int64_t> numel;
+  std::vector<size_t> unit;
+  for (auto& [name, t] : chain.module().named_parameters()) {
+    numel.push_back(t.numel());
+    size_t k = 0;  // as ParameterUnits assigns them: the first unit whose path prefixes the name, else the root
+    while (k < units.size() && name.compare(0, units[k].size() + 1, units[k] + ".") != 0) ++k;
+    unit.push_back(k);
+  }
+  return distributed::rank_classes(numel, unit, step.sharding_stage(), step.world_size);
+}
+
 double zero_bytes_per_parameter(double p, double g, double k, int stage, int64_t world) {
   const double n = double(world);
   return (stage >= 3 ? p / n : p) + (stage >= 2 ? g / n : g) + (stage >= 1 ? k / n : k);
@@ -60,7 +75,9 @@ std::string zero_table(const train::ModelSpec& model, const train::InputShape& i
   for (int stage = 0; stage <= 3; ++stage) {
     train::StepOptions o = step;
     o.zero_stage = stage, o.offload_params = false;
-    const StepReport r = plan(model, input, o, policy);
+    PlanOptions quick;  // the peak and its categories (allocated figures) only
+    quick.settle_reserved = false;
+    const StepReport r = plan(model, input, o, policy, quick);
     add(std::snprintf(
         line, sizeof line, "  %-7d %14lld %14lld %14lld %14lld %14lld%s\n", stage, static_cast<long long>(r.peak),
         static_cast<long long>(r.category(Category::Parameter)), static_cast<long long>(r.category(Category::Gradient)),

@@ -5,7 +5,9 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include <memgrad/distributed/rank_classes.h>
 #include <memgrad/plan/planner.h>
 
 namespace mg::plan {
@@ -32,6 +34,12 @@ double zero_bytes_per_parameter(double p, double g, double k, int stage, int64_t
 // AdamW 8, Lion 4, the 8-bit Adams 2 + 8/256 for the tensors they quantize, Adafactor 0 in the limit:
 // its factors grow with rows + columns), plus 4 for float32 masters.
 double optimizer_state_bytes_per_parameter(const optim::OptimizerSpec& optimizer, bool masters);
+
+// The classes of ranks of a data-parallel run of `model` at step.world_size and its ZeRO stage (with
+// step.offload_params: stage 3's units): ranks whose shares of the parameters have the same sizes, which
+// have the same plan (distributed/rank_classes.h). Rank 0's class first.
+std::vector<distributed::RankClass> rank_classes(const train::ModelSpec& model, const train::StepOptions& step);
+
 // What `memgrad plan --world-size N --zero S` adds: the planned peak of one rank at each stage under
 // `policy`, and the bytes per parameter (ledger against the paper) for float32 and for float16 with masters.
 std::string zero_table(const train::ModelSpec& model, const train::InputShape& input, const train::StepOptions& step,

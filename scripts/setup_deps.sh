@@ -3,7 +3,7 @@
 
 # oneDNN and OpenBLAS in their OpenMP flavours: they share memgrad's libgomp threads instead of
 # starting a second pool of spinning pthreads (CMakeLists.txt, MG_ONEDNN and MG_OPENBLAS).
-MG_PACKAGES=(g++ cmake make ccache libeigen3-dev libdnnl-dev libopenblas-openmp-dev doctest-dev libbenchmark-dev
+MG_PACKAGES=(g++ cmake ninja-build make ccache libeigen3-dev libdnnl-dev libopenblas-openmp-dev doctest-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev libopenmpi-dev openmpi-bin)
 # The per-tensor planner's ILP (plan/per_tensor.cpp, CMake's MG_GLPK).
 MG_PACKAGES+=(libglpk-dev)
@@ -14,6 +14,21 @@ MG_PACKAGES+=(python3)
 # The browser test (tests/browser): the memory timeline page in Debian's chromium, headless. test.sh
 # installs it when it can (mg_try_install_packages); without it that test is skipped, and says so.
 MG_BROWSER_PACKAGES=(chromium)
+
+# The generator for a new build directory: Ninja (it schedules every target's compiles at once, and
+# starts a program's own files before the library it links is done). A directory configured before
+# keeps its generator (CMake refuses another), and so does a CMAKE_GENERATOR in the environment.
+#   cmake -S ... -B "$build" $(mg_generator "$build") ...
+mg_generator() {
+  if [ ! -f "$1/CMakeCache.txt" ] && [ -z "${CMAKE_GENERATOR:-}" ] && command -v ninja >/dev/null; then
+    echo "-G Ninja"
+  fi
+}
+
+# The value of a CMake cache entry of build directory $1 (empty where there is none).
+mg_cached() {
+  sed -n "s/^$2:[A-Z]*=//p" "$1/CMakeCache.txt" 2>/dev/null | head -1
+}
 
 # The packages of "$@" that dpkg does not have, one per line.
 mg_missing_packages() {

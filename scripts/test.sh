@@ -27,19 +27,28 @@ if [ "$cuda" = OFF ]; then
   echo "NOTE: no nvcc (CUDA toolkit): the CUDA backend is not built, and its checks (tests/cuda) are skipped" >&2
 fi
 
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMG_CUDA="$cuda" -DMG_BUILD_TESTS=ON \
+config=(-DMG_CUDA="$cuda")
+if [ "$cuda" = ON ] && [ "$(mg_cached "$build" CMAKE_CUDA_ARCHITECTURES)" = native ]; then
+  config+=(-DCMAKE_CUDA_ARCHITECTURES=90)  # train.sh's GPU-only build: tests/cuda checks sm_90 and compute_90
+fi
+cmake -S "$root" -B "$build" $(mg_generator "$build") -DCMAKE_BUILD_TYPE=Release "${config[@]}" -DMG_BUILD_TESTS=ON \
   -DMG_BUILD_EXAMPLES=ON
 cmake --build "$build" -j"$(nproc)"
 (cd "$build" && ctest --output-on-failure -j"$(nproc)" "$@")
+# How many of the CUDA kernels the emulated suite ran (tests/cuda), which ctest shows only on failure.
+grep -h "^emulated kernels:" "$build/Testing/Temporary/LastTest.log" 2>/dev/null || true
 if [ "$cuda" = OFF ]; then
   echo "NOTE: the CUDA checks of tests/cuda were skipped: no nvcc" >&2
 fi
 
-# A second build for libFuzzer: clang, everything instrumented with ASan and UBSan (-O1 keeps it quick).
+# A second build for libFuzzer: clang, the code the targets drive instrumented with ASan and UBSan (-O1
+# keeps it quick), the CPU kernels (not instrumented) compiled once, for the baseline; the emulated CUDA
+# kernels (tests/cuda) run there too.
 if [ "$fuzz" = ON ]; then
-  cmake -S "$root" -B "$build-fuzz" -DCMAKE_CXX_COMPILER=clang++ -DMG_FUZZ=ON -DMG_CUDA=OFF -DMG_BUILD_TESTS=OFF \
-    -DMG_BUILD_EXAMPLES=OFF -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE=-O1
-  cmake --build "$build-fuzz" -j"$(nproc)" --target fuzz_safetensors fuzz_state_dict
+  cmake -S "$root" -B "$build-fuzz" $(mg_generator "$build-fuzz") -DCMAKE_CXX_COMPILER=clang++ -DMG_FUZZ=ON \
+    -DMG_CUDA=OFF -DMG_CPU_DISPATCH=OFF -DMG_BUILD_TESTS=OFF -DMG_BUILD_EXAMPLES=OFF -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_CXX_FLAGS_RELEASE=-O1
+  cmake --build "$build-fuzz" -j"$(nproc)" --target fuzz_suite
   cd "$build-fuzz"
   exec ctest --output-on-failure -L fuzz
 fi

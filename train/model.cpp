@@ -1,8 +1,12 @@
 // The built-in models as chains of blocks (ChainModel) and their training step.
 #include <memgrad/train/model.h>
 
+#include <cstring>
+#include <optional>
+
 #include <memgrad/autograd/checkpoint.h>
 #include <memgrad/core/memory.h>
+#include <memgrad/nn/deferred.h>
 #include <memgrad/nn/loss.h>
 #include <memgrad/train/step_impl.h>
 
@@ -60,7 +64,9 @@ Chain gpt_chain(const std::shared_ptr<nn::GPT>& g) {
 }
 }  // namespace
 
-ChainModel::ChainModel(const ModelSpec& s, const Device& device) : spec_(s), device_(device) {
+ChainModel::ChainModel(const ModelSpec& s, const Device& device, bool deferred) : spec_(s), device_(device) {
+  std::optional<nn::DeferredInit> init;
+  if (deferred) init.emplace(std::make_shared<nn::DeferredParameters>(device));
   if (s.kind == ModelSpec::Kind::MLP) {
     auto m = std::make_shared<MLPChain>(s.mlp_layers, s.mlp_width, TensorOptions(device));
     mlp_ = m->layers;
@@ -106,9 +112,20 @@ std::vector<std::string> ChainModel::unit_names() const {
 }
 
 std::pair<Tensor, Tensor> ChainModel::zero_inputs(const InputShape& s) const {
-  if (!gpt_) return {zeros({s.batch, spec_.mlp_width}, device_), zeros({s.batch, spec_.mlp_width}, device_)};
+  // Zeroed as memgrad train's data loader fills its batches: on the cpu by a plain copy (no kernel), on
+  // cuda by a copy kernel. The budget runtime numbers a step's storages by the kernels that first write
+  // them, and a per-tensor plan made on this program is carried out on the loader's batches.
+  auto zeroed = [](const Shape& shape, const TensorOptions& o) {
+    Tensor t = empty(shape, o);
+    if ((t.is_meta() ? meta_target() : t.device().type) == DeviceType::CUDA)
+      t.zero_();
+    else if (!t.is_meta())
+      std::memset(t.raw_data(), 0, t.nbytes());
+    return t;
+  };
+  if (!gpt_) return {zeroed({s.batch, spec_.mlp_width}, device_), zeroed({s.batch, spec_.mlp_width}, device_)};
   TensorOptions o = TensorOptions(kInt64).device(device_);
-  return {zeros({s.batch, s.seq_len}, o), zeros({s.batch, s.seq_len}, o)};
+  return {zeroed({s.batch, s.seq_len}, o), zeroed({s.batch, s.seq_len}, o)};
 }
 
 // ---- the training step

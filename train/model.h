@@ -30,7 +30,9 @@ struct InputShape {
 // MLP's head casts its float32 input to the model's dtype.
 class ChainModel {
  public:
-  ChainModel(const ModelSpec& spec, const Device& device);
+  // deferred: built under nn::DeferredInit (placeholder parameters, their initial values recorded),
+  // for a Trainer that materializes only what this rank holds (data parallelism; see nn/deferred.h).
+  ChainModel(const ModelSpec& spec, const Device& device, bool deferred = false);
   const ModelSpec& spec() const { return spec_; }
   nn::Module& module() const { return *module_; }
   const Chain& chain() const { return chain_; }

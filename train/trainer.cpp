@@ -2,6 +2,7 @@
 // command runs for real.
 #include <memgrad/train/trainer.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -10,6 +11,7 @@
 #include <memgrad/core/error.h>
 #include <memgrad/core/host_memory.h>
 #include <memgrad/core/random.h>
+#include <memgrad/nn/deferred.h>
 #include <memgrad/ops/ops.h>
 #include <memgrad/optim/clip.h>
 #include <memgrad/train/step_impl.h>
@@ -183,21 +185,25 @@ double run_step(nn::Module& model, optim::Optimizer* opt, amp::GradScaler* scale
     phase("optimizer");
     std::optional<HostMemoryScope> on_host;  // offloaded parameters: the optimizer steps in host memory
     if (dp && dp->offloads_parameters()) on_host.emplace(dp->units()->device());
-    if (scaler && opt) {  // the float32 masters' gradients: unscaled on the way
+    // Half parameters: the float32 masters' step reads the half gradients (times 1/scale and the
+    // clipping coefficient) with no float32 copy of them (amp::MasterWeights::step).
+    if (scaler && opt) {
       masters ? scaler->unscale_(*opt, *masters) : scaler->unscale_(*opt);
       if (dp) scaler->merge_found_inf(dp->any_rank(scaler->found_inf()));
     } else if (masters) {
-      masters->grads_to_masters();
+      masters->use_model_grads();
     }
     if (options.clip_norm > 0)
-      dp ? dp->clip_grad_norm_(options.clip_norm)
-         : optim::clip_grad_norm_(masters ? masters->parameters() : model.parameters(), options.clip_norm);
+      dp        ? dp->clip_grad_norm_(options.clip_norm)
+      : masters ? masters->clip_grad_norm_(options.clip_norm)
+                : optim::clip_grad_norm_(model.parameters(), options.clip_norm);
     if (scaler && opt) {
       masters ? scaler->step(*opt, *masters) : scaler->step(*opt);
       scaler->update();
     } else if (opt) {
-      opt->step();
-      if (masters) masters->masters_to_params();
+      masters ? masters->step(*opt) : opt->step();
+    } else if (masters) {
+      masters->drop_grads();
     }
     if (dp) dp->gather_parameters();
     return total;
@@ -220,8 +226,14 @@ Trainer::Trainer(nn::Module& model, const StepOptions& options, const OptimizerF
            "train::Trainer: step_in_backward does not run with data parallelism (a parameter could be stepped only "
            "once its bucket's reduction had finished), got world size ",
            options.world_size, " and ZeRO stage ", options.zero_stage);
-  if (auto half = storage_dtype(options.precision)) model.to(*half);
+  if (auto half = storage_dtype(options.precision)) model.to(*half);  // (a deferred model's placeholders: their dtype)
   nn::NamedTensors params = model.named_parameters();
+  // A model built under nn::DeferredInit: ZeRO-3 and parameter offload materialize each rank's shards
+  // only (ParameterUnits); otherwise every parameter is materialized whole, in its storage dtype.
+  const std::shared_ptr<nn::DeferredParameters> deferred = model.deferred_parameters();
+  if (deferred && options.sharding_stage() != 3 &&
+      std::any_of(params.begin(), params.end(), [](auto& p) { return nn::is_placeholder(p.second); }))
+    for (auto& [name, p] : params) deferred->materialize(p, name);
   MG_CHECK(!options.offload_params || options.zero_stage == 0 || options.zero_stage == 3, ValueError,
            "train::Trainer: parameter offload runs ZeRO-3's schedule; expected zero_stage 0 or 3 with it, got ",
            options.zero_stage);
@@ -236,6 +248,7 @@ Trainer::Trainer(nn::Module& model, const StepOptions& options, const OptimizerF
   };
   if (!make && !options.optimizer.is_none()) check_shards(optim::optimizer_entry(options.optimizer.name));
   if (options.data_parallel()) {  // the masters of half parameters are dp's, sliced by rank
+    const int64_t block = options.optimizer.is_none() ? 1 : optim::optimizer_entry(options.optimizer.name).block;
     MG_CHECK(options.world_size >= 1 && options.rank >= 0 && options.rank < options.world_size, ValueError,
              "train::Trainer: expected 0 <= rank < world_size, got rank ", options.rank, " of ", options.world_size);
     if (!group) {
@@ -248,14 +261,19 @@ Trainer::Trainer(nn::Module& model, const StepOptions& options, const OptimizerF
                                                           .bucket_bytes(options.bucket_bytes)
                                                           .units(options.units)
                                                           .offload_parameters(options.offload_params)
-                                                          .prefetch(options.unit_prefetch));
+                                                          .prefetch(options.unit_prefetch)
+                                                          .deferred(deferred)
+                                                          .slice_multiple(block));
     params = dp_->optimizer_parameters();
   } else if (storage_dtype(options.precision)) {
     masters_.emplace(params);
     params = masters_->named_parameters();
   }
-  opt_ = make ? make(params) : optim::make_optimizer(options.optimizer, params);
+  // A rank whose slices or pieces are all empty (more ranks than a unit has elements to share) steps
+  // nothing: it has no optimizer, as OptimizerSpec::none().
+  if (!params.empty()) opt_ = make ? make(params) : optim::make_optimizer(options.optimizer, params);
   if (const optim::OptimizerEntry* e = opt_ ? optim::entry_of(*opt_) : nullptr) check_shards(*e);
+  if (dp_ && opt_) dp_->attach(*opt_);  // ZeRO-1/2: 8-bit state in the whole parameter's blocks, sliced
   if (options.grad_scaler) scaler_.emplace(options.scaler);
   if (!options.step_in_backward) return;
   MG_CHECK(opt_, ValueError, "train::Trainer: step_in_backward needs an optimizer, got none");

@@ -128,6 +128,10 @@ Block* allocate(const Device& d, size_t nbytes, Category fallback) {
   s.stats.peak_active = std::max(s.stats.peak_active, s.stats.active);
   account_alloc(s, *b, +1);
   record(s, MemoryEventKind::Alloc, int64_t(b->size), c->addr, b);
+  if (s.trace) {
+    s.traced[b] = s.trace->allocations;
+    s.trace->events.push_back({s.trace->allocations++, nbytes, b->category, true});
+  }
   return b;
 }
 
@@ -139,6 +143,11 @@ void release(Block* b) {
     Chunk* c = b->chunk;
     account_alloc(s, *b, -1);  // the ledger counts the bytes freed now, even when reuse must wait
     record(s, MemoryEventKind::Free, int64_t(b->size), c->addr, b);
+    if (s.trace)
+      if (auto it = s.traced.find(b); it != s.traced.end()) {
+        s.trace->events.push_back({it->second, 0, b->category, false});
+        s.traced.erase(it);
+      }
     c->block = nullptr;
     // Work queued on other streams may still use the bytes: an event on each, and the chunk stays
     // out of the pools (still active, still reserved) until all have completed.

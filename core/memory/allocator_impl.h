@@ -17,10 +17,12 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <memgrad/core/allocator.h>
 #include <memgrad/core/cuda.h>
+#include <memgrad/core/memory/trace.h>
 
 namespace mg::memory {
 
@@ -100,10 +102,14 @@ struct DeviceState {
   FreeSet pools[2];                                        // [0] small, [1] large
   std::map<uintptr_t, Segment*> segments;                  // by base address
   std::map<std::pair<uintptr_t, bool>, Segment*> growing;  // the expandable segment of each (stream, small pool)
-  std::vector<std::pair<void*, Chunk*>> events;            // recorded at release on other streams (cuda only)
+  size_t refused_range = 0;  // the address range last refused to a new expandable segment (pools.cpp)
+  std::vector<std::pair<void*, Chunk*>> events;  // recorded at release on other streams (cuda only)
   uintptr_t next_meta_address = uintptr_t(1) << 40;
   uint64_t next_serial = 0;
-  bool detached = false;  // an IsolatedAllocator's state whose guard ended with blocks still live
+  bool detached = false;             // an IsolatedAllocator's state whose guard ended with blocks still live
+  AllocationTrace* trace = nullptr;  // a TraceRecorder's: every allocation and release
+  bool bare_oom = false;             // a TraceReplayer's: out of memory throws without the message and forensics
+  std::unordered_map<const Block*, uint64_t> traced;  // the live blocks' numbers in it
   FreeSet& pool(bool small) { return pools[small ? 0 : 1]; }
   ~DeviceState() {
     for (Block* b : spare_blocks) delete b;
@@ -183,7 +189,8 @@ bool expandable(const DeviceState& s);
 
 // ---- limit.cpp
 
-enum class OomCause { Limit, DeviceRefused, TooLarge, Injected };
+// AddressSpace: the system refused the address range of a new expandable segment (segment_size).
+enum class OomCause { Limit, DeviceRefused, AddressSpace, TooLarge, Injected };
 // Counts and records the refusal of `b` and raises OutOfMemoryError with the ledger's breakdown
 // and the fragmentation forensics.
 [[noreturn]] void throw_oom(DeviceState& s, const Block& b, const cuda::Stream& stream, size_t segment_size,

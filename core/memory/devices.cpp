@@ -81,20 +81,28 @@ void source_free(const Device& d, void* p) {
 
 size_t expandable_range(const DeviceState& s) {
   const size_t page = kExpandablePage;
+  size_t range = 0;
   switch (s.device.type) {
     case DeviceType::CPU: {  // the machine's memory and an eighth, as PyTorch reserves for a GPU's
-      static const size_t range = [page] {
-        const size_t memory = size_t(sysconf(_SC_PHYS_PAGES)) * size_t(sysconf(_SC_PAGESIZE));
-        return (memory + memory / 8 + page - 1) / page * page;
+      static const size_t memory = [] {
+        const size_t bytes = size_t(sysconf(_SC_PHYS_PAGES)) * size_t(sysconf(_SC_PAGESIZE));
+        return (bytes + bytes / 8 + kExpandablePage - 1) / kExpandablePage * kExpandablePage;
       }();
-      return range;
+      range = memory;
+      break;
     }
     case DeviceType::CUDA:
-      return cuda::vm_range(s.device.index);
+      range = cuda::vm_range(s.device.index);
+      break;
     case DeviceType::Meta:
-      return size_t(1) << 46;  // addresses only: as much as any device could have
+      range = size_t(1) << 46;  // addresses only: as much as any device could have
+      break;
   }
-  return 0;
+  // Under a limit at most twice the limit (mapped pages never pass the limit; the rest is room for
+  // holes): a device of 40 MiB does not reserve the machine's memory of address space. A range that
+  // fills up is followed by a new one (pools.cpp), on every device alike, so meta plans it exactly.
+  if (s.stats.limit > 0) range = std::min(range, (size_t(s.stats.limit) * 2 + page - 1) / page * page);
+  return range;
 }
 
 void* source_reserve(DeviceState& s, size_t n) {

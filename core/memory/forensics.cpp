@@ -189,6 +189,8 @@ std::string reason(const Fragmentation& f, OomCause cause, int64_t headroom) {
   const std::string more = f.expandable ? "mapping " + format_bytes(f.new_memory) + " more of its expandable segment"
                                         : "a new segment of " + format_bytes(f.new_memory);
   if (cause == OomCause::DeviceRefused) return r + "; and the device refused " + more;
+  if (cause == OomCause::AddressSpace)
+    return r + "; and the system refused the address space of a new expandable segment (an address-space limit)";
   if (f.limit == 0) return r;
   return r + "; and " + more + " does not fit in the " + format_bytes(std::max<int64_t>(0, headroom)) +
          " the limit leaves";
@@ -243,9 +245,10 @@ Fragmentation analyze(DeviceState& s, const Block* b, const cuda::Stream& stream
   const auto pages = [](int64_t n) { return (std::max<int64_t>(0, n) + kPage - 1) / kPage * kPage; };
   f.new_memory = f.expandable ? pages(f.request - tail) : f.request;
   const int64_t headroom = f.limit ? f.limit - f.reserved : kNoLimit;
-  // Past any address space (or a test's injected failure) nothing would make it fit.
-  const bool passes =
-      (f.limit > 0 && f.allocated + f.request > f.limit) || cause == OomCause::TooLarge || cause == OomCause::Injected;
+  // Past any address space, or the address space the system allows (or a test's injected failure),
+  // nothing would make it fit.
+  const bool passes = (f.limit > 0 && f.allocated + f.request > f.limit) || cause == OomCause::TooLarge ||
+                      cause == OomCause::Injected || cause == OomCause::AddressSpace;
   const PoolFragmentation &mine = f.pools[f.small_request ? 0 : 1], &other = f.pools[f.small_request ? 1 : 0];
   const int64_t releasable = mine.releasable + other.releasable;
   f.fits_after_empty_cache = !passes && headroom + releasable >= f.new_memory;

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <mutex>
 
+#include <memgrad/core/env.h>
 #include <memgrad/core/memory/allocator_impl.h>
 
 namespace mg {
@@ -14,6 +15,7 @@ namespace memory::impl {
                             OomCause cause) {
   auto& st = s.stats;
   ++st.num_ooms;
+  if (s.bare_oom) throw OutOfMemoryError("out of memory (a replayed allocation trace)");
   auto forensics = std::make_shared<const Fragmentation>(analyze(s, &b, stream, cause));
   record(s, MemoryEventKind::Oom, int64_t(std::min<size_t>(b.size, INT64_MAX)), 0, &b, Category::Other, {}, nullptr,
          nullptr, forensics);
@@ -23,6 +25,10 @@ namespace memory::impl {
   m += " (" + std::string(category_name(b.category)) + ")";
   if (cause == OomCause::DeviceRefused)
     m += mg::detail::str("; the device refused a segment of ", format_byte_count(segment_size));
+  if (cause == OomCause::AddressSpace)
+    m += mg::detail::str("; the system refused ", format_byte_count(segment_size),
+                         " of address space for a new expandable segment (a limit on the process's address space, "
+                         "such as ulimit -v, is below it: raise it, or run without expandable segments)");
   if (cause == OomCause::TooLarge)
     m += mg::detail::str("; no device can address more than ", format_byte_count(memory::kMaxRequest));
   if (cause == OomCause::Injected) m += "; injected by memory::fail_allocation_after (a test hook)";
@@ -56,7 +62,8 @@ namespace memory::impl {
 using namespace memory::impl;
 
 namespace {
-int64_t parse_size(const std::string& text) {
+// A byte count of MG_MEMORY_LIMIT's value `spec` (all of it, or one item's).
+int64_t parse_size(const std::string& text, const std::string& spec) {
   size_t used = 0;
   double v = 0;
   try {
@@ -72,26 +79,30 @@ int64_t parse_size(const std::string& text) {
     if (!unit.empty() && unit[0] == suffix && (unit.size() == 1 || unit.substr(1) == "B" || unit.substr(1) == "IB"))
       scale = s;
   MG_CHECK(used > 0 && scale > 0 && v >= 0 && v * scale < 0x1p63, ValueError,
-           "MG_MEMORY_LIMIT: expected a byte count such as 1073741824, 512M or 8GiB (below 8 EiB), got \"", text, "\"");
+           env::message("MG_MEMORY_LIMIT", spec,
+                        (text == spec ? "" : "'" + env::shown(text) + "': ") +
+                            "expected a byte count such as 1073741824, 512M or 8GiB (below 8 EiB)"));
   return int64_t(v * scale);
 }
 }  // namespace
 
 int64_t memory::limit_from_env(const std::string& spec, DeviceType type) {
   static const char* names[] = {"cpu", "cuda", "meta"};
-  if (spec.find('=') == std::string::npos) return type == DeviceType::Meta ? 0 : parse_size(spec);
+  if (spec.find('=') == std::string::npos) return type == DeviceType::Meta ? 0 : parse_size(spec, spec);
   int64_t limit = 0;
   size_t pos = 0;
   while (pos <= spec.size()) {
     size_t end = std::min(spec.find(',', pos), spec.size());
     std::string item = spec.substr(pos, end - pos);
     size_t eq = item.find('=');
-    MG_CHECK(eq != std::string::npos, ValueError, "MG_MEMORY_LIMIT: expected items such as cpu=1G,cuda=8G, got \"",
-             item, "\" in \"", spec, "\"");
+    MG_CHECK(
+        eq != std::string::npos, ValueError,
+        env::message("MG_MEMORY_LIMIT", spec, "'" + env::shown(item) + "': expected items such as cpu=1G,cuda=8G"));
     std::string key = item.substr(0, eq);
-    MG_CHECK(key == "cpu" || key == "cuda" || key == "meta", ValueError,
-             "MG_MEMORY_LIMIT: expected a device type cpu, cuda or meta, got \"", key, "\"");
-    int64_t v = parse_size(item.substr(eq + 1));
+    MG_CHECK(
+        key == "cpu" || key == "cuda" || key == "meta", ValueError,
+        env::message("MG_MEMORY_LIMIT", spec, "'" + env::shown(key) + "': expected a device type cpu, cuda or meta"));
+    int64_t v = parse_size(item.substr(eq + 1), spec);
     if (key == names[size_t(type)]) limit = v;
     pos = end + 1;
   }

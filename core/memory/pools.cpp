@@ -229,11 +229,17 @@ Chunk* fixed_segment(DeviceState& s, size_t size, bool small, const cuda::Stream
 }
 
 // A new expandable segment for (stream, pool) with room for `size` bytes, nothing mapped yet.
+// Where the system refuses the range (an address-space limit: ulimit -v), half of it is tried, and so
+// on down to the request's pages; refused even then, `s.refused_range` says how much address space
+// was asked for (the error names it for what it is).
 Segment* new_expandable(DeviceState& s, size_t size, bool small, const cuda::Stream& stream, bool& refused) {
-  const size_t range = std::max(expandable_range(s), round_up(size, kPage));
-  void* p = source_reserve(s, range);
+  const size_t least = round_up(size, kPage);
+  size_t range = std::max(expandable_range(s), least);
+  void* p = nullptr;
+  while (!(p = source_reserve(s, range)) && range > least) range = std::max(least, range / 2 / kPage * kPage);
   if (!p) {
     refused = true;
+    s.refused_range = range;
     return nullptr;
   }
   Segment* seg = add_segment(s, p, range, small, stream);
@@ -300,6 +306,7 @@ Chunk* grow(DeviceState& s, size_t size, bool small, const cuda::Stream& stream,
 Chunk* new_memory(DeviceState& s, const Block& b, bool small, const cuda::Stream& stream, bool may_defer,
                   bool may_fail) {
   bool refused = false;
+  s.refused_range = 0;
   for (int attempt = 0; attempt < 2; ++attempt) {
     if (Chunk* c =
             expandable(s) ? grow(s, b.size, small, stream, refused) : fixed_segment(s, b.size, small, stream, refused))
@@ -315,6 +322,7 @@ Chunk* new_memory(DeviceState& s, const Block& b, bool small, const cuda::Stream
     }
   }
   if (may_fail && !refused) return nullptr;
+  if (refused && s.refused_range) throw_oom(s, b, stream, s.refused_range, OomCause::AddressSpace);
   throw_oom(s, b, stream, expandable(s) ? round_up(b.size, kPage) : segment_size_for(s, b.size, small),
             refused ? OomCause::DeviceRefused : OomCause::Limit);
 }

@@ -1,10 +1,11 @@
 // dump_snapshot: stats, segments, blocks and history of every device as one JSON document (its
 // fields are listed in docs/memory.md; core/memory/snapshot_read.cpp reads it back).
-#include <fstream>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
 #include <memgrad/core/error.h>
+#include <memgrad/core/files.h>
 #include <memgrad/core/memory.h>
 #include <memgrad/core/memory/timeline_impl.h>
 
@@ -193,10 +194,7 @@ void dump_snapshot(const std::string& path, const std::string& title) {
            {"byte_counts", "allocated and categories: requests rounded to 512 B; size: carved block size"},
            {"devices", std::move(devices)},
            {"history", std::move(history)}};
-  std::ofstream f(path);
-  MG_CHECK(f.good(), IOError, "dump_snapshot: expected a writable file, could not open \"", path, "\"");
-  f << doc.dump(1) << '\n';
-  MG_CHECK(f.good(), IOError, "dump_snapshot: writing \"", path, "\" failed");
+  write_file_atomically(path, doc.dump(1) + "\n", "dump_snapshot");  // core/files.h: whole or not at all
 }
 
 }  // namespace mg

@@ -3,13 +3,12 @@
 // Fields the reader does not know are allowed (the format grows by adding fields); missing ones,
 // wrong types, negative sizes, unknown names and events out of order are not.
 #include <algorithm>
-#include <fstream>
 #include <map>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include <memgrad/core/error.h>
+#include <memgrad/core/files.h>
 #include <memgrad/core/memory/timeline_impl.h>
 
 namespace mg::memory::detail {
@@ -290,11 +289,7 @@ void read_layout(const Reader& rd, const json& j, const std::string& where, int6
 }
 
 json parse(const Reader& rd, const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) rd.fail("", "cannot open it");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  const std::string text = ss.str();
+  const std::string text = InputFile(path, "").read_all();  // a regular file only: a FIFO would block
   if (text.find_first_not_of(" \t\r\n") == std::string::npos) rd.fail("", "empty, not a memgrad memory snapshot");
   try {
     return json::parse(text);

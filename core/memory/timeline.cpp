@@ -1,9 +1,10 @@
 // memory::write_timeline: the interactive timeline page, one HTML file that needs no network. Its
 // template (timeline.html, .css and the timeline_*.js files beside this one) is compiled in at build
 // time; what is written here is the data: one or two recordings, from timeline_data.
-#include <fstream>
+#include <string>
 
 #include <memgrad/core/error.h>
+#include <memgrad/core/files.h>
 #include <memgrad/core/memory.h>
 #include <memgrad/core/memory/timeline_impl.h>
 
@@ -59,10 +60,7 @@ void write_page(const std::string& path, const std::string& title, const std::ve
   data += "]}";
   const std::string page =
       fill(detail::kTimelinePage, {{"MG_TIMELINE_TITLE", escape_html(title)}, {"MG_TIMELINE_DATA", data}});
-  std::ofstream f(path, std::ios::binary);
-  MG_CHECK(f.good(), IOError, "write_timeline: expected a writable file, could not open \"", path, "\"");
-  f << page;
-  MG_CHECK(f.good(), IOError, "write_timeline: writing \"", path, "\" failed");
+  write_file_atomically(path, page, "write_timeline");  // core/files.h: whole or not at all
 }
 
 std::string base_name(const std::string& path) { return path.substr(path.find_last_of('/') + 1); }

@@ -5,8 +5,9 @@
 //   fp32                parameter 4, gradient 4, state: SGD none, momentum 4, Adam/AdamW 8 (two moments).
 //   fp16/bf16 + masters model.to(half) keeps half parameters (2) and half gradients (2); the optimizer
 //                       updates float32 MasterWeights, which count as OptimizerState (4) next to the
-//                       optimizer's own float32 state. The masters' float32 gradients (4) exist only
-//                       during the step: see the last column.
+//                       optimizer's own float32 state. MasterWeights::step has the optimizer read the
+//                       half gradients (widened as it goes): no float32 gradient exists even during the
+//                       step (the last column; grads_to_masters would add 4 there).
 //   bf16, no masters    the optimizer updates the bfloat16 parameters directly; its state is bfloat16 too.
 //
 // ZeRO (Rajbhandari et al. 2020) counts mixed-precision Adam as 2 + 2 + K with K = 12 (master,
@@ -70,9 +71,12 @@ PerParam measure(Opt o, mg::DType storage, bool masters_on) {
   }
   fc(x).to(mg::kFloat32).pow(2.0).mean().backward();
   mg::reset_peak();
-  if (masters_on) masters->grads_to_masters();  // float32 copies of the half gradients
-  opt->step();
-  if (masters_on) masters->masters_to_params();  // half(master) -> parameter; frees master grads
+  if (masters_on) {
+    masters->use_model_grads();  // each master's gradient is its half gradient: no float32 copy
+    masters->step(*opt);         // the optimizer reads them widened; then half(master) -> parameter
+  } else {
+    opt->step();
+  }
   const mg::MemoryStats s = mg::memory_stats();
   auto per = [&](mg::Category c) { return (s.category(c) - start.category(c)) / kN; };
   PerParam r{per(mg::Category::Parameter), per(mg::Category::Gradient), per(mg::Category::OptimizerState), 0,
@@ -98,7 +102,7 @@ int main() {
     const int64_t s = p.storage == mg::kFloat32 ? 4 : 2;  // the model's dtype
     const int64_t state_dtype = p.masters ? 4 : s;        // the optimizer's state dtype
     const int64_t moments = o == Opt::SGD ? 0 : o == Opt::Momentum ? 1 : 2;
-    return PerParam{s, s, (p.masters ? 4 : 0) + moments * state_dtype, 0, p.masters ? s + 4 : s};
+    return PerParam{s, s, (p.masters ? 4 : 0) + moments * state_dtype, 0, s};  // masters read the half gradients
   };
   std::printf("bytes per parameter after one step (ledger / %lld parameters)\n\n", (long long)kN);
   std::printf("%-16s %-20s %9s %8s %9s %6s %18s\n", "optimizer", "precision", "parameter", "gradient", "opt state",

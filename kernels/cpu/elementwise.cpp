@@ -26,7 +26,7 @@ void copy(const Tensor& src, const Out& dst) {
 void fill(const Out& dst, double value) {
   dispatch(dst.dtype(), [&](auto d) {
     using T = typename decltype(d)::type;
-    opmath_t<T> v = opmath_t<T>(value);
+    opmath_t<T> v = kernels::scalar_as<opmath_t<T>>(value);
     map<T>(dst, [v]() { return v; });
   });
 }
@@ -69,7 +69,7 @@ void unary(UnaryOp op, const Tensor& x, const Out& out, UnaryParams p) {
       map<T, T>(
           out, [f](auto v) { return f(A(v)); }, x);
     };
-    const A a = A(p.a), b = A(p.b);
+    const A a = kernels::scalar_as<A>(p.a), b = kernels::scalar_as<A>(p.b);
     switch (op) {
       case UnaryOp::Neg:
         return go([](A v) { return -v; });
@@ -135,7 +135,7 @@ void binary(BinaryOp op, const Tensor& x, const Tensor& y, const Out& out, doubl
       map<bool, T, T>(
           out, [f](auto u, auto v) { return f(A(u), A(v)); }, x, y);
     };
-    const A al = A(alpha);
+    const A al = kernels::scalar_as<A>(alpha);
     switch (op) {
       case BinaryOp::Add:
         return go([al](A u, A v) { return u + al * v; });

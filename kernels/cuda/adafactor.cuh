@@ -23,7 +23,7 @@ __device__ __forceinline__ A grad_at(const Tensors<T>& t, int64_t e, bool maximi
 // A block per row of every matrix (rows blockIdx.x, + gridDim.x, ...): row_var = lerp(row_var, mean_j g^2, w).
 template <class T>
 __global__ void rows_kernel(Tensors<T> t, Scalars s, int64_t rows) {
-  __shared__ double shared[32];
+  MG_SHARED(shared, double[32]);
   const int64_t C = s.cols;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     double sum = 0;
@@ -69,7 +69,7 @@ __global__ void columns_kernel(Tensors<T> t, Scalars s, const double* partial, i
 // A block per matrix: its mean row factor, clamped to eps1.
 template <class T>
 __global__ void mean_row_kernel(Tensors<T> t, Scalars s, double* mean) {
-  __shared__ double shared[32];
+  MG_SHARED(shared, double[32]);
   const int64_t b = blockIdx.x;
   double sum = 0;
   for (int64_t i = threadIdx.x; i < s.rows; i += blockDim.x) sum += double(dload(t.r[b * s.rows + i]));
@@ -97,7 +97,7 @@ __device__ __forceinline__ A u_at(const Tensors<T>& t, const Scalars& s, const d
 // Block partial sums of U^2 (partial[k]) and p^2 (partial[blocks + k]) over a grid-stride loop.
 template <class T>
 __global__ void sums_kernel(Tensors<T> t, Scalars s, const double* mean, double* partial, int64_t n) {
-  __shared__ double shared[32];
+  MG_SHARED(shared, double[32]);
   double u2 = 0, p2 = 0;
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
     const double u = u_at(t, s, mean, e, true), p = dload(t.p[e]);

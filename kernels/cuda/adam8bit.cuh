@@ -24,8 +24,8 @@ template <class T>
 __global__ void __launch_bounds__(kBlock)
     quantized_kernel(const __grid_constant__ Maps maps, T* p, const T* g, uint8_t* cm, uint8_t* cv, float* am,
                      float* av, int64_t n, const Adam8bitCoeffs c) {
-  __shared__ Maps s;
-  __shared__ float reduce[32];
+  MG_SHARED(s, Maps);
+  MG_SHARED(reduce, float[32]);
   for (int i = threadIdx.x; i < kCodes; i += blockDim.x) {
     s.m.value[i] = maps.m.value[i], s.m.mid[i] = maps.m.mid[i];
     s.v.value[i] = maps.v.value[i], s.v.mid[i] = maps.v.mid[i];

@@ -77,7 +77,7 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4],
 
 // Tile i of the block's shared memory: kRows rows of pitch_of(D) 16-bit elements each, one after another.
 __device__ __forceinline__ u16* tile(int i, int D) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  MG_DYNAMIC_SHARED(smem_raw);
   return reinterpret_cast<u16*>(smem_raw) + i * kRows * pitch_of(D);
 }
 

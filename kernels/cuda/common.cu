@@ -2,6 +2,7 @@
 #include <mutex>
 #include <vector>
 
+#include <memgrad/kernels/cuda/check_indices.cuh>
 #include <memgrad/kernels/cuda/common.cuh>
 
 namespace mg::cuda {
@@ -28,17 +29,6 @@ int grid_for(int64_t work, int threads) {
   int64_t blocks = (work + threads - 1) / threads;
   return int(std::clamp<int64_t>(blocks, 1, 65536));  // grid-stride loops cover the rest
 }
-
-namespace {
-// Records the smallest position whose index is out of range.
-__global__ void bad_index_kernel(const int64_t* idx, int64_t n, int64_t size, int64_t ignore,
-                                 unsigned long long* first_bad) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    int64_t v = idx[i];
-    if (v != ignore && (v < 0 || v >= size)) atomicMin(first_bad, static_cast<unsigned long long>(i));
-  }
-}
-}  // namespace
 
 // 8-byte device flags for index checks, lent to one check at a time (checks on several threads and
 // streams never share one) and kept for the process. They live outside the ledger (like the cuBLAS
@@ -87,7 +77,7 @@ void check_indices(const char* op, const Tensor& index, int64_t size, int64_t ig
   IndexFlag flag(index.device().index);
   check_runtime(cudaMemcpyAsync(flag.get(), &none, sizeof none, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync");
   const int64_t* ip = dptr<int64_t>(index);
-  bad_index_kernel<<<grid_for(n), 256, 0, s>>>(ip, n, size, ignore, flag.get());
+  index_kernels::bad_index_kernel<<<grid_for(n), 256, 0, s>>>(ip, n, size, ignore, flag.get());
   check_launch(op);
   check_runtime(cudaMemcpyAsync(&bad, flag.get(), sizeof bad, cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync");
   check_runtime(cudaStreamSynchronize(s), "cudaStreamSynchronize");  // the error must reach the caller now

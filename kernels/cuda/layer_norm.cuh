@@ -20,7 +20,7 @@ template <bool kWarpRow, class T, bool kCenter = true>
 __global__ void layer_norm_kernel(const T* x, const T* w, const T* b, T* y, opmath_t<T>* mean, opmath_t<T>* rstd,
                                   int64_t rows, int64_t n, double eps) {
   using A = opmath_t<T>;
-  __shared__ A shared[32];
+  MG_SHARED(shared, A[32]);
   const int lanes = kWarpRow ? 32 : blockDim.x, lane = kWarpRow ? threadIdx.x % 32 : threadIdx.x;
   const int64_t per_block = kWarpRow ? blockDim.x / 32 : 1;
   for (int64_t base = blockIdx.x * per_block; base < rows; base += int64_t(gridDim.x) * per_block) {
@@ -71,7 +71,7 @@ template <class T, bool kCenter = true>
 __global__ void layer_norm_grad_x_kernel(const T* g, const T* x, const opmath_t<T>* mean, const opmath_t<T>* rstd,
                                          const T* w, T* gx, int64_t rows, int64_t n) {
   using A = opmath_t<T>;
-  __shared__ Pair<A> shared[32];
+  MG_SHARED(shared, Pair<A>[32]);
   for (int64_t i = blockIdx.x; i < rows; i += gridDim.x) {
     const T *row = x + i * n, *grow = g + i * n;
     A mu = kCenter ? A(mean[i]) : A(0), rs = rstd[i];
@@ -100,7 +100,7 @@ __global__ void layer_norm_grad_wb_kernel(const T* g, const T* x, const opmath_t
                                           T* gw, T* gb, opmath_t<T>* part, int64_t rows, int64_t n) {
   constexpr int kSums = kCenter ? 2 : 1;
   using A = opmath_t<T>;
-  __shared__ Pair<A> part_sh[8][33];
+  MG_SHARED(part_sh, Pair<A>[8][33]);
   const int64_t per_slice = (rows + gridDim.y - 1) / gridDim.y, r0 = blockIdx.y * per_slice,
                 r1 = min(rows, r0 + per_slice);
   for (int64_t b = blockIdx.x; b < (n + 31) / 32; b += gridDim.x) {

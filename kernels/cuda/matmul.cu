@@ -8,10 +8,13 @@
 #include <memgrad/kernels/blas_layout.h>
 #include <memgrad/kernels/cuda/cuda_kernels.h>
 #include <memgrad/kernels/cuda/common.cuh>
+#include <memgrad/kernels/cuda/matmul.cuh>
 
 namespace mg::cuda {
 
 namespace {
+
+using namespace matmul_kernels;
 
 const char* status_name(cublasStatus_t s) {
   switch (s) {
@@ -44,18 +47,6 @@ struct Operand {
 Operand operand(const Tensor& t, int64_t R, int64_t C) {
   const BlasLayout l = blas_layout(R, C, t.stride(1), t.stride(2));
   return {l.kind == BlasLayout::Columns ? CUBLAS_OP_T : CUBLAS_OP_N, l.ld, t.size(0) == 1 ? 0 : t.stride(0)};
-}
-
-template <class T>
-__global__ void int_gemm_kernel(const T* a, const T* b, T* out, int64_t B, int64_t M, int64_t K, int64_t N, int64_t as0,
-                                int64_t as1, int64_t as2, int64_t bs0, int64_t bs1, int64_t bs2) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < B * M * N;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    int64_t bb = i / (M * N), m = (i / N) % M, n = i % N, acc = 0;
-    for (int64_t k = 0; k < K; ++k)
-      acc += int64_t(a[bb * as0 + m * as1 + k * as2]) * int64_t(b[bb * bs0 + k * bs1 + n * bs2]);
-    out[i] = dstore<T>(acc);
-  }
 }
 
 }  // namespace

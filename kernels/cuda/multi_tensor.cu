@@ -1,46 +1,18 @@
 // Multi-tensor ops: an optimizer step (or the loss scaler's unscale + inf/NaN check) over many
 // tensors in one launch per batch, as PyTorch's fused/_foreach kernels and llm.c's AdamW kernel.
-// A batch travels in the kernel arguments: operand pointers, sizes, cumulative chunk counts and
-// per-tensor scalars of up to Batch::kMax tensors of one dtype. Each block walks chunks of kChunk
-// elements across the batch, so one launch covers tensors of any mix of sizes; the batch is a
-// __grid_constant__ argument, read in place rather than copied per thread. The element math is
-// kernels/update_rules.h, the same functions the CPU backend calls.
+// The batches and the kernel are multi_tensor.cuh's. The SGD and Adam steps also take half gradients
+// of float32 parameters (apex's FusedAdam's mixed dtypes): no float32 gradient copies.
 #include <vector>
 
 #include <memgrad/kernels/cuda/cuda_kernels.h>
 #include <memgrad/kernels/cuda/common.cuh>
+#include <memgrad/kernels/cuda/multi_tensor.cuh>
 
 namespace mg::cuda {
 
 namespace {
 
-constexpr int64_t kChunk = 16384;   // elements a block updates before moving to its next chunk
-constexpr int kMaxBlocks = 1024;    // blocks stride over the chunks beyond this
-constexpr size_t kArgBytes = 3840;  // batch + functor stay under the classic 4 KiB of kernel arguments
-
-struct NoScalars {};
-
-template <class T, int D, class S>
-struct Batch {
-  static constexpr int kMax = int((kArgBytes - 64) / (D * sizeof(T*) + 2 * sizeof(int64_t) + sizeof(S)));
-  T* ptr[D][kMax];          // operand k of tensor j (null: an optional operand not used)
-  int64_t numel[kMax];      // elements of tensor j
-  int64_t chunk_end[kMax];  // chunks of tensors 0..j
-  S scalars[kMax];
-  int n;  // tensors in this batch
-};
-
-template <class T, int D, class S, class F>
-__global__ void __launch_bounds__(kThreads) multi_tensor_kernel(const __grid_constant__ Batch<T, D, S> b, F f) {
-  const int64_t chunks = b.chunk_end[b.n - 1];
-  int j = 0;  // a block visits its chunks in increasing order, so j only moves forward
-  for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
-    while (c >= b.chunk_end[j]) ++j;
-    const int64_t first = (c - (j > 0 ? b.chunk_end[j - 1] : 0)) * kChunk;
-    const int64_t end = first + kChunk < b.numel[j] ? first + kChunk : b.numel[j];
-    for (int64_t i = first + threadIdx.x; i < end; i += blockDim.x) f(b, j, i);
-  }
-}
+using namespace multi_tensor_kernels;
 
 // Launches f over tensors `which` of `lists` (all of dtype T), kMax tensors per launch.
 template <class T, int D, class S, class F>
@@ -72,7 +44,13 @@ void launch(const char* op, const TensorLists& lists, const std::vector<size_t>&
   flush();
 }
 
-// Runs launch<T> once per floating dtype present among the tensors lists[0].
+// Whether tensor j's gradient (operand 1) is half while its parameter is float32: the mixed-precision
+// step, which for_each_mixed launches.
+bool mixed(const TensorLists& lists, size_t j) {
+  return lists.size() > 1 && lists[1][j].defined() && lists[1][j].dtype() != lists[0][j].dtype();
+}
+
+// Runs launch<T> once per floating dtype present among the tensors lists[0] (the mixed ones aside).
 template <int D, class S, class F>
 void for_each_dtype(const char* op, const TensorLists& lists, const std::vector<S>& scalars, const F& f) {
   for (const Tensor& x : lists[0])
@@ -80,71 +58,43 @@ void for_each_dtype(const char* op, const TensorLists& lists, const std::vector<
   for (DType t : {kFloat32, kFloat16, kBFloat16, kFloat64}) {
     std::vector<size_t> which;
     for (size_t j = 0; j < lists[0].size(); ++j)
-      if (lists[0][j].dtype() == t) which.push_back(j);
+      if (lists[0][j].dtype() == t && !mixed(lists, j)) which.push_back(j);
     if (which.empty()) continue;
     dispatch_floating(t, op, [&](auto tag) { launch<typename decltype(tag)::type, D>(op, lists, which, scalars, f); });
   }
 }
 
-struct SGDElement {
-  template <class T>
-  __device__ __forceinline__ void operator()(const Batch<T, 3, rules::SGDScalars>& b, int j, int64_t i) const {
-    using A = opmath_t<T>;
-    T *p = b.ptr[0][j], *buf = b.ptr[2][j];
-    A x = dload(p[i]), m = buf ? A(dload(buf[i])) : A(0);
-    rules::sgd<A>(x, dload(b.ptr[1][j][i]), m, b.scalars[j]);
-    p[i] = dstore<T>(x);
-    if (buf) buf[i] = dstore<T>(m);
+// Runs launch<float> once per half gradient dtype among the mixed tensors, with make(Tag<G>{}) for
+// gradients of type G (their pointers travel as float*, the functor reads them as G).
+template <int D, class S, class Make>
+void for_each_mixed(const char* op, const TensorLists& lists, const std::vector<S>& scalars, const Make& make) {
+  for (DType g : {kFloat16, kBFloat16}) {
+    std::vector<size_t> which;
+    for (size_t j = 0; j < lists[0].size(); ++j)
+      if (mixed(lists, j)) {
+        MG_CHECK(lists[0][j].dtype() == kFloat32 && is_half(lists[1][j].dtype()), DTypeError, op,
+                 ": expected a gradient of the parameter's dtype, or a half gradient of a float32 parameter, got ",
+                 lists[0][j].dtype(), " and ", lists[1][j].dtype());
+        if (lists[1][j].dtype() == g) which.push_back(j);
+      }
+    if (which.empty()) continue;
+    auto go = [&](auto tag) { launch<float, D>(op, lists, which, scalars, make(tag)); };
+    g == kFloat16 ? go(Tag<Half>{}) : go(Tag<BFloat16>{});
   }
-};
-
-struct AdamElement {
-  template <class T>
-  __device__ __forceinline__ void operator()(const Batch<T, 5, rules::AdamScalars>& b, int j, int64_t i) const {
-    using A = opmath_t<T>;
-    T *p = b.ptr[0][j], *m = b.ptr[2][j], *v = b.ptr[3][j], *vmax = b.ptr[4][j];
-    A x = dload(p[i]), mi = dload(m[i]), vi = dload(v[i]), wi = vmax ? A(dload(vmax[i])) : A(0);
-    rules::adam<A>(x, dload(b.ptr[1][j][i]), mi, vi, wi, b.scalars[j]);
-    p[i] = dstore<T>(x), m[i] = dstore<T>(mi), v[i] = dstore<T>(vi);
-    if (vmax) vmax[i] = dstore<T>(wi);
-  }
-};
-
-struct LionElement {
-  template <class T>
-  __device__ __forceinline__ void operator()(const Batch<T, 3, rules::LionScalars>& b, int j, int64_t i) const {
-    using A = opmath_t<T>;
-    T *p = b.ptr[0][j], *m = b.ptr[2][j];
-    A x = dload(p[i]), mi = dload(m[i]);
-    rules::lion<A>(x, dload(b.ptr[1][j][i]), mi, rules::LionCoeffs<A>(b.scalars[j]));
-    p[i] = dstore<T>(x), m[i] = dstore<T>(mi);
-  }
-};
-
-struct UnscaleElement {
-  float* found_inf;
-  double inv_scale;
-  bool scale;
-  template <class T>
-  __device__ __forceinline__ void operator()(const Batch<T, 1, NoScalars>& b, int j, int64_t i) const {
-    using A = opmath_t<T>;
-    T* p = b.ptr[0][j];
-    A v = dload(p[i]);
-    if (!isfinite(v)) *found_inf = 1.0f;  // every writer writes the same value
-    if (scale) p[i] = dstore<T>(v * A(inv_scale));
-  }
-};
+}
 
 }  // namespace
 
 void sgd_update(const TensorLists& lists, const std::vector<rules::SGDScalars>& scalars) {
   if (lists.empty() || lists[0].empty()) return;
   for_each_dtype<3>("SGD", lists, scalars, SGDElement{});
+  for_each_mixed<3>("SGD", lists, scalars, [](auto tag) { return SGDMixedElement<typename decltype(tag)::type>{}; });
 }
 
 void adam_update(const TensorLists& lists, const std::vector<rules::AdamScalars>& scalars) {
   if (lists.empty() || lists[0].empty()) return;
   for_each_dtype<5>("Adam", lists, scalars, AdamElement{});
+  for_each_mixed<5>("Adam", lists, scalars, [](auto tag) { return AdamMixedElement<typename decltype(tag)::type>{}; });
 }
 
 void lion_update(const TensorLists& lists, const std::vector<rules::LionScalars>& scalars) {

@@ -1,7 +1,7 @@
 // Running softmax statistics, (max, sum of exp(x - max)), merged across threads in one pass over
 // a row: shared by the softmax and cross-entropy kernels.
 #pragma once
-#include <memgrad/kernels/cuda/common.cuh>
+#include <memgrad/kernels/cuda/device_common.cuh>
 
 namespace mg::cuda {
 

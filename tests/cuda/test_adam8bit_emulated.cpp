@@ -7,10 +7,6 @@
 #include <doctest/doctest.h>
 
 #include "emulated_device.h"
-// The kernels' static __shared__ arrays: one per kernel, which the fibers of a block share (blocks
-// run one after another). Zero-initialized once, not poisoned per block as launch()'s buffer is.
-#undef __shared__
-#define __shared__ static
 // after the emulation's definitions:
 #include <memgrad/kernels/cuda/adam8bit.cuh>
 
@@ -86,7 +82,9 @@ void check(DType dtype, int64_t n, unsigned grid, bool quantized, unsigned seed)
                                       host_tensor(av, kFloat32)}
                 : std::vector<Tensor>{host_tensor(fm, kFloat32), host_tensor(fv, kFloat32), Tensor(), Tensor()};
   const Tensor param = host_tensor(p, dtype);
-  unsigned char unused_shared[1];  // the kernels' shared arrays are static (above)
+  emu::Buffer<T> dp("p", p);
+  emu::Buffer<uint8_t> dcm("exp_avg codes", cm), dcv("exp_avg_sq codes", cv);
+  emu::Buffer<float> dam("exp_avg absmax", am), dav("exp_avg_sq absmax", av), dfm("exp_avg", fm), dfv("exp_avg_sq", fv);
   cuda::adam8bit::Maps maps;
   maps.m = dynamic_map(true), maps.v = dynamic_map(false);
   for (int64_t step = 1; step <= 3; ++step) {
@@ -102,13 +100,15 @@ void check(DType dtype, int64_t n, unsigned grid, bool quantized, unsigned seed)
 
     kernels::TensorLists lists = {{param}, {host_tensor(g, dtype)}, {state[0]}, {state[1]}, {state[2]}, {state[3]}};
     detail::adam8bit_update_("AdamW8bit", lists, {s});
+    const emu::Buffer<T> dg("g", g);
     if (quantized)
-      emu::launch(grid, unsigned(kBlock), unused_shared, 0, [&] {
-        cuda::adam8bit::quantized_kernel<T>(maps, p.data(), g.data(), cm.data(), cv.data(), am.data(), av.data(), n, c);
-      });
+      emu::launch<cuda::adam8bit::quantized_kernel<T>>({dim3(grid), dim3(unsigned(kBlock))}, maps, dp.data(), dg.data(),
+                                                       dcm.data(), dcv.data(), dam.data(), dav.data(), n, c);
     else
-      emu::launch(grid, 256, unused_shared, 0,
-                  [&] { cuda::adam8bit::full_kernel<T>(p.data(), g.data(), fm.data(), fv.data(), n, c); });
+      emu::launch<cuda::adam8bit::full_kernel<T>>({dim3(grid), dim3(256)}, dp.data(), dg.data(), dfm.data(), dfv.data(),
+                                                  n, c);
+    p = dp.to_vector(), cm = dcm.to_vector(), cv = dcv.to_vector(), am = dam.to_vector(), av = dav.to_vector();
+    fm = dfm.to_vector(), fv = dfv.to_vector();
 
     CHECK(same_values(param, p));
     if (quantized) {

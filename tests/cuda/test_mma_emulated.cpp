@@ -14,10 +14,6 @@
 #include <string>
 #include <vector>
 
-namespace mg::cuda::mma {
-alignas(16) unsigned char smem_raw[96 * 1024];  // the kernels' extern __shared__ array
-}  // namespace mg::cuda::mma
-
 namespace {
 using namespace mg;
 using namespace mg::cuda;
@@ -111,35 +107,45 @@ Result reference(const Case& c, const AttentionParams& p, const std::vector<doub
 
 template <class T, int kDMax>
 Result run_emulated(const Case& c, const AttentionParams& p, const Tensor16& q, const Tensor16& k, const Tensor16& v,
-                    const Tensor16& dout, const void* mask) {
+                    const Tensor16& dout, const std::vector<unsigned char>& bmask, const std::vector<u16>& amask) {
   const int Tq = c.Tq, Tk = c.Tk, D = c.D;
-  std::vector<u16> out(size_t(c.BH) * Tq * D), dq(out.size()), dk(size_t(c.BH) * Tk * D), dv(dk.size());
-  std::vector<float> lse(size_t(c.BH) * Tq), delta(lse.size());
+  const emu::Buffer<u16> dq_in("q", q.bits), dk_in("k", k.bits), dv_in("v", v.bits), ddo("grad_out", dout.bits);
+  const emu::Buffer<unsigned char> dbmask("bool mask", bmask);
+  const emu::Buffer<u16> damask("additive mask", amask);
+  const void* mask = c.mask == AttentionMask::Kind::Bool       ? static_cast<const void*>(dbmask.data())
+                     : c.mask == AttentionMask::Kind::Additive ? damask.data()
+                                                               : nullptr;
+  emu::Buffer<u16> dout_("out", size_t(c.BH) * Tq * D), dq("grad_q", size_t(c.BH) * Tq * D);
+  emu::Buffer<u16> dk("grad_k", size_t(c.BH) * Tk * D), dv("grad_v", size_t(c.BH) * Tk * D);
+  emu::Buffer<float> lse("lse", size_t(c.BH) * Tq);
   const int64_t row_blocks = (Tq + mma::kRows - 1) / mma::kRows, key_blocks = (Tk + mma::kRows - 1) / mma::kRows;
-  auto* smem = mma::smem_raw;
-  emu::launch(unsigned(c.BH * row_blocks), 128, smem, mma::smem_bytes(3, D), [&] {
-    mma::forward_kernel<T, kDMax>(q.bits.data(), k.bits.data(), v.bits.data(), mask, out.data(), lse.data(), Tq, Tk, D,
-                                  row_blocks, p);
-  });
-  for (size_t row = 0; row < lse.size(); ++row) {  // attention_delta_kernel: dO . out, on the stored out
+  const dim3 block(128);
+  emu::launch<mma::forward_kernel<T, kDMax>>({dim3(unsigned(c.BH * row_blocks)), block, mma::smem_bytes(3, D)},
+                                             dq_in.data(), dk_in.data(), dv_in.data(), mask, dout_.data(), lse.data(),
+                                             int64_t(Tq), int64_t(Tk), D, row_blocks, p);
+  const std::vector<u16> out = dout_.to_vector();
+  std::vector<float> delta(size_t(c.BH) * Tq);
+  for (size_t row = 0; row < delta.size(); ++row) {  // attention_delta_kernel: dO . out, on the stored out
     double s = 0;
     for (int d = 0; d < D; ++d) s += dout.value[row * D + d] * from16(out[row * D + d], c.bf16);
     delta[row] = float(s);
   }
-  emu::launch(unsigned(c.BH * row_blocks), 128, smem, mma::smem_bytes(4, D), [&] {
-    mma::grad_q_kernel<T, kDMax>(dout.bits.data(), q.bits.data(), k.bits.data(), v.bits.data(), mask, lse.data(),
-                                 delta.data(), dq.data(), Tq, Tk, D, row_blocks, p);
-  });
-  emu::launch(unsigned(c.BH * key_blocks), 128, smem, mma::smem_bytes(4, D) + 2 * mma::kTile * sizeof(float), [&] {
-    mma::grad_kv_kernel<T, kDMax>(dout.bits.data(), q.bits.data(), k.bits.data(), v.bits.data(), mask, lse.data(),
-                                  delta.data(), dk.data(), dv.data(), Tq, Tk, D, key_blocks, p);
-  });
+  const emu::Buffer<float> ddelta("delta", delta);
+  emu::launch<mma::grad_q_kernel<T, kDMax>>({dim3(unsigned(c.BH * row_blocks)), block, mma::smem_bytes(4, D)},
+                                            ddo.data(), dq_in.data(), dk_in.data(), dv_in.data(), mask, lse.data(),
+                                            ddelta.data(), dq.data(), int64_t(Tq), int64_t(Tk), D, row_blocks, p);
+  emu::launch<mma::grad_kv_kernel<T, kDMax>>(
+      {dim3(unsigned(c.BH * key_blocks)), block, mma::smem_bytes(4, D) + 2 * mma::kTile * sizeof(float)}, ddo.data(),
+      dq_in.data(), dk_in.data(), dv_in.data(), mask, lse.data(), ddelta.data(), dk.data(), dv.data(), int64_t(Tq),
+      int64_t(Tk), D, key_blocks, p);
+  const std::vector<float> lse_v = lse.to_vector();
   auto widen = [&](const std::vector<u16>& x) {
     std::vector<double> r(x.size());
     for (size_t i = 0; i < x.size(); ++i) r[i] = from16(x[i], c.bf16);
     return r;
   };
-  return {widen(out), std::vector<double>(lse.begin(), lse.end()), widen(dq), widen(dk), widen(dv)};
+  return {widen(out), std::vector<double>(lse_v.begin(), lse_v.end()), widen(dq.to_vector()), widen(dk.to_vector()),
+          widen(dv.to_vector())};
 }
 
 // The largest error relative to the largest reference magnitude (-inf == -inf counts as exact).
@@ -182,17 +188,14 @@ double worst_error(const Case& c, unsigned seed, bool report = true) {
       amask = random16(n, c.bf16, rng);
     }
   }
-  const void* mask = c.mask == AttentionMask::Kind::Bool       ? static_cast<const void*>(bmask.data())
-                     : c.mask == AttentionMask::Kind::Additive ? amask.bits.data()
-                                                               : nullptr;
   const Result want = reference(c, p, q.value, k.value, v.value, dout.value, bmask, amask.value);
   Result got;
   if (c.bf16)
-    got = c.D <= 64 ? run_emulated<BFloat16, 64>(c, p, q, k, v, dout, mask)
-                    : run_emulated<BFloat16, 128>(c, p, q, k, v, dout, mask);
+    got = c.D <= 64 ? run_emulated<BFloat16, 64>(c, p, q, k, v, dout, bmask, amask.bits)
+                    : run_emulated<BFloat16, 128>(c, p, q, k, v, dout, bmask, amask.bits);
   else
-    got = c.D <= 64 ? run_emulated<Half, 64>(c, p, q, k, v, dout, mask)
-                    : run_emulated<Half, 128>(c, p, q, k, v, dout, mask);
+    got = c.D <= 64 ? run_emulated<Half, 64>(c, p, q, k, v, dout, bmask, amask.bits)
+                    : run_emulated<Half, 128>(c, p, q, k, v, dout, bmask, amask.bits);
   const double errors[] = {relative_error(got.out, want.out), relative_error(got.lse, want.lse),
                            relative_error(got.dq, want.dq), relative_error(got.dk, want.dk),
                            relative_error(got.dv, want.dv)};

@@ -2,13 +2,11 @@
 // host by emulated_device.h against the library's CPU ops, forward and backward: rows below a warp,
 // odd widths, grids smaller than the rows (their stride loops), a tall input whose weight sums go
 // through row slices and the in-order pass that adds them, and layer norm's warp-per-row variant.
-// Both sides sum in their own order: float32 within 2e-5 of the largest value, float64 within 1e-12.
+// Both sides sum in their own order: float32 within 2e-5 of the largest value, float64 within 1e-12,
+// float16 and bfloat16 (statistics in float) within two units of their last place.
 #include <doctest/doctest.h>
 
 #include "emulated_device.h"
-// The kernels' static __shared__ arrays: one per kernel, which the fibers of a block share.
-#undef __shared__
-#define __shared__ static
 // after the emulation's definitions:
 #include <memgrad/kernels/cuda/cuda_kernels.h>  // layer_norm_wb_slices
 #include <memgrad/kernels/cuda/layer_norm.cuh>
@@ -16,7 +14,7 @@
 #include <cmath>
 #include <vector>
 
-#include <memgrad/memgrad.h>
+#include "emulated_harness.h"
 
 namespace {
 using namespace mg;
@@ -37,10 +35,11 @@ template <class T, Norm kNorm>
 void check(int64_t rows, int64_t n, unsigned grid) {
   using A = opmath_t<T>;
   constexpr bool kCenter = kNorm != Norm::Rms, kWarp = kNorm == Norm::LayerWarp;
-  const DType dt = std::is_same_v<T, double> ? kFloat64 : kFloat32;
+  const DType dt = dtype_of<T>::value, at = dt == kFloat64 ? kFloat64 : kFloat32;
   CAPTURE(rows);
   CAPTURE(n);
   CAPTURE(int(kNorm));
+  CAPTURE(dt);
   manual_seed(uint64_t(rows * 1000 + n));
   const double eps = 1e-5;
   Tensor x = (randn({rows, n}) * 2.0 + 0.5).to(dt).requires_grad_(), w = (randn({n}) + 1.0).to(dt).requires_grad_();
@@ -48,45 +47,47 @@ void check(int64_t rows, int64_t n, unsigned grid) {
   Tensor y = kCenter ? layer_norm(x, {n}, w, b, eps) : rms_norm(x, {n}, w, eps);
   y.backward(up);
 
-  const std::vector<T> xs = x.detach().to_vector<T>(), ws = w.detach().to_vector<T>(), gs = up.to_vector<T>();
-  const std::vector<T> bs = kCenter ? b.detach().to_vector<T>() : std::vector<T>();
-  std::vector<T> ys(xs.size()), gx(xs.size()), gw(static_cast<size_t>(n)), gb(static_cast<size_t>(n));
-  std::vector<A> mean(static_cast<size_t>(rows)), rstd(static_cast<size_t>(rows));
-  unsigned char unused[1];
-  emu::launch(grid, kThreads, unused, 0, [&] {
-    layer_norm_kernel<kWarp, T, kCenter>(xs.data(), ws.data(), kCenter ? bs.data() : nullptr, ys.data(),
-                                         kCenter ? mean.data() : nullptr, rstd.data(), rows, n, eps);
-  });
-  emu::launch(grid, kThreads, unused, 0, [&] {
-    layer_norm_grad_x_kernel<T, kCenter>(gs.data(), xs.data(), kCenter ? mean.data() : nullptr, rstd.data(), ws.data(),
-                                         gx.data(), rows, n);
-  });
+  const Tensor ys = empty({rows, n}, dt), gx = empty({rows, n}, dt), gw = empty({n}, dt), gb = empty({n}, dt);
+  const Tensor mean = empty({rows}, at), rstd = empty({rows}, at);
+  const emu::DeviceTensor dx("x", x.detach()), dw("weight", w.detach()), db("bias", kCenter ? b.detach() : Tensor());
+  const emu::DeviceTensor dup("grad", up), dy = emu::DeviceTensor::output("out", ys);
+  const emu::DeviceTensor dgx = emu::DeviceTensor::output("grad_x", gx),
+                          dgw = emu::DeviceTensor::output("grad_weight", gw);
+  const emu::DeviceTensor dgb = emu::DeviceTensor::output("grad_bias", gb);
+  const emu::DeviceTensor dmean = emu::DeviceTensor::output("mean", mean),
+                          drstd = emu::DeviceTensor::output("rstd", rstd);
+  const T *xp = dx.ptr<T>(), *wp = dw.ptr<T>(), *gp = dup.ptr<T>();
+  A* const mp = kCenter ? dmean.ptr<A>() : nullptr;
+  const dim3 block(kThreads);
+  emu::launch<layer_norm_kernel<kWarp, T, kCenter>>({dim3(grid), block}, xp, wp, db.ptr<T>(), dy.ptr<T>(), mp,
+                                                    drstd.ptr<A>(), rows, n, eps);
+  emu::launch<layer_norm_grad_x_kernel<T, kCenter>>({dim3(grid), block}, gp, xp, mp, drstd.ptr<A>(), wp, dgx.ptr<T>(),
+                                                    rows, n);
   const int64_t slices = cuda::layer_norm_wb_slices(rows, n), sums = kCenter ? 2 : 1;
-  std::vector<A> part(slices > 1 ? size_t(slices * sums * n) : 0);
+  emu::Buffer<A> part("part", slices > 1 ? size_t(slices * sums * n) : 0);
   const unsigned col_blocks = unsigned(std::min<int64_t>((n + 31) / 32, 3));  // fewer than the columns' 32-wide tiles
-  emu::launch(dim3(col_blocks, unsigned(slices), 1), dim3(32, 8, 1), unused, 0, [&] {
-    layer_norm_grad_wb_kernel<T, kCenter>(gs.data(), xs.data(), kCenter ? mean.data() : nullptr, rstd.data(), gw.data(),
-                                          kCenter ? gb.data() : nullptr, slices > 1 ? part.data() : nullptr, rows, n);
-  });
+  T* const gbp = kCenter ? dgb.ptr<T>() : nullptr;
+  emu::launch<layer_norm_grad_wb_kernel<T, kCenter>>({dim3(col_blocks, unsigned(slices), 1), dim3(32, 8, 1)}, gp, xp,
+                                                     mp, drstd.ptr<A>(), dgw.ptr<T>(), gbp,
+                                                     slices > 1 ? part.data() : nullptr, rows, n);
   if (slices > 1)
-    emu::launch(2, 64, unused, 0, [&] {
-      layer_norm_wb_sum_kernel<T, kCenter>(part.data(), gw.data(), kCenter ? gb.data() : nullptr, slices, n);
-    });
+    emu::launch<layer_norm_wb_sum_kernel<T, kCenter>>({dim3(2), dim3(64)}, part.data(), dgw.ptr<T>(), gbp, slices, n);
+  for (const emu::DeviceTensor* d : {&dy, &dgx, &dgw, &dgb, &dmean, &drstd}) d->download();
 
-  const double tol = dt == kFloat64 ? 1e-12 : 2e-5;
-  auto as_double = [](const auto& v) { return std::vector<double>(v.begin(), v.end()); };
-  CHECK(relative_error(as_double(ys), y.detach().to_vector<double>()) < tol);
+  const double tol = dt == kFloat64 ? 1e-12 : dt == kFloat32 ? 2e-5 : emu::rtol_for(dt, 2);
+  CHECK(relative_error(ys.to_vector<double>(), y.detach().to_vector<double>()) < tol);
   std::vector<double> want_rstd(static_cast<size_t>(rows));  // 1 / sqrt(mean((x - mean)^2) + eps), in float64
+  const std::vector<double> xv = x.detach().to_vector<double>();
   for (int64_t i = 0; i < rows; ++i) {
     double mu = 0, ss = 0;
-    for (int64_t j = 0; kCenter && j < n; ++j) mu += double(xs[size_t(i * n + j)]) / double(n);
-    for (int64_t j = 0; j < n; ++j) ss += std::pow(double(xs[size_t(i * n + j)]) - mu, 2) / double(n);
+    for (int64_t j = 0; kCenter && j < n; ++j) mu += xv[size_t(i * n + j)] / double(n);
+    for (int64_t j = 0; j < n; ++j) ss += std::pow(xv[size_t(i * n + j)] - mu, 2) / double(n);
     want_rstd[size_t(i)] = 1 / std::sqrt(ss + eps);
   }
-  CHECK(relative_error(as_double(rstd), want_rstd) < tol);
-  CHECK(relative_error(as_double(gx), x.grad().to_vector<double>()) < tol);
-  CHECK(relative_error(as_double(gw), w.grad().to_vector<double>()) < tol);
-  if (kCenter) CHECK(relative_error(as_double(gb), b.grad().to_vector<double>()) < tol);
+  CHECK(relative_error(rstd.to_vector<double>(), want_rstd) < (dt == kFloat64 ? tol : 2e-5));  // float statistics
+  CHECK(relative_error(gx.to_vector<double>(), x.grad().to_vector<double>()) < tol);
+  CHECK(relative_error(gw.to_vector<double>(), w.grad().to_vector<double>()) < tol);
+  if (kCenter) CHECK(relative_error(gb.to_vector<double>(), b.grad().to_vector<double>()) < tol);
 }
 
 template <Norm kNorm>
@@ -97,6 +98,8 @@ void check_all() {
   check<double, kNorm>(5, 1025, 4);  // past a block of 256
   check<float, kNorm>(520, 64, 16);  // tall: the weight sums in 2 slices of 260 rows, then added in order
   check<double, kNorm>(768, 40, 8);  // 3 slices
+  check<Half, kNorm>(37, 33, 5);     // 16-bit storage, float statistics
+  check<BFloat16, kNorm>(520, 64, 16);
 }
 
 }  // namespace

@@ -57,20 +57,11 @@ train::Trainer::OptimizerFactory optimizer_of(const Config& c) {
 // `steps` steps of the tiny GPT as memgrad train runs them (train::Trainer), from `resume` if given.
 Run run_training(const Config& c, int steps, const optim::StateDict* resume = nullptr, int first_step = 0) {
   manual_seed(1234);
-  train::ChainModel chain(tiny_gpt(), kCPU);
+  // Data parallel as memgrad train builds it: deferred, each rank materializing what it holds.
+  train::ChainModel chain(tiny_gpt(), kCPU, c.zero > 0 || c.offload || c.group);
   train::Trainer trainer(chain.module(), step_options(c, chain), optimizer_of(c), c.group);
   dist::DataParallel* dp = trainer.data_parallel();
-  if (resume) {
-    nn::StateDict model;
-    optim::StateDict o;
-    for (auto& [k, t] : *resume) {
-      if (k.rfind("model.", 0) == 0) model[k.substr(6)] = t;
-      if (k.rfind("optim.", 0) == 0) o[k.substr(6)] = t;
-    }
-    dp ? dp->load_model_state_dict(chain.module(), model) : chain.module().load_state_dict(model);
-    dp ? dp->load_state_dict(*trainer.optimizer(), o) : trainer.optimizer()->load_state_dict(o);
-    default_generator().set_offset(uint64_t(resume->at("rng").item<int64_t>()));
-  }
+  if (resume) load_run_state(*resume, chain.module(), *trainer.optimizer(), dp);
   Run r;
   for (int step = first_step; step < first_step + steps; ++step)
     r.losses.push_back(train::train_step(
@@ -384,7 +375,7 @@ TEST_CASE("ZeRO-3 [mpi]: each rank's ledger holds its shards, and the planner pr
     int64_t peaks[2] = {0, 0};
     {
       manual_seed(5);
-      train::ChainModel chain(spec, kCPU);
+      train::ChainModel chain(spec, kCPU, true);  // deferred: each rank materializes its shards
       const Formula f = formula(chain, n, r);
       Config c;
       c.group = &g, c.zero = 3;

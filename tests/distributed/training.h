@@ -34,6 +34,21 @@ struct Run {
   optim::StateDict state;  // the optimizer's, gathered to whole parameters
 };
 
+// Loads a Run's state (model.*, optim.*, rng) into `model` and `opt`, through `dp` when given (each
+// rank taking its slices or pieces).
+inline void load_run_state(const optim::StateDict& state, nn::Module& model, optim::Optimizer& opt,
+                           distributed::DataParallel* dp) {
+  nn::StateDict m;
+  optim::StateDict o;
+  for (auto& [k, t] : state) {
+    if (k.rfind("model.", 0) == 0) m[k.substr(6)] = t;
+    if (k.rfind("optim.", 0) == 0) o[k.substr(6)] = t;
+  }
+  dp ? dp->load_model_state_dict(model, m) : model.load_state_dict(m);
+  dp ? dp->load_state_dict(opt, o) : opt.load_state_dict(o);
+  default_generator().set_offset(uint64_t(state.at("rng").item<int64_t>()));
+}
+
 // Relative difference of two runs, over losses and parameters (0 when bitwise equal).
 inline double difference(const Run& a, const Run& b, bool losses_only = false) {
   REQUIRE(a.losses.size() == b.losses.size());

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "expect_error.h"
+#include "temp_dir.h"
 
 using namespace mg;
 
@@ -65,18 +66,6 @@ extern "C" ssize_t pread64(int fd, void* buf, size_t n, off_t offset) {
 
 namespace {
 
-// A fresh folder under /tmp, removed with everything in it at the end.
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char name[] = "/tmp/mg_hostile_XXXXXX";
-    REQUIRE(::mkdtemp(name));
-    path = name;
-  }
-  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
-  std::string operator/(const std::string& name) const { return path + "/" + name; }
-};
-
 void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
 }
@@ -94,13 +83,13 @@ std::string file_with(const std::string& header, const std::string& data = "") {
 TEST_CASE("safetensors hostile: only regular files are read; the error names the file") {
   TempDir dir;
   // A directory: the header length came from a failed stream (bad_alloc, length_error or "not JSON").
-  expect_error<IOError>([&] { nn::load_safetensors(dir.path); }, {dir.path, "is a directory"});
+  expect_error<IOError>([&] { nn::load_safetensors(dir.path); }, {dir.path, "is a folder; expected a regular file"});
   // A FIFO with no writer: opening it must not block, nor reading wait for data.
   const std::string fifo = dir / "fifo";
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
-  expect_error<IOError>([&] { nn::load_safetensors(fifo); }, {fifo, "not a regular file"});
-  expect_error<IOError>([] { nn::load_safetensors("/dev/zero"); }, {"'/dev/zero'", "not a regular file"});
-  expect_error<IOError>([&] { nn::load_safetensors(dir / "absent"); }, {"absent", "cannot be opened"});
+  expect_error<IOError>([&] { nn::load_safetensors(fifo); }, {fifo, "is a FIFO"});
+  expect_error<IOError>([] { nn::load_safetensors("/dev/zero"); }, {"'/dev/zero'", "is a character device"});
+  expect_error<IOError>([&] { nn::load_safetensors(dir / "absent"); }, {"absent", "no such file"});
 }
 
 TEST_CASE("safetensors hostile: a file that shrinks while it is read gives the offset of the short read") {

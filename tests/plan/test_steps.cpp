@@ -2,6 +2,8 @@
 // StepOptions::steps = 2 giving the steady-state step that holds the optimizer state throughout.
 #include <doctest/doctest.h>
 
+#include <vector>
+
 #include <memgrad/core/random.h>
 #include <memgrad/plan/planner.h>
 
@@ -78,6 +80,39 @@ TEST_CASE("plan: the reserved peak is the smallest memory limit the steps run un
   CHECK(below.out_of_memory);
   CHECK(below.oom_message.find("out of memory") != std::string::npos);
   CHECK(memory_stats(kCPU).allocated == 0);  // nothing left behind by the failed steps (fresh allocators)
+}
+
+TEST_CASE("plan: the smallest limit found by replaying the recorded requests is the one rerunning finds") {
+  // The search serves the first run's allocation trace again under each limit it tries; rerunning the
+  // program at each limit (the old search) must find the same limit and the same failing step.
+  struct Case {
+    const char* what;
+    train::StepOptions step;
+    train::Policy policy;
+    train::InputShape input;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"fp32", {}, train::Policy::none(), {4, 16}});
+  train::StepOptions half;
+  half.precision = train::Precision::Float16Storage, half.grad_scaler = true, half.clip_norm = 1.0, half.accum = 2;
+  cases.push_back({"fp16-storage, scaler, clipping, accumulation", half, train::Policy::every_block(2), {2, 16}});
+  train::StepOptions zero3;
+  zero3.world_size = 3, zero3.rank = 2, zero3.zero_stage = 3;
+  cases.push_back({"ZeRO-3, rank 2 of 3", zero3, train::Policy::sqrt_n(2), {2, 16}});
+  train::StepOptions zero2;
+  zero2.world_size = 4, zero2.rank = 1, zero2.zero_stage = 2, zero2.bucket_bytes = 4096;
+  cases.push_back({"ZeRO-2, rank 1 of 4", zero2, train::Policy::none(), {2, 16}});
+  for (const Case& c : cases) {
+    INFO(c.what);
+    plan::PlanOptions rerun;
+    rerun.replay_search = false;
+    const plan::StepReport a = plan::plan(tiny_gpt(), c.input, c.step, c.policy);
+    const plan::StepReport b = plan::plan(tiny_gpt(), c.input, c.step, c.policy, rerun);
+    CHECK(a.smallest_limit == b.smallest_limit);
+    CHECK(a.below_limit_fails_at == b.below_limit_fails_at);
+    CHECK(a.reserved == b.reserved);
+    CHECK(a.peak == b.peak);
+  }
 }
 
 TEST_CASE("plan: accumulation, clipping and loss scaling planned on meta equal the CPU steps to the byte") {

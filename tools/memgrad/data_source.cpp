@@ -85,8 +85,10 @@ void print_loader_memory(const mg::data::DataLoaderOptions& o, const mg::data::B
 void add_data_flags(CLI::App& app, DataFlags& d) {
   app.add_option("--data", d.data,
                  "train the GPT on this: a text file, a folder of them (bytes), or llm.c token shards (.bin, a file, "
-                 "a folder or a quoted glob such as 'fineweb_train_*.bin'); default: the embedded sonnets");
-  app.add_option("--val-data", d.val_data, "held-out data, of the same kind (default: the last tenth of the data)");
+                 "a folder or a quoted glob such as 'fineweb_train_*.bin'); default: the embedded sonnets")
+      ->check(non_empty("a file, a folder or a pattern"));
+  app.add_option("--val-data", d.val_data, "held-out data, of the same kind (default: the last tenth of the data)")
+      ->check(non_empty("a file, a folder or a pattern"));
   app.add_flag("--show-batch", d.show_batch, "print the first batch: its examples' positions, inputs and targets");
 }
 

@@ -4,7 +4,7 @@
 //   memgrad plan [flags]     one step of GPT-2 (or any size) on the meta device: peak and breakdown
 //   memgrad view A.json [B]  the interactive memory timeline of a snapshot, or of two compared
 //
-// Exit codes: 0 done, 1 error, 2 bad flag or value, 3 out of memory.
+// Exit codes: 0 done, 1 error, 2 bad flag or value (MG_* environment variables included), 3 out of memory.
 #include <cstdio>
 
 #include "options.h"
@@ -41,6 +41,11 @@ int main(int argc, char** argv) {
   };
   try {
     app.parse(argc, argv);
+    try {
+      mg::check_environment();  // every MG_* variable, as a flag is checked: exit 2 for a bad value
+    } catch (const mg::ValueError& e) {
+      throw UsageError(e.what());
+    }
     if ((train_cmd->parsed() && train.step.expandable_segments) ||
         (plan_cmd->parsed() && plan.step.expandable_segments))
       mg::set_allocator_config("expandable_segments:True");

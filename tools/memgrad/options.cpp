@@ -1,8 +1,5 @@
 #include "options.h"
 
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -112,15 +109,31 @@ CLI::Option* byte_size(CLI::Option* option) {
 }
 
 void check_writable(const char* flag, const std::string& path) {
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-  struct stat st;
-  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
-    throw UsageError(std::string(flag) + " " + path + ": is a folder; expected a file name");
-  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    throw UsageError(std::string(flag) + " " + path + ": the folder '" + dir + "' does not exist");
-  if (::access(dir.c_str(), W_OK | X_OK) != 0)
-    throw UsageError(std::string(flag) + " " + path + ": the folder '" + dir + "' is not writable");
+  try {
+    mg::output_file(path, flag);  // core/files.h: a regular file, a link to one, or a new name in a writable folder
+  } catch (const mg::IOError& e) {
+    throw UsageError(e.what());
+  }
+}
+
+CLI::Validator non_empty(const std::string& what) {
+  return CLI::Validator(
+      [what](std::string& s) -> std::string { return s.empty() ? "expected " + what + ", got an empty value" : ""; },
+      "");
+}
+
+CLI::Validator input_file() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        if (s.empty()) return "expected a file name, got an empty value";
+        try {
+          mg::InputFile(s, "");  // a regular file: opened without blocking, then closed
+          return {};
+        } catch (const mg::IOError& e) {
+          return e.what();
+        }
+      },
+      "FILE");
 }
 
 void add_model_flags(CLI::App& app, ModelFlags& m) {
@@ -214,14 +227,13 @@ void add_data_parallel_flags(CLI::App& app, StepFlags& s) {
                  "data parallelism: ZeRO stage 0 (all-reduce gradients), 1 (shard optimizer state), 2 (shard "
                  "gradients too) or 3 (shard the parameters: each block gathered for its forward and backward only); "
                  "train runs the ranks mpirun starts")
-      ->check(CLI::Range(0, 3))
+      ->transform(integer_in(0, 3))
       ->capture_default_str();
   app.add_flag("!--no-unit-prefetch", s.unit_prefetch,
                "--zero 3 and --offload params: gather each block only when it runs, not while the one before runs "
                "(shows what prefetching hides)");
-  app.add_option("--bucket-cap", s.bucket_cap, "data parallelism: gradient bucket size, e.g. 25MiB")
-      ->transform(CLI::AsSizeValue(true))
-      ->check(CLI::PositiveNumber);
+  byte_size(app.add_option("--bucket-cap", s.bucket_cap, "data parallelism: gradient bucket size, e.g. 25MiB"))
+      ->check(CLI::Validator([](std::string& v) { return v == "0" ? "expected a byte count > 0, got 0" : ""; }, ""));
 }
 
 mg::train::ModelSpec model_spec(const ModelFlags& m, int64_t seq) {

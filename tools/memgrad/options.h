@@ -34,9 +34,16 @@ CLI::Validator any_uint64();  // [0, 2^64 - 1], e.g. seeds
 CLI::Validator number_in(double lo, double hi, bool open = false);
 // A byte size such as 512MiB or 80GB (CLI11's AsSizeValue) below 2^63, for --memory-limit and --budget.
 CLI::Option* byte_size(CLI::Option* option);
-// Throws UsageError unless `path` can be written when the run ends: its folder exists and is
-// writable, and it is not a folder itself (checked before any work, not after a long run).
+// Throws UsageError unless `path` can be written when the run ends (mg::output_file: a regular file, a
+// symbolic link to one, or a new name in an existing writable folder; never a folder, FIFO or device),
+// checked before any work, not after a long run. Every flag that writes a file is checked with it.
 void check_writable(const char* flag, const std::string& path);
+// Refuses an empty value ("expected <what>, got an empty value"): paths, where '' would otherwise
+// silently mean "none".
+CLI::Validator non_empty(const std::string& what);
+// An existing regular file (or a symbolic link to one), checked without blocking on a FIFO
+// (mg::InputFile): files read whole, such as --resume and memgrad view's snapshots.
+CLI::Validator input_file();
 
 struct ModelFlags {
   std::string model;  // tiny | gpt2-124m | gpt2-350m | gpt2-774m | gpt2-1.5b | custom | mlp

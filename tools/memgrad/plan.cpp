@@ -3,9 +3,12 @@
 #include <chrono>
 #include <cstdio>
 #include <limits>
+#include <map>
 
 #include "data_source.h"
+#include "plan_file.h"
 #include "report.h"
+#include "sizes.h"
 
 namespace memgrad_cli {
 
@@ -23,10 +26,10 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
       ->capture_default_str();
   app.add_option("--world-size", f.step.world_size,
                  "data parallelism: plan one rank of this many processes (meta simulates it: no MPI needed)")
-      ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
+      ->transform(integer_in(1, int64_t(1) << 20))
       ->capture_default_str();
   app.add_option("--rank", f.step.rank, "data parallelism: the rank planned (0 holds the largest slices)")
-      ->check(CLI::NonNegativeNumber)
+      ->transform(integer_in(0, (int64_t(1) << 20) - 1))
       ->capture_default_str();
   app.add_flag("!--no-compare", f.compare, "skip the side-by-side tables of precisions and policies");
   app.add_option("--plan", f.plan,
@@ -34,9 +37,12 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
                  "tensor by an ILP) or offloads saved tensors, timed by the cost model, each candidate run on meta "
                  "under the budget")
       ->check(CLI::IsMember({"mixed"}));
+  app.add_option("--save-plan", f.save_plan,
+                 "--plan mixed: write the chosen plan to this file, which memgrad train --plan FILE carries out");
   app.add_option("--pareto", f.pareto,
                  "write the memory-time curve (none, sqrt, selective, DP, ILP, mixed and dynamic remat; predicted, and "
-                 "measured once on the cpu) to this HTML file (.svg: the picture alone)");
+                 "measured once on the cpu) to this HTML file (.svg: the picture alone)")
+      ->check(non_empty("a file name"));
   app.add_option("--cost-model", f.cost_model,
                  "fit: the kernels' rates fitted to a few steps run on the cpu (--device cpu); fixed: 100 GFLOP/s, "
                  "10 GB/s on any machine")
@@ -49,34 +55,37 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
 
 namespace {
 
+// A plan that ran out of memory on meta, with no limit, has no numbers to show (its peaks would read
+// 0 B): no device could run the step. Its sizes fit int64 (sizes.h), but not together.
+mg::plan::StepReport planned(mg::plan::StepReport r) {
+  if (r.out_of_memory)
+    throw mg::OutOfMemoryError("no device can run this step (planned on meta, with no limit): " +
+                               r.oom_message.substr(0, r.oom_message.find('\n')));  // (no cache would help)
+  return r;
+}
+
 // --plan mixed and --pareto: plans timed by the cost model (plan/timed.h, plan/mixed.h).
 int run_timed_plans(const PlanFlags& f, const mg::train::ModelSpec& spec, const mg::train::InputShape& shape,
                     const mg::plan::PlanOptions& options) {
   using namespace mg::plan;
   using namespace mg::train;
   if (!f.plan.empty() && !f.step.budget) throw UsageError("--plan mixed needs --budget (e.g. --budget 20MiB)");
+  if (!f.save_plan.empty() && f.plan.empty()) throw UsageError("--save-plan writes the plan of --plan mixed: give it");
+  if (!f.save_plan.empty()) check_writable("--save-plan", f.save_plan);
   const bool cpu = f.device == "cpu";
   if (f.cost_model == "fit" && !cpu) throw UsageError("--cost-model fit runs steps on the cpu: use --device cpu");
   const Program program = train_program(spec, f.step);
   StepContext ctx = context(shape);
-  mg::budget::CostModel model = mg::budget::CostModel::fixed();
-  if (f.cost_model == "fit") {
-    ctx.device = mg::kCPU;
-    model = fit_cost_model(program, ctx, options);
-  }
-  std::printf("cost model (%s): %s\n\n", f.cost_model == "fit" ? "fitted to 3 steps on this cpu" : "fixed",
-              model.str().c_str());
   if (!f.plan.empty()) {
     const int64_t budget = int64_t(f.step.budget);
-    const std::vector<TimedPlan> candidates = mixed_candidates(program, ctx, budget, model, options);
+    std::vector<TimedPlan> candidates;  // chosen as memgrad train --plan mixed chooses it
+    TimedPlan mixed = choose_mixed_plan(spec, f.step, budget, f.cost_model, options, &candidates);
+    std::printf("cost model (%s): %s\n\n", f.cost_model == "fit" ? "fitted to 3 steps on this cpu" : "fixed",
+                mixed.runtime.model.str().c_str());
     std::printf("candidates under %s (%lld B), each run on meta under it:\n%s\n", mg::format_bytes(budget).c_str(),
                 static_cast<long long>(budget), pareto_table(candidates).c_str());
     const TimedPlan dp = best_recompute(candidates);
-    TimedPlan mixed = best_mixed(candidates);
-    if (!mixed.fits())
-      throw mg::OutOfMemoryError("--plan mixed: no plan keeps, recomputes or offloads its way under " +
-                                 mg::format_bytes(budget) + " (" + std::to_string(budget) +
-                                 " B); memgrad train --remat dynamic --offload all goes lowest.");
+    if (!f.save_plan.empty()) save_plan(f.save_plan, mixed, plan_signature(spec, f.step));
     if (cpu) measure_plan(program, ctx, mixed, options);
     const size_t apart = mixed.runtime.directives.size();  // a per-tensor plan's storages
     std::printf("mixed plan (the %s candidate won): %s, segments %s, %speak %lld B, predicted %.2f ms a step",
@@ -86,8 +95,18 @@ int run_timed_plans(const PlanFlags& f, const mg::train::ModelSpec& spec, const 
     if (mixed.measured >= 0) std::printf(" (measured once on the cpu: %.2f ms)", mixed.measured * 1e3);
     if (dp.fits()) std::printf("; the best recompute-only plan: %.2f ms", dp.predicted * 1e3);
     std::printf("\n");
+    if (!f.save_plan.empty())
+      std::printf("the plan: %s (memgrad train --plan %s carries it out)\n", f.save_plan.c_str(), f.save_plan.c_str());
   }
   if (f.pareto.empty()) return 0;
+  mg::budget::CostModel model = mg::budget::CostModel::fixed();
+  if (f.cost_model == "fit") {
+    ctx.device = mg::kCPU;
+    model = fit_cost_model(program, ctx, options);
+  }
+  if (f.plan.empty())
+    std::printf("cost model (%s): %s\n\n", f.cost_model == "fit" ? "fitted to 3 steps on this cpu" : "fixed",
+                model.str().c_str());
   // The budgets: shares of the unconstrained peak, and dynamic remat's floor.
   mg::budget::Options keep;
   keep.remat = mg::budget::Remat::None, keep.model = model;
@@ -105,25 +124,58 @@ int run_timed_plans(const PlanFlags& f, const mg::train::ModelSpec& spec, const 
   const std::string title = name + ", batch " + std::to_string(f.step.batch) + " x " + std::to_string(f.step.seq) +
                             ", " + f.step.optimizer + ": step time against planned peak";
   const std::string svg = pareto_svg(points, title);
-  std::FILE* out = std::fopen(f.pareto.c_str(), "w");
-  if (!out) throw UsageError("--pareto " + f.pareto + ": cannot write the file");
   const bool svg_only = f.pareto.size() > 4 && f.pareto.substr(f.pareto.size() - 4) == ".svg";
-  if (svg_only)
-    std::fputs(svg.c_str(), out);
-  else
-    std::fprintf(out,
-                 "<!doctype html><meta charset='utf-8'><title>memgrad: memory-time curve</title>\n%s<pre>%s</pre>\n",
-                 svg.c_str(), pareto_table(points).c_str());
-  std::fclose(out);
+  mg::write_file_atomically(f.pareto,
+                            svg_only
+                                ? svg
+                                : "<!doctype html><meta charset='utf-8'><title>memgrad: memory-time curve</title>\n" +
+                                      svg + "<pre>" + pareto_table(points) + "</pre>\n",
+                            "--pareto");
   std::printf("the curve: %s\n", f.pareto.c_str());
   return 0;
 }
+
+// The plans of the command's tables, each made once: a row that repeats another plan (the chosen one
+// is the fp32 row of the precisions, the none row of the policies and the adamw row of the
+// optimizers) reuses it. The tables read allocated figures only (PlanOptions::settle_reserved off).
+class PlanMemo {
+ public:
+  const mg::plan::StepReport& get(const mg::train::ModelSpec& spec, const StepFlags& s, const mg::train::Policy& p,
+                                  const mg::train::InputShape& shape, const mg::plan::PlanOptions& options) {
+    const std::string k = key(spec, s, p, options);
+    auto it = plans_.find(k);
+    if (it == plans_.end()) {
+      mg::plan::PlanOptions quick = options;
+      quick.settle_reserved = false;
+      it = plans_.emplace(k, planned(plan(train_program(spec, s), mg::plan::context(shape, p), quick))).first;
+    }
+    return it->second;
+  }
+  void put(const mg::train::ModelSpec& spec, const StepFlags& s, const mg::train::Policy& p,
+           const mg::plan::PlanOptions& options, const mg::plan::StepReport& r) {
+    plans_[key(spec, s, p, options)] = r;
+  }
+
+ private:
+  static std::string key(const mg::train::ModelSpec& spec, const StepFlags& s, const mg::train::Policy& p,
+                         const mg::plan::PlanOptions& o) {
+    std::string k = model_str(spec) + "|" + std::to_string(spec.gpt.dropout) + "|" + std::to_string(o.memory_limit) +
+                    "|" + std::to_string(int(o.device)) + "|" + p.name + " " + p.str() + (p.selective ? "+s" : "");
+    for (int64_t v : {s.batch, s.seq, s.accum, int64_t(s.zero), int64_t(s.bucket_cap), s.world_size, s.rank,
+                      int64_t(s.offload_params), int64_t(s.unit_prefetch), s.num_workers, s.prefetch,
+                      int64_t(s.pin_memory), int64_t(s.step_in_backward), int64_t(s.expandable_segments)})
+      k += "|" + std::to_string(v);
+    return k + "|" + s.optimizer + "|" + std::to_string(s.momentum) + "|" + s.precision + "|" + std::to_string(s.clip);
+  }
+  std::map<std::string, mg::plan::StepReport> plans_;
+};
 
 // Each optimizer's plan in the chosen precision and policy, stepping after backward and inside it:
 // the peak, the Gradient category's own peak, the optimizer state and the bytes per parameter
 // (ZeRO's accounting: mixed-precision Adam holds 2 + 2 + K = 16 with K = 12).
 void print_optimizers(const StepFlags& flags, const mg::train::ModelSpec& spec, const mg::train::InputShape& shape,
-                      const mg::train::Policy& policy, const mg::plan::PlanOptions& options, int64_t params) {
+                      const mg::train::Policy& policy, const mg::plan::PlanOptions& options, int64_t params,
+                      PlanMemo& plans) {
   std::printf("\noptimizers side by side (batch %lld x %lld, %s, checkpoint %s; bytes at the steady-state peak):\n",
               static_cast<long long>(flags.batch), static_cast<long long>(flags.seq), flags.precision.c_str(),
               policy.name.c_str());
@@ -137,9 +189,7 @@ void print_optimizers(const StepFlags& flags, const mg::train::ModelSpec& spec, 
         if (!entry.runs_sharded(stage)) continue;  // (see step_options)
         StepFlags s = flags;
         s.optimizer = entry.name, s.momentum = momentum, s.step_in_backward = in_backward;
-        mg::plan::PlanOptions quick = options;
-        quick.smallest_limit = false;
-        const mg::plan::StepReport q = plan(train_program(spec, s), mg::plan::context(shape, policy), quick);
+        const mg::plan::StepReport& q = plans.get(spec, s, policy, shape, options);
         const int64_t grads = q.peak_of(mg::Category::Gradient), state = q.category(mg::Category::OptimizerState),
                       param = q.category(mg::Category::Parameter);
         const std::string label = mg::optim::OptimizerSpec(entry.name, momentum).label();
@@ -157,7 +207,8 @@ void print_optimizers(const StepFlags& flags, const mg::train::ModelSpec& spec, 
 // What each precision mode stores (no checkpointing), and each policy in the chosen precision; all
 // on meta. For a GPT, a layer's activations in units of s*b*h (sequence x batch x width).
 void print_comparison(const StepFlags& flags, const mg::train::ModelSpec& spec, const mg::train::InputShape& shape,
-                      const mg::train::Policy& chosen, const mg::plan::PlanOptions& options, int64_t params) {
+                      const mg::train::Policy& chosen, const mg::plan::PlanOptions& options, int64_t params,
+                      PlanMemo& plans) {
   using namespace mg::plan;
   using namespace mg::train;
   const int64_t n = spec.num_blocks();
@@ -171,16 +222,14 @@ void print_comparison(const StepFlags& flags, const mg::train::ModelSpec& spec, 
   for (const char* precision : {"fp32", "fp16", "bf16", "fp16-storage", "bf16-storage"}) {
     StepFlags s = flags;
     s.precision = precision;
-    PlanOptions quick = options;
-    quick.smallest_limit = false;
-    const StepReport q = plan(train_program(spec, s), context(shape), quick);
+    const StepReport& q = plans.get(spec, s, Policy::none(), shape, options);
     std::printf("  %-13s %11s %11s %11s %11s %11s %11s", precision, mg::format_bytes(q.peak).c_str(),
                 mg::format_bytes(q.category(mg::Category::Parameter)).c_str(),
                 mg::format_bytes(q.category(mg::Category::Gradient)).c_str(),
                 mg::format_bytes(q.category(mg::Category::OptimizerState)).c_str(),
                 mg::format_bytes(q.category(mg::Category::Activation)).c_str(),
                 mg::format_bytes(q.category(mg::Category::Temporary) + q.category(mg::Category::Workspace)).c_str());
-    if (gpt) std::printf(" %11.2f", double(measure_block_costs(spec, shape, step_options(s)).held_bytes) / sbh);
+    if (gpt) std::printf(" %11.2f", double(measure_held_bytes(spec, shape, step_options(s))) / sbh);
     std::printf("\n");
   }
   std::printf(
@@ -205,10 +254,8 @@ void print_comparison(const StepFlags& flags, const mg::train::ModelSpec& spec, 
   for (auto& row : rows) {
     ModelSpec row_spec = spec;
     row_spec.gpt.fused_attention = row.fused;
-    PlanOptions quick = options;
-    quick.smallest_limit = false;
     const Program row_program = train_program(row_spec, flags);
-    const StepReport q = plan(row_program, context(shape, row.policy), quick);
+    const StepReport& q = plans.get(row_spec, flags, row.policy, shape, options);
     if (!none_peak) none_peak = q.peak;
     const std::string name = row.policy.name + (row.fused == fused ? "" : row.fused ? "+fused" : "+composed");
     std::printf("  %-14s %11s %11s %11s %8.1f%% %+7.1f%%", name.c_str(), mg::format_bytes(q.peak).c_str(),
@@ -226,7 +273,28 @@ void print_comparison(const StepFlags& flags, const mg::train::ModelSpec& spec, 
       "recomputing%s%s)\n",
       gpt ? fused ? "; +composed: the textbook attention core" : "; +fused: --attention fused" : "",
       flags.budget ? "; max batch: the largest whose steps run under the budget" : "");
-  print_optimizers(flags, spec, shape, chosen, options, params);
+  print_optimizers(flags, spec, shape, chosen, options, params, plans);
+}
+
+// Every rank's planned peaks: one plan per class of ranks whose shares have the same sizes (the same
+// plan), so that any world size plans in the time of a few ranks.
+void print_rank_classes(const mg::train::ModelSpec& spec, const mg::train::InputShape& shape, const StepFlags& flags,
+                        const mg::train::Policy& chosen, const mg::plan::PlanOptions& options) {
+  const std::vector<mg::distributed::RankClass> classes = mg::plan::rank_classes(spec, step_options(flags));
+  std::printf("\nevery rank's planned peaks (allocated, reserved) at ZeRO stage %d: %lld ranks in %zu %s\n",
+              step_options(flags).sharding_stage(), static_cast<long long>(flags.world_size), classes.size(),
+              classes.size() == 1 ? "class (every rank's share has the same sizes: one plan)"
+                                  : "classes (ranks whose shares have the same sizes have the same plan)");
+  for (const mg::distributed::RankClass& c : classes) {
+    StepFlags one = flags;
+    one.rank = c.first();
+    mg::plan::PlanOptions quick = options;
+    quick.smallest_limit = false;
+    const mg::plan::StepReport q = planned(plan(train_program(spec, one), mg::plan::context(shape, chosen), quick));
+    std::printf("  %s %s: %s (%lld B), reserved %s (%lld B)\n", c.count == 1 ? "rank" : "ranks", c.str().c_str(),
+                mg::format_bytes(q.peak).c_str(), static_cast<long long>(q.peak), mg::format_bytes(q.reserved).c_str(),
+                static_cast<long long>(q.reserved));
+  }
 }
 
 }  // namespace
@@ -235,7 +303,9 @@ int run_plan(const PlanFlags& f) {
   using namespace mg::plan;
   using namespace mg::train;
   const auto t0 = std::chrono::steady_clock::now();
+  if (!f.pareto.empty()) check_writable("--pareto", f.pareto);  // before the curve's minutes of work
   const ModelSpec spec = model_spec(f.model, f.step.seq);
+  check_sizes(spec, f.step);  // sizes.h: a size no device can hold is a usage error naming its flags
   const InputShape shape = input_shape(f.step);
   const int64_t params = parameter_count(spec);
   PlanOptions options;
@@ -272,7 +342,7 @@ int run_plan(const PlanFlags& f) {
   const Policy chosen = policy(flags, spec, true, options);
   const StepOptions step = step_options(flags);
   mg::reset_host_peak(mg::kMeta);
-  const StepReport r = plan(train_program(spec, flags), context(shape, chosen), options);
+  const StepReport r = planned(plan(train_program(spec, flags), context(shape, chosen), options));
   const int64_t host_peak = mg::host_memory_stats(mg::kMeta).peak;
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf(
@@ -297,23 +367,13 @@ int run_plan(const PlanFlags& f) {
     std::printf("  largest batch whose steps run under %s: %lld\n", mg::format_bytes(int64_t(flags.budget)).c_str(),
                 static_cast<long long>(b));
   }
-  if (data_parallel && flags.world_size > 1) {  // every rank: the last ranks may hold smaller slices
-    std::printf("\nevery rank's planned peaks (allocated, reserved) at ZeRO stage %d:\n", step.sharding_stage());
-    const int64_t shown = std::min<int64_t>(flags.world_size, 8);
-    for (int64_t rank = 0; rank < shown; ++rank) {
-      const int64_t at = rank + 1 == shown ? flags.world_size - 1 : rank;  // past 8 ranks: the first 7 and the last
-      StepFlags one = flags;
-      one.rank = at;
-      PlanOptions quick = options;
-      quick.smallest_limit = false;
-      const StepReport q = plan(train_program(spec, one), context(shape, chosen), quick);
-      std::printf("  rank %lld: %s (%lld B), reserved %s (%lld B)\n", static_cast<long long>(at),
-                  mg::format_bytes(q.peak).c_str(), static_cast<long long>(q.peak),
-                  mg::format_bytes(q.reserved).c_str(), static_cast<long long>(q.reserved));
-    }
-  }
+  if (data_parallel && flags.world_size > 1) print_rank_classes(spec, shape, flags, chosen, options);
   if (data_parallel) std::printf("\n%s", zero_table(spec, shape, step, chosen).c_str());
-  if (f.compare) print_comparison(flags, spec, shape, chosen, options, params);
+  if (f.compare) {
+    PlanMemo plans;
+    plans.put(spec, flags, chosen, options, r);
+    print_comparison(flags, spec, shape, chosen, options, params, plans);
+  }
   return 0;
 }
 

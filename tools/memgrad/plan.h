@@ -15,6 +15,7 @@ struct PlanFlags {
   bool compare = true;             // the side-by-side table of policies
   int top = 10;                    // owners listed
   std::string plan;                // mixed: keep/recompute/offload for --budget
+  std::string save_plan;           // the mixed plan's file, for memgrad train --plan FILE
   std::string pareto;              // the memory-time curve's HTML or SVG file
   std::string cost_model = "fit";  // fit (cpu: on this machine) | fixed
 };

@@ -47,6 +47,8 @@ void print_plan(const mg::plan::StepReport& r) {
               mg::format_bytes(r.reserved).c_str(), static_cast<long long>(r.reserved));
   std::printf("  the first step peaks at %s (%lld B) allocated: its optimizer state appears only at its end\n",
               mg::format_bytes(r.first_peak).c_str(), static_cast<long long>(r.first_peak));
+  std::printf("  building the model and its trainer peaks at %s (%lld B) allocated\n",
+              mg::format_bytes(r.build_peak).c_str(), static_cast<long long>(r.build_peak));
 }
 
 void print_kernel_times(const mg::KernelProfile& profile, double wall_seconds, int64_t steps) {

@@ -5,12 +5,14 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <optional>
 
+#include "paths.h"
+#include "plan_file.h"
 #include "report.h"
 #include "sharding.h"
+#include "sizes.h"
 #include "train_run.h"
 #include "train_state.h"
 #include "view.h"
@@ -26,6 +28,8 @@ constexpr bool kBuiltWithCuda = true;
 constexpr bool kBuiltWithCuda = false;
 #endif
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+// Steps in a row whose loss is not finite, each skipped by fp16's loss scaler, that stop a run.
+constexpr int64_t kSkippedNonFinite = 8;
 
 // The optimizer of --optimizer with the command's --lr (and --momentum) over `params`.
 std::unique_ptr<mg::optim::Optimizer> make_optimizer(const TrainFlags& f, const mg::nn::NamedTensors& params) {
@@ -128,19 +132,30 @@ void add_train_flags(CLI::App& app, TrainFlags& f) {
                  "measured ones (DTR's: the machine's load decides)")
       ->check(CLI::IsMember({"modeled", "measured"}))
       ->capture_default_str();
+  app.add_option("--plan", f.plan,
+                 "mixed: train under --budget with the fastest plan that keeps, recomputes or offloads each saved "
+                 "tensor, chosen as memgrad plan --budget B --plan mixed chooses it (--cost-model); or a file that "
+                 "memgrad plan --plan mixed --save-plan wrote: the same plan without choosing again");
+  app.add_option("--cost-model", f.cost_model,
+                 "--plan mixed: fit (the kernels' rates fitted to a few steps on this cpu) or fixed (100 GFLOP/s, "
+                 "10 GB/s)")
+      ->check(CLI::IsMember({"fit", "fixed"}))
+      ->capture_default_str();
   app.add_option("--seed", f.seed, "seed of parameters, data and dropout")
       ->transform(any_uint64())
       ->capture_default_str();
-  app.add_option("--save", f.save, "write the training state (safetensors) here at the end");
+  app.add_option("--save", f.save, "write the training state (safetensors) here at the end")
+      ->check(non_empty("a file name"));
   app.add_option("--resume", f.resume, "continue from a state written by --save (same model and step flags)")
-      ->check(CLI::ExistingFile);
+      ->check(input_file());
   app.add_option("--timeline", f.timeline, "HTML memory timeline of the first steps ('' for none)")
       ->capture_default_str();
-  app.add_option("--snapshot", f.snapshot, "the same steps' memory snapshot (JSON) for `memgrad view`");
+  app.add_option("--snapshot", f.snapshot, "the same steps' memory snapshot (JSON) for `memgrad view`")
+      ->check(non_empty("a file name"));
   app.add_option("--timeline-steps", f.timeline_steps, "steps the timeline covers")
       ->transform(integer_in(1, kMaxCount))
       ->capture_default_str();
-  app.add_option("--log", f.log, "CSV of step, loss, tokens/s and allocated bytes");
+  app.add_option("--log", f.log, "CSV of step, loss, tokens/s and allocated bytes")->check(non_empty("a file name"));
   app.add_option("--log-every", f.log_every, "print a line every N steps when not on a terminal (0: about 20 lines)")
       ->transform(integer_in(0, kMaxCount));
   app.add_option("--sample", f.sample, "GPT: bytes of text to generate at the end (0: none)")
@@ -170,6 +185,7 @@ void TrainRun::set_up() {
     throw mg::IOError("rank " + std::to_string(rank) + ": cannot silence its output");
   step_flags = f.step;
   step_flags.world_size = ranks, step_flags.rank = rank, step_flags.offload_params = offload_params;
+  step_options(step_flags);  // a combination that does not train is refused first, before any file is read
 
   try {
     const int local = ranks > 1 ? dist::local_rank() % std::max(1, mg::cuda_device_count()) : 0;
@@ -191,6 +207,12 @@ void TrainRun::set_up() {
     throw UsageError(
         "--zero 3 gathers and releases each block's parameters itself: it runs under a plain "
         "--memory-limit, not under the budget of --remat or --offload activations|optimizer|all");
+  if (!f.plan.empty() &&
+      (data_parallel || f.remat != "none" || f.offload != "none" || f.memory_limit || f.step.checkpoint != "none"))
+    throw UsageError(
+        "--plan carries out one process's plan under its own budget: expected no --zero, mpirun, --remat, --offload, "
+        "--memory-limit or --checkpoint with it (the plan chooses the segments)");
+  if (f.plan == "mixed" && !f.step.budget) throw UsageError("--plan mixed needs --budget (e.g. --budget 18MiB)");
   budgeted = f.remat != "none" || (f.offload != "none" && !offload_params);
   if (budgeted && !f.memory_limit)
     throw UsageError("--remat and --offload keep training under --memory-limit: give one");
@@ -209,10 +231,19 @@ void TrainRun::set_up() {
     mg::set_memory_limit(device, int64_t(f.memory_limit));
   }
   spec = model_spec(data.model_flags(f.model), f.step.seq);
+  check_sizes(spec, step_flags);  // sizes.h: tokens per step (all ranks), tensors and totals the flags make
   shape = input_shape(f.step);
   mg::plan::PlanOptions target;
   target.device = device.type;
-  policy = memgrad_cli::policy(step_flags, spec, rank == 0, target);
+  if (!f.plan.empty()) {  // the plan's segments, and the device under its budget runtime
+    timed = f.plan == "mixed" ? choose_mixed_plan(spec, step_flags, int64_t(f.step.budget), f.cost_model, target)
+                              : load_plan(f.plan, plan_signature(spec, step_flags));
+    policy = timed->policy;
+    apply_plan(device, *timed);
+    budgeted = true;
+  } else {
+    policy = memgrad_cli::policy(step_flags, spec, rank == 0, target);
+  }
   tokens = mg::checked_mul(f.step.batch, spec.kind == mg::train::ModelSpec::Kind::GPT ? f.step.seq : 1);
   if (tokens) tokens = mg::checked_mul(*tokens, f.step.accum);
   if (!tokens)
@@ -252,12 +283,15 @@ void TrainRun::set_up() {
 
 void TrainRun::build() {
   mg::manual_seed(f.seed);
-  chain.emplace(spec, device);
-  mg::nn::Module& model = chain->module();
   options = step_options(step_flags);
+  chain.emplace(spec, device, options.data_parallel());  // deferred: each rank materializes what it holds
+  mg::nn::Module& model = chain->module();
   options.units = chain->unit_names();  // --zero 3, --offload params: each block a unit
   trainer.emplace(
       model, options, [this](const mg::nn::NamedTensors& params) { return make_optimizer(f, params); }, group);
+  if (!trainer->optimizer())
+    throw UsageError("rank " + std::to_string(rank) + " of " + std::to_string(ranks) +
+                     " holds no piece of any parameter (more processes than the model's units share out): use fewer");
   mg::optim::Optimizer& opt = *trainer->optimizer();
   scaler = trainer->scaler();
   dp = trainer->data_parallel();
@@ -269,8 +303,10 @@ void TrainRun::build() {
   auto load_optimizer = [&](const mg::optim::StateDict& o) {
     dp ? dp->load_state_dict(opt, o) : opt.load_state_dict(o);
   };
-  first = saved ? apply_state(read_state(f.resume, signature), f.resume, load_model, load_optimizer,
-                              dp ? nullptr : trainer->masters(), scaler) +
+  std::vector<std::string> names;  // the parameters in DataParallel's order: its masters' ("master.<i>")
+  for (auto& [name, t] : model.named_parameters()) names.push_back(name);
+  first = saved ? apply_state(read_state(f.resume, signature), f.resume, names, load_model, load_optimizer,
+                              dp ? nullptr : trainer->masters(), dp && dp->masters(), scaler) +
                       1
                 : 1;
   if (saved) mg::empty_cache(device);                            // the file's tensors are freed: their segments go too
@@ -304,12 +340,12 @@ void TrainRun::build() {
 }
 
 void TrainRun::run_steps() {
-  std::ofstream log;
-  timeline = (!f.timeline.empty() || !f.snapshot.empty()) && rank == 0;  // files: rank 0 writes them
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> log(nullptr, std::fclose);  // --log: written as the steps run
+  timeline = (!f.timeline.empty() || !f.snapshot.empty()) && rank == 0;       // files: rank 0 writes them
   if (!f.log.empty() && rank == 0) {
-    log.open(f.log);
-    if (!log) throw mg::IOError("--log: cannot write " + f.log);
-    log << "step,loss,tokens_per_s,allocated\n";
+    log.reset(mg::open_output_stream(f.log, "--log"));  // core/files.h: a link followed, a FIFO refused
+    std::fprintf(log.get(), "step,loss,tokens_per_s,allocated%s\n",
+                 f.plan.empty() ? "" : ",step_ms,predicted_ms,peak,planned_peak");
   }
   if (timeline) mg::record_history(true, 1000000);
   tokens_per_step = *tokens * ranks;
@@ -318,14 +354,24 @@ void TrainRun::run_steps() {
                     f.quiet, data.is_gpt() ? "tok" : "rows");
   std::optional<mg::KernelProfile> profile;  // --profile: the steps after the first (all of a 1-step run)
   double profiled_seconds = 0;
+  int64_t unfinished = 0;  // steps in a row whose loss was not finite (each one skipped by fp16's scaler)
   try {
     for (int64_t step = first; step <= f.steps; ++step) {
       if (f.profile && !profile && (step > first || first == f.steps)) profile.emplace();
       const auto t0 = Clock::now();
       if (timeline) mg::annotate_memory("step " + std::to_string(step), device);
       mg::reset_peak(device);  // as the planner does: the step (gradients cleared first) is measured whole
+      if (timed) mg::budget::begin_step(device);  // a per-tensor plan's storages are counted per step
+      const int64_t skipped = scaler ? scaler->skipped_steps() : 0;
       loss = mg::train::train_step(
           *chain, *trainer, [&](int64_t) { return data.next(); }, policy);
+      // A non-finite loss stops the run, unless fp16's scaler skipped the step (the parameters unchanged)
+      // and has not skipped every step since: a skipped step does not fix a loss computed before it.
+      unfinished = std::isfinite(loss) ? 0 : unfinished + 1;
+      if (unfinished && (!scaler || scaler->skipped_steps() == skipped || unfinished == kSkippedNonFinite))
+        throw mg::ValueError("step " + std::to_string(step) + ": the loss is " + (std::isnan(loss) ? "nan" : "inf") +
+                             (unfinished > 1 ? " (" + std::to_string(unfinished) + " steps in a row)" : "") +
+                             ": training diverged (try a lower --lr, --clip, --warmup or --precision bf16)");
       if (warmup) warmup->step();
       if (device.is_cuda()) mg::cuda::synchronize(device.index);
       const double dt = seconds_since(t0);
@@ -333,6 +379,7 @@ void TrainRun::run_steps() {
       if (profile) profiled_seconds += dt;
       const mg::MemoryStats m = mg::memory_stats(device);
       const int64_t peak = m.peak_allocated - base.allocated;
+      if (timed) step_seconds.push_back(dt), step_peaks.push_back(peak);
       reserved = std::max(reserved, m.peak_reserved - base.reserved);
       if (step == first) peaks[0] = peak;
       for (int c = 0; c < mg::kNumCategories; ++c)
@@ -349,9 +396,16 @@ void TrainRun::run_steps() {
       progress.update(step, loss, double(tokens_per_step) / dt, m);
       if (log) {
         char line[128];
-        std::snprintf(line, sizeof line, "%lld,%.9g,%.1f,%lld\n", static_cast<long long>(step), loss,
+        std::snprintf(line, sizeof line, "%lld,%.9g,%.1f,%lld", static_cast<long long>(step), loss,
                       double(tokens_per_step) / dt, static_cast<long long>(m.allocated));
-        log << line;
+        std::fputs(line, log.get());
+        if (timed) {  // each step's time and peak beside the plan's (its first step, or the steady one)
+          std::snprintf(line, sizeof line, ",%.3f,%.3f,%lld,%lld", dt * 1e3, timed->predicted * 1e3,
+                        static_cast<long long>(peak),
+                        static_cast<long long>(step == 1 ? timed->planned.first_peak : timed->planned.peak));
+          std::fputs(line, log.get());
+        }
+        std::fputs("\n", log.get());
       }
       if (timeline && step == std::min(first + f.timeline_steps - 1, f.steps)) {  // once: off clears it
         write_memory_files(f.timeline, f.snapshot, device,
@@ -382,15 +436,9 @@ void TrainRun::run_steps() {
 }
 
 int run_train(const TrainFlags& f) {
-  // Files written later (the state at the end, the timeline after a few steps) are checked first.
-  if (!f.save.empty()) check_writable("--save", f.save);
-  const mg::optim::OptimizerEntry& optimizer = mg::optim::optimizer_entry(f.step.optimizer);
-  if (!f.save.empty() && f.step.zero > 0 && optimizer.runs_sharded(f.step.zero) && !optimizer.gathers_sharded())
-    throw UsageError("--save with --zero " + std::to_string(f.step.zero) + " and --optimizer " + f.step.optimizer +
-                     ": ZeRO gathers only optimizer state shaped like its parameter, not 8-bit blocks; use --zero 0");
-  if (!f.log.empty()) check_writable("--log", f.log);
-  if (!f.timeline.empty()) check_writable("--timeline", f.timeline);
-  if (!f.snapshot.empty()) check_writable("--snapshot", f.snapshot);
+  // Files written later (the state at the end, the timeline after a few steps) are checked first,
+  // against each other and the files the run reads (paths.h).
+  check_run_files(f);
   TrainRun run(f);
   run.set_up();
   run.build();

@@ -19,6 +19,8 @@ struct TrainFlags {
   std::string remat = "none";           // none | dynamic: evict and recompute to stay under --memory-limit
   std::string offload = "none";         // none | activations | optimizer | all: the host pool (core/budget/budget.h)
   std::string budget_cost = "modeled";  // modeled | measured: how eviction prices and ages storages
+  std::string plan;                     // mixed (chosen under --budget) or a file memgrad plan --save-plan wrote
+  std::string cost_model = "fit";       // --plan mixed: fit (on this cpu) | fixed
   uint64_t seed = 1337;
   std::string save, resume;
   std::string timeline = "memgrad-timeline.html";

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstdio>
 #include <random>
 
@@ -112,7 +113,8 @@ void TrainRun::report_plan() {
   if (planned.smallest_limit)
     std::printf("  the smallest --memory-limit these steps run under: %s (%lld B)\n",
                 mg::format_bytes(planned.smallest_limit).c_str(), static_cast<long long>(planned.smallest_limit));
-  if (budgeted) {
+  if (timed) report_timed_plan();
+  if (budgeted && !timed) {
     std::printf("  memory budget %s (--remat %s, --offload %s): the plan above is the unconstrained step\n",
                 mg::format_bytes(int64_t(f.memory_limit)).c_str(), f.remat.c_str(), f.offload.c_str());
     std::printf("  %s\n", mg::budget::stats_report(device).c_str());
@@ -120,6 +122,36 @@ void TrainRun::report_plan() {
   }
   if (offload_params) print_host_memory(device, host_after_step, host_base.allocated, planned_host_peak);
   data.print_memory();
+}
+
+// --plan: each step against the plan carried out (its meta run under the budget): the peaks to the
+// byte, and the time the cost model predicted against the clock's.
+void TrainRun::report_timed_plan() const {
+  const mg::plan::TimedPlan& p = *timed;
+  const size_t apart = p.runtime.directives.size();
+  std::printf(
+      "  the plan carried out (the %s candidate%s): %s, segments %s, %sunder a budget of %s (%lld B), predicted "
+      "%.2f ms a step\n",
+      p.chosen_from.c_str(), f.plan == "mixed" ? ", chosen now" : (", from " + f.plan).c_str(), p.mode().c_str(),
+      p.policy.str().c_str(), apart ? (std::to_string(apart) + " tensors planned apart, ").c_str() : "",
+      mg::format_bytes(p.budget).c_str(), static_cast<long long>(p.budget), p.predicted * 1e3);
+  std::vector<double> later(step_seconds.begin() + (step_seconds.size() > 1 ? 1 : 0), step_seconds.end());
+  std::sort(later.begin(), later.end());
+  if (!later.empty())
+    std::printf("  steps %lld-%lld measured: fastest %.2f ms, median %.2f ms, against %.2f ms predicted (%.2fx)\n",
+                static_cast<long long>(first + (step_seconds.size() > 1 ? 1 : 0)), static_cast<long long>(f.steps),
+                later.front() * 1e3, later[later.size() / 2] * 1e3, p.predicted * 1e3,
+                p.predicted > 0 ? later.front() / p.predicted : 0.0);
+  int64_t off = 0;  // steps whose peak is not the plan's
+  for (size_t i = 0; i < step_peaks.size(); ++i)
+    off += step_peaks[i] != (first + int64_t(i) == 1 ? p.planned.first_peak : p.planned.peak);
+  std::printf(
+      "  each step's allocated peak against the plan's on meta under the budget (%lld B first, %lld B later): "
+      "%s\n",
+      static_cast<long long>(p.planned.first_peak), static_cast<long long>(p.planned.peak),
+      off ? (std::to_string(off) + " of " + std::to_string(step_peaks.size()) + " steps differ").c_str()
+          : "exact in every step");
+  std::printf("  %s\n", mg::budget::stats_report(device).c_str());
 }
 
 void TrainRun::report_ranks_and_state() {
@@ -199,8 +231,11 @@ void TrainRun::report_ranks_and_state() {
     metadata["memgrad.saved_by"] = std::to_string(ranks) + " process" + (ranks > 1 ? "es" : "") +
                                    (dp ? ", ZeRO stage " + std::to_string(dp->zero_stage()) : "") +
                                    (offload_params ? ", --offload params" : "");
+    std::vector<std::string> names;  // DataParallel's order of the parameters: its masters' ("master.<i>")
+    for (auto& [name, t] : model.named_parameters()) names.push_back(name);
     if (rank == 0)
-      save_state(f.save, f.steps, signature, whole, optimizer, dp ? nullptr : trainer->masters(), scaler, metadata);
+      save_state(f.save, f.steps, signature, whole, optimizer, names, dp ? nullptr : trainer->masters(), scaler,
+                 metadata);
     if (world) world->barrier();  // the file exists when any rank returns
     std::printf("training state (step %lld): %s\n", static_cast<long long>(f.steps), f.save.c_str());
   }

@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "train.h"
 #include "train_state.h"
@@ -17,12 +18,13 @@ namespace dist = mg::distributed;
 // phases share, declared in the order they are made, so they are destroyed in reverse, as locals were.
 struct TrainRun {
   explicit TrainRun(const TrainFlags& flags) : f(flags), data(flags) {}
-  void set_up();                  // processes, device, limits, the plan's policy, a saved state, the data loader
-  void build();                   // the model and its trainer, the saved state loaded, the run's header
-  void run_steps();               // the steps: progress, log, peaks, timeline, profile
-  void report_training();         // time, loss, held-out loss, sample, and the memory at the peak
-  void report_plan();             // the same steps planned on meta, against the measured peaks
-  void report_ranks_and_state();  // every rank's figures, the optimizer state, the files written
+  void set_up();                   // processes, device, limits, the plan's policy, a saved state, the data loader
+  void build();                    // the model and its trainer, the saved state loaded, the run's header
+  void run_steps();                // the steps: progress, log, peaks, timeline, profile
+  void report_training();          // time, loss, held-out loss, sample, and the memory at the peak
+  void report_plan();              // the same steps planned on meta, against the measured peaks
+  void report_ranks_and_state();   // every rank's figures, the optimizer state, the files written
+  void report_timed_plan() const;  // --plan: each step against the plan carried out
   std::map<std::string, int64_t> owners_since_base(std::map<std::string, int64_t> owners) const;
 
   const TrainFlags& f;
@@ -36,7 +38,10 @@ struct TrainRun {
   mg::train::ModelSpec spec;
   mg::train::InputShape shape;
   mg::train::Policy policy;
-  std::optional<int64_t> tokens;  // per step, this rank's (mlp: rows)
+  std::optional<mg::plan::TimedPlan> timed;  // --plan: the plan carried out (its policy, budget and runtime)
+  std::vector<double> step_seconds;          // --plan: each step's wall time
+  std::vector<int64_t> step_peaks;           // --plan: each step's allocated peak
+  std::optional<int64_t> tokens;             // per step, this rank's (mlp: rows)
   std::string signature;
   std::optional<SavedState> saved;
   mg::MemoryStats base;           // before the model was built

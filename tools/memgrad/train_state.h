@@ -4,6 +4,7 @@
 #pragma once
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "train.h"
 
@@ -14,13 +15,15 @@ namespace memgrad_cli {
 // what one process with accum N * A saved, and the other way round.
 std::string run_signature(const TrainFlags& f, const mg::train::ModelSpec& spec, int64_t accum);
 
-// One training run's state, as a safetensors file: model.*, master.* (the float32 masters of a
-// storage precision; with data parallelism they are in optim.*), optim.* (with data parallelism every
-// rank's slices gathered), scaler.*, and in the metadata the step, the default generator's position,
-// the run's signature and `metadata` (the data's position).
+// One training run's state, as a safetensors file: model.*, master.<parameter name> (the float32
+// masters of a storage precision, whole, however many processes stepped them), optim.* (with data
+// parallelism every rank's slices gathered), scaler.*, and in the metadata the step, the default
+// generator's position, the run's signature and `metadata` (the data's position). `optimizer` may hold
+// a data-parallel run's masters as "master.<i>" (DataParallel::state_dict: `names[i]`'s): they are
+// saved by name, as one process's are.
 void save_state(const std::string& path, int64_t step, const std::string& signature, const mg::nn::StateDict& model,
-                const mg::optim::StateDict& optimizer, const mg::amp::MasterWeights* masters,
-                const mg::amp::GradScaler* scaler, mg::nn::Metadata metadata);
+                mg::optim::StateDict optimizer, const std::vector<std::string>& names,
+                const mg::amp::MasterWeights* masters, const mg::amp::GradScaler* scaler, mg::nn::Metadata metadata);
 
 // A state written by save_state, read and checked before the model is built: a bad file, a
 // different run or metadata that does not parse is a usage error (exit 2) naming --resume.
@@ -33,10 +36,12 @@ struct SavedState {
 SavedState read_state(const std::string& path, const std::string& signature);
 
 // Loads `s` into the model, the optimizer and the scaler (each validates its part) and positions the
-// default generator; returns the saved step.
-int64_t apply_state(const SavedState& s, const std::string& path,
+// default generator; returns the saved step. The float32 masters go to `masters` (one process), or,
+// with `indexed_masters` (a data-parallel run of half parameters, `names` in its constructor's order),
+// into the optimizer's dict as "master.<i>" for DataParallel::load_state_dict.
+int64_t apply_state(const SavedState& s, const std::string& path, const std::vector<std::string>& names,
                     const std::function<void(const mg::nn::StateDict&)>& load_model,
                     const std::function<void(const mg::optim::StateDict&)>& load_optimizer,
-                    mg::amp::MasterWeights* masters, mg::amp::GradScaler* scaler);
+                    mg::amp::MasterWeights* masters, bool indexed_masters, mg::amp::GradScaler* scaler);
 
 }  // namespace memgrad_cli

@@ -20,8 +20,9 @@ void add_view_flags(CLI::App& app, ViewFlags& f) {
       ->required()
       ->expected(1, 2)
       ->multi_option_policy(CLI::MultiOptionPolicy::Throw)  // a third is an error, not a choice
-      ->check(CLI::ExistingFile);
-  app.add_option("-o,--out", f.out, "the HTML page to write (default: SNAPSHOT.html, or A-vs-B.html)");
+      ->check(input_file());
+  app.add_option("-o,--out", f.out, "the HTML page to write (default: SNAPSHOT.html, or A-vs-B.html)")
+      ->check(non_empty("a file name"));
   app.add_option("--device", f.device, "the device to draw (default: the one with the most allocations)");
 }
 

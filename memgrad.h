@@ -58,6 +58,7 @@
 #include <memgrad/optim/adam8bit.h>
 #include <memgrad/optim/clip.h>
 #include <memgrad/optim/in_backward.h>
+#include <memgrad/optim/lion.h>
 #include <memgrad/optim/optimizer.h>
 #include <memgrad/optim/registry.h>
 #include <memgrad/optim/scheduler.h>

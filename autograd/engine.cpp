@@ -28,15 +28,24 @@ void accumulate(Tensor& slot, Tensor&& g) {
     slot = math::add(slot, g);
 }
 
-// Under a memory budget (core/budget/budget.h): the offloaded tensors saved for `n`, and for the nodes
-// it is the last to send a gradient to (they run next), are fetched back before `n` runs.
-void prefetch_saved(Node& n, const std::unordered_map<Node*, int>& deps) {
-  std::vector<std::weak_ptr<Storage>> reads = n.saved_storages();
-  for (auto& e : n.next_edges())
-    if (auto it = e.valid() ? deps.find(e.node.get()) : deps.end(); it != deps.end() && it->second == 1)
-      reads.insert(reads.end(), e.node->saved_storages().begin(), e.node->saved_storages().end());
-  budget::detail::prefetch(reads);
-}
+// The budget runtime (core/budget/budget.h), as backward meets it: the one place the engine reaches
+// it. Each hook does nothing unless some device is under a budget now.
+struct BudgetHooks {
+  // `g` is a gradient seeded into the pass: what kernels make from it stays a gradient.
+  static void seed(const Tensor& g) {
+    if (budget::detail::any_active()) budget::detail::mark_gradient(g);
+  }
+  // `n` is about to run: the offloaded tensors saved for it, and for the nodes it is the last to
+  // send a gradient to (they run next), are fetched back first.
+  static void before_apply(Node& n, const std::unordered_map<Node*, int>& deps) {
+    if (!budget::detail::any_active()) return;
+    std::vector<std::weak_ptr<Storage>> reads = n.saved_storages();
+    for (auto& e : n.next_edges())
+      if (auto it = e.valid() ? deps.find(e.node.get()) : deps.end(); it != deps.end() && it->second == 1)
+        reads.insert(reads.end(), e.node->saved_storages().begin(), e.node->saved_storages().end());
+    budget::detail::prefetch(reads);
+  }
+};
 
 // What a pass computes: with no captures, every reachable node runs and leaves accumulate into
 // .grad; with captures, the gradients arriving at those edges are returned and only the nodes
@@ -47,118 +56,156 @@ struct Pass {
   bool stop_at_captures = false;
 };
 
-TensorList execute(const TensorList& roots, const TensorList& grads, bool retain_graph, bool create_graph,
-                   const Pass& pass) {
-  GradModeGuard mode(create_graph);  // the formulas record history exactly when creating a graph
+// The graph below the roots as one pass sees it, and its state while it runs (the members in the
+// order the pass made them as one function's locals, so that they die in the same order).
+struct Graph {
+  const Pass& pass;
+  // Edges still to deliver into each reachable node; -1 once queued.
   std::unordered_map<Node*, int> deps;
-  std::unordered_map<Node*, TensorList> buffers;
+  std::unordered_map<Node*, TensorList> buffers;       // gradients arriving at each node
   std::unordered_multimap<Node*, size_t> captured_at;  // node -> index into pass.captures
-  for (size_t k = 0; k < pass.captures.size(); ++k) captured_at.emplace(pass.captures[k].node.get(), k);
-  auto is_captured = [&](Node* n) { return captured_at.count(n) > 0; };
-
-  // Count, for every reachable node, how many edges lead into it.
-  std::vector<Node*> stack;
   std::vector<Edge> root_edges;
   std::vector<std::shared_ptr<Node>> keep_alive;
+  std::unordered_map<Node*, std::vector<Node*>> parents;  // reverse edges (with captures only)
+  std::unordered_set<Node*> runs;                         // with captures: the nodes that run
+  TensorList captured;
+  std::priority_queue<Node*, std::vector<Node*>, NewestFirst> ready;
+
+  explicit Graph(const Pass& p) : pass(p), captured(p.captures.size()) {
+    for (size_t k = 0; k < pass.captures.size(); ++k) captured_at.emplace(pass.captures[k].node.get(), k);
+  }
+  bool is_captured(Node* n) const { return captured_at.count(n) > 0; }
+  // n sends nothing (more) along its edges.
+  void release_children(Node* n) {
+    if (pass.stop_at_captures && is_captured(n)) return;
+    for (auto& e : n->next_edges())
+      if (e.valid() && --deps[e.node.get()] == 0) ready.push(e.node.get());
+  }
+};
+
+// Phase 1: every reachable node, with how many edges lead into it.
+void count_dependencies(Graph& g, const TensorList& roots) {
+  std::vector<Node*> stack;
   for (auto& r : roots) {
     Edge e = gradient_edge(r);
     MG_CHECK(e.valid(), AutogradError,
              "backward: expected a tensor that requires grad, got one that does not"
              " (did you forget requires_grad_(), or run under NoGradGuard?)");
-    root_edges.push_back(e);
-    keep_alive.push_back(e.node);
-    if (!deps.count(e.node.get())) {
-      deps[e.node.get()] = 0;
+    g.root_edges.push_back(e);
+    g.keep_alive.push_back(e.node);
+    if (!g.deps.count(e.node.get())) {
+      g.deps[e.node.get()] = 0;
       stack.push_back(e.node.get());
     }
   }
-  std::unordered_map<Node*, std::vector<Node*>> parents;  // reverse edges, to find what leads to a capture
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
-    if (pass.stop_at_captures && is_captured(n)) continue;
+    if (g.pass.stop_at_captures && g.is_captured(n)) continue;
     for (auto& e : n->next_edges()) {
       if (!e.valid()) continue;
-      if (!deps.count(e.node.get())) stack.push_back(e.node.get());
-      ++deps[e.node.get()];
-      if (!pass.captures.empty()) parents[e.node.get()].push_back(n);
+      if (!g.deps.count(e.node.get())) stack.push_back(e.node.get());
+      ++g.deps[e.node.get()];
+      if (!g.pass.captures.empty()) g.parents[e.node.get()].push_back(n);
     }
   }
-  // With captures, a node runs only when a captured node is reachable from it.
-  std::unordered_set<Node*> runs;
-  if (!pass.captures.empty()) {
-    std::vector<Node*> todo;
-    for (auto& c : pass.captures) todo.push_back(c.node.get());
-    while (!todo.empty()) {
-      Node* n = todo.back();
-      todo.pop_back();
-      for (Node* p : parents[n])
-        if (runs.insert(p).second) todo.push_back(p);
-    }
-  }
-  TensorList captured(pass.captures.size());
+}
 
-  std::priority_queue<Node*, std::vector<Node*>, NewestFirst> ready;
-  for (size_t i = 0; i < root_edges.size(); ++i) {
-    auto* n = root_edges[i].node.get();
-    auto& buf = buffers[n];
+// Phase 2 (with captures): a node runs only when a captured node is reachable from it.
+void find_nodes_that_run(Graph& g) {
+  if (g.pass.captures.empty()) return;
+  std::vector<Node*> todo;
+  for (auto& c : g.pass.captures) todo.push_back(c.node.get());
+  while (!todo.empty()) {
+    Node* n = todo.back();
+    todo.pop_back();
+    for (Node* p : g.parents[n])
+      if (g.runs.insert(p).second) todo.push_back(p);
+  }
+}
+
+// Phase 3: the seeds into the roots' buffers, and the roots nothing else feeds queued.
+void seed_roots(Graph& g, const TensorList& grads) {
+  for (size_t i = 0; i < g.root_edges.size(); ++i) {
+    auto* n = g.root_edges[i].node.get();
+    auto& buf = g.buffers[n];
     buf.resize(std::max<size_t>(n->outputs().size(), 1));
-    if (budget::detail::any_active()) budget::detail::mark_gradient(grads[i]);
-    accumulate(buf[root_edges[i].input_nr], Tensor(grads[i]));
+    BudgetHooks::seed(grads[i]);
+    accumulate(buf[g.root_edges[i].input_nr], Tensor(grads[i]));
   }
-  for (auto& e : root_edges)
-    if (deps[e.node.get()] == 0) {
-      ready.push(e.node.get());
-      deps[e.node.get()] = -1;  // queued
+  for (auto& e : g.root_edges)
+    if (g.deps[e.node.get()] == 0) {
+      g.ready.push(e.node.get());
+      g.deps[e.node.get()] = -1;  // queued
     }
-  auto release_children = [&](Node* n) {  // n sends nothing (more) along its edges
-    if (pass.stop_at_captures && is_captured(n)) return;
-    for (auto& e : n->next_edges())
-      if (e.valid() && --deps[e.node.get()] == 0) ready.push(e.node.get());
-  };
+}
 
-  while (!ready.empty()) {
-    Node* n = ready.top();
-    ready.pop();
-    TensorList in = std::move(buffers[n]);
-    buffers.erase(n);
-    for (auto& [nr, hooks] : n->pre_hooks())
-      for (auto& h : hooks)
-        if (nr < in.size() && in[nr].defined())
-          if (Tensor r = h(in[nr]); r.defined()) in[nr] = r;
-    for (auto [it, end] = captured_at.equal_range(n); it != end; ++it) {
-      uint32_t nr = pass.captures[it->second].input_nr;
-      if (nr < in.size()) captured[it->second] = in[nr];
+// The gradients arriving at `n`, through its pre-hooks, and those of its edges the pass captures.
+TensorList take_inputs(Graph& g, Node* n) {
+  TensorList in = std::move(g.buffers[n]);
+  g.buffers.erase(n);
+  for (auto& [nr, hooks] : n->pre_hooks())
+    for (auto& h : hooks)
+      if (nr < in.size() && in[nr].defined())
+        if (Tensor r = h(in[nr]); r.defined()) in[nr] = r;
+  for (auto [it, end] = g.captured_at.equal_range(n); it != end; ++it) {
+    uint32_t nr = g.pass.captures[it->second].input_nr;
+    if (nr < in.size()) g.captured[it->second] = in[nr];
+  }
+  return in;
+}
+
+// Runs `n` on `in` (zeros where no gradient arrived at an output) and sends its results along its
+// edges, queueing each node that has then received everything.
+void apply_node(Graph& g, Node* n, TensorList in, bool retain_graph) {
+  for (size_t i = 0; i < n->outputs().size() && i < in.size(); ++i)
+    if (!in[i].defined()) {
+      auto& m = n->outputs()[i];
+      in[i] = math::zeros(m.shape, TensorOptions().dtype(m.dtype).device(m.device));
     }
+  BudgetHooks::before_apply(*n, g.deps);
+  TensorList out = n->apply(std::move(in));
+  if (!retain_graph) n->release_saved();
+  auto& edges = n->next_edges();
+  for (size_t i = 0; i < edges.size(); ++i) {
+    if (!edges[i].valid()) continue;
+    Node* next = edges[i].node.get();
+    if (i < out.size() && out[i].defined()) {
+      auto& buf = g.buffers[next];
+      buf.resize(std::max<size_t>(next->outputs().size(), 1));
+      accumulate(buf[edges[i].input_nr], std::move(out[i]));
+    }
+    if (--g.deps[next] == 0) g.ready.push(next);
+  }
+}
+
+// Phase 4: the ready nodes, newest first, until none is left.
+void run_ready_nodes(Graph& g, bool retain_graph) {
+  while (!g.ready.empty()) {
+    Node* n = g.ready.top();
+    g.ready.pop();
+    TensorList in = take_inputs(g, n);
     bool any = false;
-    for (auto& g : in) any = any || g.defined();
-    const bool run = pass.captures.empty() || runs.count(n);
+    for (auto& x : in) any = any || x.defined();
+    const bool run = g.pass.captures.empty() || g.runs.count(n);
     if (!any || !run) {  // no gradient reached this node, or nothing needs what it would send
       if (!any && run && !retain_graph) n->release_saved();
-      release_children(n);
+      g.release_children(n);
       continue;
     }
-    for (size_t i = 0; i < n->outputs().size() && i < in.size(); ++i)
-      if (!in[i].defined()) {
-        auto& m = n->outputs()[i];
-        in[i] = math::zeros(m.shape, TensorOptions().dtype(m.dtype).device(m.device));
-      }
-    if (budget::detail::any_active()) prefetch_saved(*n, deps);
-    TensorList out = n->apply(std::move(in));
-    if (!retain_graph) n->release_saved();
-    auto& edges = n->next_edges();
-    for (size_t i = 0; i < edges.size(); ++i) {
-      if (!edges[i].valid()) continue;
-      Node* next = edges[i].node.get();
-      if (i < out.size() && out[i].defined()) {
-        auto& buf = buffers[next];
-        buf.resize(std::max<size_t>(next->outputs().size(), 1));
-        accumulate(buf[edges[i].input_nr], std::move(out[i]));
-      }
-      if (--deps[next] == 0) ready.push(next);
-    }
+    apply_node(g, n, std::move(in), retain_graph);
   }
-  return captured;
+}
+
+TensorList execute(const TensorList& roots, const TensorList& grads, bool retain_graph, bool create_graph,
+                   const Pass& pass) {
+  GradModeGuard mode(create_graph);  // the formulas record history exactly when creating a graph
+  Graph g(pass);
+  count_dependencies(g, roots);
+  find_nodes_that_run(g);
+  seed_roots(g, grads);
+  run_ready_nodes(g, retain_graph);
+  return std::move(g.captured);
 }
 
 // Seeds for `outputs`: the given gradient, or 1 for a one-element output.

@@ -195,6 +195,8 @@ MG_OPTIONAL_KERNEL(conv2d_backward_weight, bool, const Tensor& grad_out, const T
 MG_KERNEL(sgd_update, void, const TensorLists& lists, const std::vector<rules::SGDScalars>& scalars)
 // rules::adam; lists = {params, grads, exp_avg, exp_avg_sq, max_exp_avg_sq (optional)}.
 MG_KERNEL(adam_update, void, const TensorLists& lists, const std::vector<rules::AdamScalars>& scalars)
+// rules::lion; lists = {params, grads, exp_avg}.
+MG_KERNEL(lion_update, void, const TensorLists& lists, const std::vector<rules::LionScalars>& scalars)
 // quant::Adam8bitScalars' update (kernels/quantize8bit.h); lists = {params, grads, exp_avg,
 // exp_avg_sq, exp_avg absmax, exp_avg_sq absmax}: for a quantized tensor the moments are uint8 codes
 // of the parameter's size and the absmax float32 [ceil(numel / 256)]; otherwise float32 moments of

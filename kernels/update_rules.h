@@ -92,4 +92,34 @@ MG_HD void adam(T& p, T g, T& m, T& v, T& vmax, const AdamScalars& s) {
     adam<T, false>(p, g, m, v, vmax, c);
 }
 
+struct LionScalars {
+  double lr, beta1, beta2, weight_decay;
+  bool maximize;
+};
+// LionScalars in the arithmetic type, once per tensor (as AdamCoeffs).
+template <class T>
+struct LionCoeffs {
+  T decay, beta1, one_minus_beta1, beta2, one_minus_beta2, neg_lr;
+  bool maximize;
+  MG_HD explicit LionCoeffs(const LionScalars& s)
+      : decay(T(1 - s.lr * s.weight_decay)),
+        beta1(T(s.beta1)),
+        one_minus_beta1(T(1 - s.beta1)),
+        beta2(T(s.beta2)),
+        one_minus_beta2(T(1 - s.beta2)),
+        neg_lr(T(-s.lr)),
+        maximize(s.maximize) {}
+};
+// Updates p and the momentum m as lion-pytorch: the decoupled decay, then a step of lr against the
+// sign of beta1 * m + (1 - beta1) * g (torch.sign: 0 at 0 and for NaN), then m moves towards g by
+// 1 - beta2.
+template <class T>
+MG_HD void lion(T& p, T g, T& m, const LionCoeffs<T>& c) {
+  g = c.maximize ? -g : g;
+  p = p * c.decay;
+  const T u = m * c.beta1 + g * c.one_minus_beta1;
+  p = p + c.neg_lr * (T(u > T(0)) - T(u < T(0)));
+  m = m * c.beta2 + g * c.one_minus_beta2;
+}
+
 }  // namespace mg::kernels::rules

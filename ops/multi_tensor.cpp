@@ -61,6 +61,10 @@ void adam_update_(const char* optimizer, const TensorLists& lists,
   run_update(Op::adam_update_, optimizer, &Backend::adam_update, lists, scalars, true, true);
 }
 
+void lion_update_(const TensorLists& lists, const std::vector<kernels::rules::LionScalars>& scalars) {
+  run_update(Op::lion_update_, "Lion", &Backend::lion_update, lists, scalars);
+}
+
 void adam8bit_update_(const char* optimizer, const TensorLists& lists,
                       const std::vector<kernels::quant::Adam8bitScalars>& scalars) {
   run_update(Op::adam8bit_update_, optimizer, &Backend::adam8bit_update, lists, scalars, false);

@@ -19,6 +19,8 @@ void sgd_update_(const char* optimizer, const TensorLists& lists,
 // One Adam(W) step: rules::adam; lists = {params, grads, exp_avg, exp_avg_sq, max_exp_avg_sq (optional)}.
 void adam_update_(const char* optimizer, const TensorLists& lists,
                   const std::vector<kernels::rules::AdamScalars>& scalars);
+// One Lion step: rules::lion; lists = {params, grads, exp_avg}.
+void lion_update_(const TensorLists& lists, const std::vector<kernels::rules::LionScalars>& scalars);
 // One 8-bit Adam(W) step (kernels/quantize8bit.h); lists = {params, grads, exp_avg, exp_avg_sq, exp_avg
 // absmax, exp_avg_sq absmax}, the state shaped as the kernel list says.
 void adam8bit_update_(const char* optimizer, const TensorLists& lists,

@@ -5,6 +5,7 @@
 #include <memgrad/optim/adafactor.h>
 #include <memgrad/optim/adam.h>
 #include <memgrad/optim/adam8bit.h>
+#include <memgrad/optim/lion.h>
 #include <memgrad/optim/sgd.h>
 
 namespace mg::optim {
@@ -43,7 +44,9 @@ std::vector<OptimizerEntry> make_entries() {
                                              "adamw8bit (8-bit moments in blocks of 256, as bitsandbytes)",
                                              L::Quantized, quantized),
           entry<Adafactor, AdafactorOptions>(
-              "adafactor", "Adafactor", "adafactor (factored second moments, torch.optim.Adafactor)", L::Factored, 0)};
+              "adafactor", "Adafactor", "adafactor (factored second moments, torch.optim.Adafactor)", L::Factored, 0),
+          entry<Lion, LionOptions>("lion", "Lion", "lion (the sign of a momentum: one buffer, Chen et al. 2023)",
+                                   L::PerElement, 4)};
 }
 
 }  // namespace

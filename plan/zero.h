@@ -31,7 +31,7 @@ ModelStates model_states(const train::ModelSpec& model, const train::InputShape&
 // 2 + 14/N, 16/N.
 double zero_bytes_per_parameter(double p, double g, double k, int stage, int64_t world);
 // k for an optimizer: its own state (optim::OptimizerEntry::state_bytes: SGD 0, momentum 4, Adam and
-// AdamW 8, the 8-bit Adams 2 + 8/256 for the tensors they quantize, Adafactor 0 in the limit:
+// AdamW 8, Lion 4, the 8-bit Adams 2 + 8/256 for the tensors they quantize, Adafactor 0 in the limit:
 // its factors grow with rows + columns), plus 4 for float32 masters.
 double optimizer_state_bytes_per_parameter(const optim::OptimizerSpec& optimizer, bool masters);
 

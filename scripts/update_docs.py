@@ -31,6 +31,12 @@ with 2 OpenMP threads (OMP_NUM_THREADS=2), as the docs' training losses were pri
   slow            run only without --skip-slow (the ctest `docs` skips it; `docs_slow` runs it)
   requires=PROG   skipped when PROG is not on PATH (mpirun in a build without MPI)
 
+Pages the docs link to are written from the sources too (PAGES): docs/memory_timeline.html is the
+timeline page (viewer/) of a 3-layer MLP's training step, as tests/memory/test_timeline.cpp records
+it. Its data holds the run's clock and the allocator's addresses, which differ at every run: those
+are masked, the rest (the page's HTML, CSS and script, and every other number) is compared, and the
+file is rewritten only when something else changed.
+
   scripts/update_docs.py [--build DIR] [--check] [--skip-slow] [FILE...]
 
 Without --check it rewrites each region whose output changed (timings aside) and says which; with
@@ -39,6 +45,7 @@ another exit code fails either way. Each command runs once, however often quoted
 """
 import argparse
 import difflib
+import json
 import os
 import re
 import shlex
@@ -116,6 +123,26 @@ class Region:
         return "\n".join(l.rstrip() for l in lines).strip("\n")
 
 
+# (file, command): the command writes the file at $OUT, run as the quoted commands are.
+PAGES = [("docs/memory_timeline.html",
+          "MG_TIMELINE_OUT=\"$OUT\" build/tests/test_memory --test-case='timeline: the page*' >/dev/null")]
+PAGE_DATA = re.compile(r'(<script id="mg-data" type="application/json">)(.*?)(</script>)', re.S)
+
+
+def page_key(html):
+    """The page with what differs from run to run masked: each event's time and each segment's address."""
+    def masked(m):
+        data = json.loads(m.group(2))
+        for run in data.get("runs", []):
+            run.get("points", {}).pop("t", None)
+            run.get("segments", {}).pop("address", None)
+        return m.group(1) + json.dumps(data, sort_keys=True) + m.group(3)
+    key, n = PAGE_DATA.subn(masked, html)
+    if n != 1:
+        raise ValueError(f"expected one data element ({PAGE_DATA.pattern}), found {n}")
+    return key
+
+
 def regions(path, text):
     """(region, start, end): text[start:end] is what the region quotes (for a block, its fenced code)."""
     found, pos = [], 0
@@ -186,6 +213,29 @@ def main():
     try:
         with ThreadPoolExecutor(max(1, a.j)) as pool:  # each command once, however often quoted
             runs = dict(zip(commands, pool.map(run, commands)))
+        for page, command in (PAGES if not a.only_slow else []):
+            path = os.path.join(ROOT, page)
+            if a.files and os.path.abspath(path) not in map(os.path.abspath, a.files):
+                continue
+            out = os.path.join(scratch, os.path.basename(page))
+            code, _, both = run(f"OUT={shlex.quote(out)}; {command}")
+            checked += 1
+            if code != 0 or not os.path.isfile(out):
+                failures.append(f"{page}: `{command}` exited {code} without writing it\n{both[-3000:]}")
+                continue
+            new = open(out).read()
+            old = open(path).read() if os.path.isfile(path) else ""
+            try:
+                if old and page_key(old) == page_key(new):
+                    continue
+            except ValueError as e:
+                failures.append(f"{page}: {e}")
+                continue
+            diff = "\n".join(difflib.unified_diff(old.split("\n"), new.split("\n"), "committed", "written now",
+                                                  lineterm="", n=0))
+            (failures if a.check else changed).append(f"{page}: `{command}`\n{diff[:3000]}")
+            if not a.check:
+                open(path, "w").write(new)
         for path in files:
             text = texts[path]
             edits = []

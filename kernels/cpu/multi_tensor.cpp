@@ -132,6 +132,19 @@ void adam_update(const TensorLists& lists, const std::vector<rules::AdamScalars>
   }
 }
 
+void lion_update(const TensorLists& lists, const std::vector<rules::LionScalars>& scalars) {
+  for (size_t j = 0; j < scalars.size(); ++j)
+    for_each_element<3>("Lion", lists, j, rules::GradFactors{}, [&](auto tag) {  // one dtype (ops: no half grads)
+      using T = typename decltype(tag)::type;
+      using A = opmath_t<T>;
+      return [c = rules::LionCoeffs<A>(scalars[j])](const std::array<T*, 3>& p, int64_t i) {
+        A x = load(p[0][i]), m = load(p[2][i]);
+        rules::lion<A>(x, load(p[1][i]), m, c);
+        p[0][i] = store<T>(x), p[2][i] = store<T>(m);
+      };
+    });
+}
+
 void non_finite_check_and_unscale(const std::vector<Tensor>& tensors, const Out& found_inf, double inv_scale) {
   int found = 0;
   for (const Tensor& t : tensors)

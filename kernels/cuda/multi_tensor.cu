@@ -97,6 +97,11 @@ void adam_update(const TensorLists& lists, const std::vector<rules::AdamScalars>
   for_each_mixed<5>("Adam", lists, scalars, [](auto tag) { return AdamMixedElement<typename decltype(tag)::type>{}; });
 }
 
+void lion_update(const TensorLists& lists, const std::vector<rules::LionScalars>& scalars) {
+  if (lists.empty() || lists[0].empty()) return;
+  for_each_dtype<3>("Lion", lists, scalars, LionElement{});
+}
+
 void non_finite_check_and_unscale(const std::vector<Tensor>& tensors, const Out& found_inf, double inv_scale) {
   if (tensors.empty()) return;
   UnscaleElement f{dptr<float>(found_inf), inv_scale, inv_scale != 1.0};

@@ -63,6 +63,17 @@ struct AdamElement {
   }
 };
 
+struct LionElement {
+  template <class T>
+  __device__ __forceinline__ void operator()(const Batch<T, 3, rules::LionScalars>& b, int j, int64_t i) const {
+    using A = opmath_t<T>;
+    T *p = b.ptr[0][j], *m = b.ptr[2][j];
+    A x = dload(p[i]), mi = dload(m[i]);
+    rules::lion<A>(x, dload(b.ptr[1][j][i]), mi, rules::LionCoeffs<A>(b.scalars[j]));
+    p[i] = dstore<T>(x), m[i] = dstore<T>(mi);
+  }
+};
+
 // The steps of float32 parameters (and state) from half gradients G (apex's FusedAdam's mixed dtypes:
 // no float32 copy of the gradients), read with the scalars' factors: the gradient widened, then
 // multiplied by each factor with __fmul_rn (never fused into an FMA), as the float32 copy's mul_

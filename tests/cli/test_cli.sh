@@ -207,8 +207,14 @@ case $case_name in
     expect_output "optimizer state per parameter byte: [0-9.]+x \\([0-9.]+ B per parameter\\)"
     expect_exit 0 "$bin" plan --model gpt2-124m --batch 1 --seq 128 --optimizer adamw8bit --step-in-backward
     expect_output "^  adamw8bit +in bwd .* 2\\.0[0-9]+ "
+    expect_output "^  lion +after .* 4\\.000 +12\\.000$"  # one float32 moment per parameter
+    for flags in "" "--step-in-backward"; do  # lion: planned == measured too
+      # shellcheck disable=SC2086
+      expect_exit 0 "$bin" train "${small[@]}" --steps 3 --optimizer lion $flags
+      exact "--optimizer lion $flags"
+    done
     # resuming continues bit for bit, with or without stepping inside backward (the same updates)
-    for run in "--optimizer adamw8bit" "--optimizer adafactor --step-in-backward"; do
+    for run in "--optimizer adamw8bit" "--optimizer adafactor --step-in-backward" "--optimizer lion"; do
       # shellcheck disable=SC2086
       expect_exit 0 "$bin" train "${small[@]}" --dropout 0.1 $run --steps 6 --log whole.csv
       # shellcheck disable=SC2086
@@ -470,9 +476,9 @@ case $case_name in
     expect_exit 2 "$bin" train "${plain[@]}" --zero 3 --remat dynamic --memory-limit 8MiB
     expect_output "plain --memory-limit"
     expect_exit 2 "$bin" train "${plain[@]}" --zero 3 --optimizer adamw8bit  # state that needs whole parameters
-    expect_output "use sgd, adam or adamw"
+    expect_output "use sgd, adam, adamw or lion"
     expect_exit 2 "$bin" train "${plain[@]}" --offload params --optimizer adafactor
-    expect_output "use sgd, adam or adamw"
+    expect_output "use sgd, adam, adamw or lion"
     expect_exit 2 "$bin" train "${plain[@]}" --offload params --step-in-backward
     expect_output "--offload params"
     ;;

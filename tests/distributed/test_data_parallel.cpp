@@ -26,6 +26,7 @@ struct Setup {
   double clip = 0;
   int64_t bucket = 2048;  // bytes: several buckets even for the tiny GPT
   train::Policy policy = train::Policy::none();
+  const char* optimizer = "adamw";  // (optim/registry.h) with lr 1e-2
 };
 
 Run run_training(const Setup& s, int steps, const optim::StateDict* resume = nullptr, int first_step = 0) {
@@ -38,7 +39,10 @@ Run run_training(const Setup& s, int steps, const optim::StateDict* resume = nul
                                               dist::DataParallelOptions().zero_stage(s.zero).bucket_bytes(s.bucket));
     params = dp->optimizer_parameters();
   }
-  optim::AdamW opt(params, optim::AdamWOptions(1e-2));
+  optim::OptimizerSpec spec(s.optimizer);
+  spec.lr = 1e-2;
+  std::unique_ptr<optim::Optimizer> made = optim::make_optimizer(spec, params);
+  optim::Optimizer& opt = *made;
   if (resume) {
     nn::StateDict model;
     for (auto& [k, t] : *resume)
@@ -122,6 +126,23 @@ TEST_CASE("data parallel [mpi]: ZeRO-1 and ZeRO-2 give stage 0's losses and para
     // Accumulation: stage 2 reduce-scatters every micro-batch, stage 1 the last.
     check_same(run_training({&g, zero, 2, 1.0}, 2), run_training({&g, 0, 2, 1.0}, 2), false,
                "two micro-batches per rank");
+  }
+}
+
+TEST_CASE("data parallel [mpi]: ZeRO-1 and ZeRO-2 shard Lion's moment and give stage 0's losses and parameters") {
+  dist::ProcessGroup& g = dist::world();
+  const bool two = g.size() == 2;
+  for (int zero : {1, 2}) {
+    INFO("ZeRO-" << zero);
+    Setup sharded{&g, zero, 1, 0.0}, whole{&g, 0, 1, 0.0};
+    sharded.optimizer = whole.optimizer = "lion";
+    const Run a = run_training(sharded, 3), b = run_training(whole, 3);
+    check_same(a, b, two || zero == 1, "no clipping");
+    for (auto& [k, t] : b.state) {  // the gathered moment: one process's keys and shapes
+      INFO(k);
+      REQUIRE(a.state.count(k));
+      CHECK(a.state.at(k).shape() == t.shape());
+    }
   }
 }
 

@@ -28,6 +28,7 @@ struct Config {
   train::Precision precision = train::Precision::Float32;
   train::Policy policy = train::Policy::none();
   bool prefetch = true;
+  const char* optimizer = "adamw";  // (optim/registry.h) with lr 1e-2
 };
 
 train::StepOptions step_options(const Config& c, const train::ChainModel& chain) {
@@ -44,12 +45,21 @@ std::unique_ptr<optim::Optimizer> adamw(const nn::NamedTensors& params) {
   return std::make_unique<optim::AdamW>(params, optim::AdamWOptions(1e-2));
 }
 
+// The optimizer of `c` with lr 1e-2.
+train::Trainer::OptimizerFactory optimizer_of(const Config& c) {
+  return [name = std::string(c.optimizer)](const nn::NamedTensors& params) {
+    optim::OptimizerSpec spec(name);
+    spec.lr = 1e-2;
+    return optim::make_optimizer(spec, params);
+  };
+}
+
 // `steps` steps of the tiny GPT as memgrad train runs them (train::Trainer), from `resume` if given.
 Run run_training(const Config& c, int steps, const optim::StateDict* resume = nullptr, int first_step = 0) {
   manual_seed(1234);
   // Data parallel as memgrad train builds it: deferred, each rank materializing what it holds.
   train::ChainModel chain(tiny_gpt(), kCPU, c.zero > 0 || c.offload || c.group);
-  train::Trainer trainer(chain.module(), step_options(c, chain), adamw, c.group);
+  train::Trainer trainer(chain.module(), step_options(c, chain), optimizer_of(c), c.group);
   dist::DataParallel* dp = trainer.data_parallel();
   if (resume) load_run_state(*resume, chain.module(), *trainer.optimizer(), dp);
   Run r;
@@ -313,6 +323,24 @@ TEST_CASE("ZeRO-3 [mpi]: N ranks give the losses and parameters of one process w
     c.accum = 1, one.accum = n;
     c.policy = one.policy = train::Policy::sqrt_n(2);  // a recompute gathers its units again
     check_same(run_training(c, 2), run_training(one, 2), false, "checkpoint segments");
+  }
+}
+
+TEST_CASE("ZeRO-3 [mpi]: Lion on 1-D pieces gives one process's losses; its gathered state resumes there") {
+  dist::ProcessGroup& g = dist::world();
+  const int n = g.size();
+  for (bool offload : {false, true}) {
+    INFO((offload ? "offload" : "ZeRO-3"));
+    Config c;
+    c.group = &g, c.zero = 3, c.offload = offload, c.optimizer = "lion";
+    Config one;
+    one.accum = n, one.optimizer = "lion";
+    const Run whole = run_training(one, 4), first = run_training(c, 2);
+    Run rest = whole;
+    rest.losses.erase(rest.losses.begin(), rest.losses.begin() + 2);
+    // Two ranks sum each gradient as one process sums its two micro-batches: bitwise.
+    check_same(first, run_training(one, 2), n == 2, "sharded");
+    check_same(run_training(one, 2, &first.state, 2), rest, n == 2, "resumed in one process");
   }
 }
 

@@ -7,6 +7,9 @@
 # data/ (the DataLoader) makes, fills and copies tensors through ops and no library layer uses it (a
 # plan counts a loader through the program it runs, with data::plan_buffers); the memgrad command
 # and user code do.
+# tools/ (the memgrad command) and bench/ sit on top and use the library as its users do: any folder
+# but kernels/ (private, as every *_impl.h is: neither is installed), and no library folder includes
+# them.
 #   tests/layering/check_layers.sh [source root]
 set -u
 root=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -24,6 +27,10 @@ declare -A allowed=(
   [plan]="core autograd ops nn optim amp distributed train plan"
   [data]="core ops data"
 )
+library="core autograd ops nn optim amp distributed train plan data"
+allowed[tools]="$library tools"
+allowed[bench]="$library bench"
+layers+=(tools bench)
 bad=0
 cd "$root" || exit 2
 declare -A edges=()  # "from to" -> a file that draws the edge
@@ -36,6 +43,10 @@ while IFS= read -r file; do
       bad=1
     fi
   done < <(sed -n 's|^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]memgrad/\([a-z_]*\)/.*|\1|p' "$file" | sort -u)
+  if [[ $layer == tools || $layer == bench ]] && grep -Eq '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]memgrad/.*_impl\.h[>"]' "$file"; then
+    echo "$file includes a private *_impl.h header: $layer uses the library's installed headers"
+    bad=1
+  fi
   if [[ $layer != ops && $layer != kernels ]] && grep -v '^[[:space:]]*//' "$file" | grep -Eq 'kernels::(try_)?run[[:space:]]*\('; then
     echo "$file calls kernels::run: kernels are entered through an op (ops/), not from $layer"
     bad=1

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # check_layers.sh must fail where the layering breaks: on an autograd -> ops include (an include above
-# its layer, and a cycle, reported even when the table is widened to allow it) and on an nn/ file
-# that runs a kernel itself. Each fault is injected into a scratch copy of the library's folders.
+# its layer, and a cycle, reported even when the table is widened to allow it), on an nn/ file that
+# runs a kernel itself, and on tools/ or bench/ reaching private headers or the library reaching them. Each fault is injected into a scratch copy of the library's folders.
 #   tests/layering/test_check_layers.sh [source root]
 set -u
 root=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -23,7 +23,7 @@ expect() {  # expect NAME PATTERN: the check fails on the scratch copy and says 
 fresh() {  # a clean copy of the tree and of the check
   rm -rf "$scratch/tree"
   mkdir -p "$scratch/tree"
-  (cd "$root" && cp -r core kernels autograd ops nn optim amp distributed train plan "$scratch/tree/")
+  (cd "$root" && cp -r core kernels autograd ops nn optim amp distributed train plan data tools bench "$scratch/tree/")
   cp "$check" "$scratch/check_layers.sh"
 }
 
@@ -44,5 +44,17 @@ fresh
 printf 'void f(const mg::Tensor& t) { mg::kernels::run(t.device(), &mg::kernels::Backend::fill, t, 0.0); }\n' \
   >>"$scratch/tree/nn/init.cpp"
 expect "nn runs a kernel" "nn/init.cpp calls kernels::run"
+
+fresh
+sed -i '1i #include <memgrad/kernels/backend.h>' "$scratch/tree/tools/memgrad/main.cpp"
+expect "the command includes a private kernel header" "tools/memgrad/main.cpp includes <memgrad/kernels/...>, above its layer"
+
+fresh
+sed -i '1i #include <memgrad/core/budget/runtime_impl.h>' "$scratch/tree/bench/budget.cpp"
+expect "a benchmark includes a private header" "bench/budget.cpp includes a private \*_impl.h header"
+
+fresh
+sed -i '1i #include <memgrad/tools/memgrad/options.h>' "$scratch/tree/plan/planner.cpp"
+expect "the library includes the command" "plan/planner.cpp includes <memgrad/tools/...>, above its layer"
 
 exit $fail

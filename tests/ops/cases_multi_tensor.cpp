@@ -1,10 +1,12 @@
-// Optimizer steps (kernels/*/multi_tensor.*: one launch updates many tensors): SGD, Adam and AdamW
-// over several parameters of odd sizes, three steps with the same gradients. Inputs are the
+// Optimizer steps (kernels/*/multi_tensor.*: one launch updates many tensors): SGD, Adam, AdamW and
+// Lion over several parameters of odd sizes, three steps with the same gradients (Lion's: scaled by
+// "flip" at the second step). Inputs are the
 // parameters, then their gradients; outputs the parameters after the steps. The ledger comparison
 // on meta covers the optimizer state the first step allocates.
 #include <memory>
 
 #include <memgrad/optim/adam.h>
+#include <memgrad/optim/lion.h>
 #include <memgrad/optim/sgd.h>
 
 #include "ops/op_case.h"
@@ -16,17 +18,23 @@ namespace {
 
 using MakeOptimizer = std::function<std::unique_ptr<optim::Optimizer>(const Tensors& params, const Args& a)>;
 
-// Copies of the parameters, each with its gradient, stepped `steps` times.
+// Copies of the parameters, each with its gradient, stepped `steps` times; with a "flip" argument
+// the gradients are scaled by it at every second step (steps 1, 3, ...).
 OpFn stepping(MakeOptimizer make) {
   return [make](const Tensors& x, const Args& a) {
     const size_t n = x.size() / 2;
+    const double flip = a.count("flip") ? float_arg(a, "flip") : 1.0;
     Tensors params;
     for (size_t i = 0; i < n; ++i) {
       params.push_back(x[i].detach().clone().requires_grad_());
       params.back().set_grad(x[n + i].detach().clone());
     }
     auto opt = make(params, a);
-    for (int64_t s = 0; s < int_arg(a, "steps"); ++s) opt->step();
+    for (int64_t s = 0; s < int_arg(a, "steps"); ++s) {
+      if (flip != 1.0)
+        for (size_t i = 0; i < n; ++i) params[i].set_grad(s % 2 ? x[n + i].detach() * flip : x[n + i].detach().clone());
+      opt->step();
+    }
     Tensors out;
     for (const Tensor& p : params) out.push_back(p.detach());
     return out;
@@ -119,4 +127,27 @@ MG_OP_CASES(adamw_step) {
   defaults().cuda_tolerance(optim_tol);
   step_cases(*this, "adamw", adam(0.01, 0.9, 0.999, 0.1, false, false));
   step_cases(*this, "adamw_amsgrad_maximize", adam(0.02, 0.9, 0.999, 0.01, true, true));
+}
+
+namespace {
+Args lion(double lr, double beta1, double beta2, double decay, double flip, bool maximize) {
+  return {{"lr", lr},     {"beta1", beta1},      {"beta2", beta2}, {"weight_decay", decay},
+          {"flip", flip}, {"maximize", maximize}};
+}
+}  // namespace
+
+// lion-pytorch's semantics (tests/reference/make_fixtures.py writes its update in torch: torch 1.13
+// has no Lion). With flip -0.05 the second step's gradient points against the momentum but is too
+// small to turn c = beta1 * m + (1 - beta1) * g, so the sign follows the momentum; with -5 it turns.
+MG_OP_CASES(lion_step) {
+  call(stepping([](const Tensors& p, const Args& a) {
+    return std::make_unique<optim::Lion>(p, optim::LionOptions(float_arg(a, "lr"))
+                                                .betas(float_arg(a, "beta1"), float_arg(a, "beta2"))
+                                                .weight_decay(float_arg(a, "weight_decay"))
+                                                .maximize(bool_arg(a, "maximize")));
+  }));
+  defaults().cuda_tolerance(optim_tol);
+  step_cases(*this, "lion", lion(1e-2, 0.9, 0.99, 0, 1, false));
+  step_cases(*this, "lion_momentum_wins_decay", lion(1e-2, 0.9, 0.99, 0.1, -0.05, false));
+  step_cases(*this, "lion_gradient_wins_maximize", lion(3e-2, 0.95, 0.98, 0.01, -5, true));
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <memgrad/plan/planner.h>
+#include <memgrad/plan/zero.h>
 
 using namespace mg;
 using train::Policy;
@@ -426,4 +427,22 @@ TEST_CASE("plan: the largest batch whose steady-state steps run under a budget, 
   }
   CHECK(plan::largest_batch(model, {1, 1}, {}, Policy::none(), budget) == 100);
   CHECK(plan::largest_batch(model, {1, 1}, {}, Policy::none(), 1) == 0);
+}
+
+TEST_CASE("plan: Lion keeps one float32 moment per parameter, 4 B each, exactly") {
+  // An MLP of 3 Linear(128, 128): every tensor a multiple of the 512-byte granule, so the ledger's
+  // bytes are the elements' bytes.
+  const train::ModelSpec model = train::ModelSpec::mlp(3, 128);
+  const train::InputShape input{4, 1};
+  const int64_t params = 3 * (128 * 128 + 128);
+  const auto state = [&](const optim::OptimizerSpec& o) {
+    train::StepOptions step;
+    step.optimizer = o;
+    return plan::plan(model, input, step).category(Category::OptimizerState);
+  };
+  CHECK(state("lion") == 4 * params);
+  CHECK(state("adamw") == 8 * params);
+  CHECK(state(optim::OptimizerSpec("sgd", 0.9)) == 4 * params);
+  CHECK(plan::optimizer_state_bytes_per_parameter("lion", false) == 4);
+  CHECK(plan::optimizer_state_bytes_per_parameter("lion", true) == 8);  // + the float32 master
 }

@@ -246,6 +246,49 @@ for _name, _cls in [("adam_step", torch.optim.Adam), ("adamw_step", torch.optim.
         maximize=a["maximize"]))(_cls))
 
 
+class Lion(torch.optim.Optimizer):
+    """Lion (Chen et al. 2023) as lucidrains' lion-pytorch steps it, in plain torch (torch 1.13 has
+    none): the decoupled weight decay, then a step of lr against the sign of the interpolation of the
+    momentum and the gradient, then the momentum moves towards the gradient. `maximize` negates the
+    gradient, as in torch.optim."""
+
+    def __init__(self, params, lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0, maximize=False):
+        super().__init__(params, dict(lr=lr, betas=betas, weight_decay=weight_decay, maximize=maximize))
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            lr, (beta1, beta2), wd = group["lr"], group["betas"], group["weight_decay"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                grad = -p.grad if group["maximize"] else p.grad
+                state = self.state[p]
+                if not state:
+                    state["exp_avg"] = torch.zeros_like(p)
+                exp_avg = state["exp_avg"]
+                p.mul_(1 - lr * wd)
+                update = exp_avg.clone().mul_(beta1).add(grad, alpha=1 - beta1).sign_()
+                p.add_(update, alpha=-lr)
+                exp_avg.mul_(beta2).add_(grad, alpha=1 - beta2)
+
+
+def lion_steps(x, a):
+    """Lion's case: as optimizer_steps, with the gradients scaled by a["flip"] at every second step."""
+    n = len(x) // 2
+    params = [p.detach().clone().requires_grad_() for p in x[:n]]
+    opt = Lion(params, lr=a["lr"], betas=(a["beta1"], a["beta2"]), weight_decay=a["weight_decay"],
+               maximize=a["maximize"])
+    for s in range(a["steps"]):
+        for p, g in zip(params, x[n:]):
+            p.grad = g.detach() * a["flip"] if s % 2 else g.detach().clone()
+        opt.step()
+    return tuple(p.detach() for p in params)
+
+
+TORCH_OPS["lion_step"] = lion_steps
+
+
 # ---------------------------------------------------------------- running a case
 
 def apply_view(t, steps):

@@ -161,6 +161,20 @@ sys.exit('differ: %s' % bad[:5] if bad else 0)" || fail "--zero $zero: the state
       expect_output "does not run under --zero"
       no_training
     done
+    # Ranks that differ in what decides their collectives stop at once, whatever the flag (round 4): --save
+    # on one rank hung the other in the gather, another --bucket-cap crashed both, another --data trained.
+    printf 'the quick brown fox jumps over the lazy dog. %.0s' $(seq 40) >text.txt
+    for flags in "--save odd.st" "--bucket-cap 1b" "--data text.txt" "--checkpoint every-1" "--sample 5"; do
+      # shellcheck disable=SC2086
+      expect_exit 2 timeout 120 "$MG_MPIEXEC" --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1 \
+        -np 1 "${run[@]}" --steps 2 : -np 1 "${run[@]}" --steps 2 $flags
+      expect_output "the ranks do not run the same configuration"
+      no_training
+    done
+    # Only rank 0 writes: the names of its files may differ.
+    expect_exit 0 timeout 120 "$MG_MPIEXEC" --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1 \
+      -np 1 "${run[@]}" --steps 2 --save a.st : -np 1 "${run[@]}" --steps 2 --save b.st
+    [ -f a.st ] || fail "rank 0 saved nothing"
     ;;
   sizes)
     # Each size alone: no device holds one tensor of it (more than 2^57 B), or no int64 counts it.

@@ -255,10 +255,18 @@ void TrainRun::set_up() {
     throw UsageError("--steps " + std::to_string(f.steps) + ": the state is already at step " +
                      std::to_string(saved->step));
   if (world)  // a rank with other flags or another state would issue other collectives: stop all of them now
-    check_ranks_agree(*world, signature + "; " + std::to_string(ranks) + " processes, --zero " +
-                                  std::to_string(f.step.zero) + ", --offload " + f.offload + ", --steps " +
-                                  std::to_string(f.steps) + ", --resume " +
-                                  (saved ? f.resume + " (step " + std::to_string(saved->step) + ")" : "none"));
+    check_ranks_agree(*world,
+                      signature + "; " + std::to_string(ranks) + " processes, --zero " + std::to_string(f.step.zero) +
+                          ", --offload " + f.offload + ", --steps " + std::to_string(f.steps) + ", --resume " +
+                          (saved ? f.resume + " (step " + std::to_string(saved->step) + ")" : "none") +
+                          // what else decides the collectives: the state gathered at the end, the
+                          // buckets, the recomputation, the data each rank reads its share of
+                          ", --save " + (f.save.empty() ? "none" : "at the end") + ", --bucket-cap " +
+                          std::to_string(f.step.bucket_cap) + ", --checkpoint " + f.step.checkpoint +
+                          ", --step-in-backward " + (f.step.step_in_backward ? "on" : "off") + ", unit prefetch " +
+                          (f.step.unit_prefetch ? "on" : "off") + ", --attention " + f.model.attention + ", --fuse " +
+                          f.model.fuse + ", --remat " + f.remat + ", --plan " + (f.plan.empty() ? "none" : f.plan) +
+                          ", --sample " + std::to_string(f.sample) + "; data: " + data.str());
   if (saved) saved->tensors.clear();  // checked now, read again to load: held, they would count in every step
   // The plan starts from an empty allocator: so does the run (nothing the checks above made is cached),
   // and its program holds the data's teacher and the loader's buffers as train does (train_program).

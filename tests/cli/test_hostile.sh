@@ -110,6 +110,49 @@ case $case_name in
     expect_output "folder/c.txt: is a FIFO"
     expect_exit 2 timeout 20 "$bin" view good.json -o folder/c.txt
     [ -p folder/c.txt ] || fail "view -o replaced the FIFO"
+    # Round 4 (tests/cli/hostile_rounds.md). train --plan FILE is read as every input is: a FIFO, a device
+    # or a folder refused at once (a FIFO was waited on for ever, /dev/zero read for ever); '' is a usage
+    # error (it trained with no plan).
+    plan_run=("$bin" train --model mlp --layers 2 --width 64 --batch 8 --seq 1024 --timeline '' --steps 1
+      --budget 200KiB)
+    expect_exit 0 "$bin" plan --model mlp --layers 2 --width 64 --batch 8 --no-compare --plan mixed --budget 200KiB \
+      --save-plan p.plan
+    for target in fifo /dev/zero folder ''; do
+      expect_exit 2 timeout 20 "${plan_run[@]}" --plan "$target"
+      expect_output "^--plan: expected mixed or a file name, got an empty value|^memgrad: --plan '$target': is"
+      no_training
+    done
+    # ... and it is an input: --log or --save over it replaced the plan the run carried out.
+    for flag in --log --save; do
+      expect_exit 2 "${plan_run[@]}" --plan p.plan "$flag" p.plan
+      expect_output "^memgrad: $flag p.plan is --plan p.plan, a file this run reads"
+    done
+    head -1 p.plan | grep -q "^memgrad plan" || fail "the plan was replaced"
+    expect_exit 0 "${plan_run[@]}" --plan p.plan
+    # view's page is never one of its snapshots (snap.html's page was snap.html by default, and replaced it).
+    cp good.json snap.html
+    expect_exit 2 "$bin" view snap.html
+    expect_output "^memgrad: --out snap.html is the snapshot snap.html"
+    expect_exit 2 "$bin" view good.json snap.html -o ./good.json
+    expect_output "is the snapshot good.json"
+    [ "$(head -c 1 snap.html)$(head -c 1 good.json)" = "{{" ] || fail "view replaced a snapshot"
+    # A write that fails (a file size limit here; a full disk alike) fails the command: --log and --save-plan
+    # left an empty file and exit 0.
+    limited_files() { bash -c 'trap "" XFSZ; ulimit -f 0; exec "$@"' _ "$@" 2>&1 | cat; return "${PIPESTATUS[0]}"; }
+    expect_exit 1 limited_files "$bin" train "${small[@]}" --steps 2 --log full.csv
+    expect_output "^memgrad: --log 'full.csv': writing failed: File too large"
+    expect_exit 1 limited_files "$bin" plan --model mlp --layers 2 --width 64 --batch 8 --no-compare --plan mixed \
+      --budget 200KiB --save-plan full.plan
+    expect_output "^memgrad: --save-plan 'full.plan.tmp.[0-9]+': writing failed: File too large"
+    [ -e full.plan ] && fail "--save-plan left a file"
+    # A folder that refuses new files though access() allows them (sysfs, to root) stops the run before it
+    # trains (it failed after the run, at the save).
+    if [ -d /sys/kernel ]; then
+      for flag in --save --log; do
+        expect_exit 2 "$bin" train "${small[@]}" --steps 1 "$flag" /sys/kernel/memgrad.out
+        no_training
+      done
+    fi
     ;;
   ranks)
     [ -n "${MG_MPIEXEC:-}" ] || { echo "SKIPPED: memgrad was built without MPI"; exit 77; }
@@ -262,6 +305,19 @@ raw[o:o + 4] = struct.pack('<f', float('$value')); open(sys.argv[1], 'wb').write
     done
     expect_exit 2 "$bin" train --bucket-cap 0
     expect_output "expected a byte count > 0, got 0"
+    # Round 4: 0 bytes is refused by every size flag however written (--memory-limit 0 and --budget 0
+    # meant none; --bucket-cap 00 passed).
+    for flags in "train --memory-limit 0" "train --memory-limit 0MiB" "plan --budget 0 --checkpoint auto" \
+      "train --bucket-cap 00"; do
+      # shellcheck disable=SC2086
+      expect_exit 2 "$bin" $flags
+      expect_output "expected a byte count > 0, got 0"
+    done
+    # An empty variable is no variable, for each of them (MG_MEMORY_LIMIT= failed with exit 1 at the first
+    # allocation).
+    for var in MG_MEMORY_LIMIT MG_ALLOC_CONF MG_CPU_ISA MG_KERNEL_VARIANTS MG_COLLECTIVE_TIMEOUT; do
+      expect_exit 0 env "$var=" "$bin" train "${small[@]}" --steps 1
+    done
     ;;
   *)
     fail "unknown case $case_name"

@@ -2,9 +2,11 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <optional>
 
@@ -135,7 +137,8 @@ void add_train_flags(CLI::App& app, TrainFlags& f) {
   app.add_option("--plan", f.plan,
                  "mixed: train under --budget with the fastest plan that keeps, recomputes or offloads each saved "
                  "tensor, chosen as memgrad plan --budget B --plan mixed chooses it (--cost-model); or a file that "
-                 "memgrad plan --plan mixed --save-plan wrote: the same plan without choosing again");
+                 "memgrad plan --plan mixed --save-plan wrote: the same plan without choosing again")
+      ->check(non_empty("mixed or a file name"));
   app.add_option("--cost-model", f.cost_model,
                  "--plan mixed: fit (the kernels' rates fitted to a few steps on this cpu) or fixed (100 GFLOP/s, "
                  "10 GB/s)")
@@ -432,6 +435,12 @@ void TrainRun::run_steps() {
     std::fflush(stdout);
     std::fprintf(stderr, "%s", oom_advice(f, spec, policy, device).c_str());
     throw;
+  }
+  if (log) {  // a write that failed (a full disk) fails the run: not a short CSV and exit 0
+    bool failed = std::fflush(log.get()) != 0 || std::ferror(log.get()) != 0;
+    int error = errno;
+    if (std::fclose(log.release()) != 0 && !failed) failed = true, error = errno;
+    if (failed) throw mg::IOError("--log '" + f.log + "': writing failed: " + std::strerror(error));
   }
   if (profile) {
     const int64_t from = first == f.steps ? first : first + 1;

@@ -313,6 +313,16 @@ raw[o:o + 4] = struct.pack('<f', float('$value')); open(sys.argv[1], 'wb').write
       expect_exit 2 "$bin" $flags
       expect_output "expected a byte count > 0, got 0"
     done
+    # Numbers in decimal notation only, as the integer flags take them (round 4: strtod read 0x10 as 16 and
+    # skipped leading spaces, for --lr, --clip, --dropout, --momentum and MG_COLLECTIVE_TIMEOUT).
+    for flags in "--lr 0x10" "--lr  0.1" "--clip 0x1p-2" "--dropout 0x0"; do
+      expect_exit 2 "$bin" train "${small[@]}" --steps 1 "${flags%% *}" "${flags#* }"
+      expect_output "expected a finite number"
+      no_training
+    done
+    expect_exit 2 env MG_COLLECTIVE_TIMEOUT=0x10 "$bin" train "${small[@]}" --steps 1
+    expect_output "^memgrad: MG_COLLECTIVE_TIMEOUT=0x10: expected seconds"
+    expect_exit 0 "$bin" train "${small[@]}" --steps 1 --lr 3e-3 --clip .5 --dropout 0.1
     # An empty variable is no variable, for each of them (MG_MEMORY_LIMIT= failed with exit 1 at the first
     # allocation).
     for var in MG_MEMORY_LIMIT MG_ALLOC_CONF MG_CPU_ISA MG_KERNEL_VARIANTS MG_COLLECTIVE_TIMEOUT; do

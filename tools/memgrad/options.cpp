@@ -87,7 +87,9 @@ CLI::Validator number_in(double lo, double hi, bool open) {
       [lo, hi, open, range](std::string& s) -> std::string {
         char* end = nullptr;
         const double v = std::strtod(s.c_str(), &end);
-        if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v))
+        // decimal notation only, as the integer flags take it: strtod also reads hex (0x10) and leading spaces
+        if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v) ||
+            s.find_first_not_of("0123456789+-.eE") != std::string::npos)
           return "expected a finite number " + range + ", got '" + s + "'";
         if ((open ? !(v > lo) : !(v >= lo)) || !(v <= hi)) return "expected a number " + range + ", got " + s;
         return {};

@@ -145,6 +145,14 @@ case $case_name in
       --budget 200KiB --save-plan full.plan
     expect_output "^memgrad: --save-plan 'full.plan.tmp.[0-9]+': writing failed: File too large"
     [ -e full.plan ] && fail "--save-plan left a file"
+    # memgrad plan: --save-plan without --plan mixed was ignored (exit 0, no file); over --pareto's page one
+    # of the two was lost.
+    expect_exit 2 "$bin" plan --model mlp --layers 2 --width 64 --no-compare --save-plan alone.plan
+    expect_output "^memgrad: --save-plan writes the plan of --plan mixed"
+    expect_exit 2 "$bin" plan --model mlp --layers 2 --width 64 --no-compare --plan mixed --budget 200KiB \
+      --save-plan both.html --pareto ./both.html
+    expect_output "are one file"
+    grep -q "cost model" out.txt && fail "--pareto and --save-plan were checked after the work"
     # A folder that refuses new files though access() allows them (sysfs, to root) stops the run before it
     # trains (it failed after the run, at the save).
     if [ -d /sys/kernel ]; then

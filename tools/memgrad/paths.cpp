@@ -65,4 +65,9 @@ void check_not_input(const std::string& out_flag, const std::string& out, const 
                      ", a file this command reads: writing it would replace it");
 }
 
+void check_apart(const std::string& flag_a, const std::string& a, const std::string& flag_b, const std::string& b) {
+  if (identity(mg::output_file(a, flag_a)) == identity(mg::output_file(b, flag_b)))
+    throw UsageError(flag_a + " " + a + " and " + flag_b + " " + b + " are one file: each output needs its own");
+}
+
 }  // namespace memgrad_cli

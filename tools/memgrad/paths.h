@@ -15,4 +15,7 @@ void check_run_files(const TrainFlags& f);
 void check_not_input(const std::string& out_flag, const std::string& out, const std::string& in_flag,
                      const std::string& in);
 
+// Throws UsageError when two outputs are one file (the second written would replace the first).
+void check_apart(const std::string& flag_a, const std::string& a, const std::string& flag_b, const std::string& b);
+
 }  // namespace memgrad_cli

@@ -46,7 +46,9 @@ DeviceState& state(const Device& d) {
   allocator_config();  // reads MG_ALLOC_CONF (and raises ValueError for a malformed one)
   auto* s = new DeviceState;
   s->device = d;
-  if (const char* env = std::getenv("MG_MEMORY_LIMIT")) s->stats.limit = memory::limit_from_env(env, d.type);
+  // an empty value is no value, as check_environment (core/env.h) and every other MG_* variable take it
+  if (const char* env = std::getenv("MG_MEMORY_LIMIT"); env && *env)
+    s->stats.limit = memory::limit_from_env(env, d.type);
   slot.store(s, std::memory_order_release);
   return *s;
 }

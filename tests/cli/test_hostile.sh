@@ -110,6 +110,57 @@ case $case_name in
     expect_output "folder/c.txt: is a FIFO"
     expect_exit 2 timeout 20 "$bin" view good.json -o folder/c.txt
     [ -p folder/c.txt ] || fail "view -o replaced the FIFO"
+    # Round 4 (tests/cli/hostile_rounds.md). train --plan FILE is read as every input is: a FIFO, a device
+    # or a folder refused at once (a FIFO was waited on for ever, /dev/zero read for ever); '' is a usage
+    # error (it trained with no plan).
+    plan_run=("$bin" train --model mlp --layers 2 --width 64 --batch 8 --seq 1024 --timeline '' --steps 1
+      --budget 200KiB)
+    expect_exit 0 "$bin" plan --model mlp --layers 2 --width 64 --batch 8 --no-compare --plan mixed --budget 200KiB \
+      --save-plan p.plan
+    for target in fifo /dev/zero folder ''; do
+      expect_exit 2 timeout 20 "${plan_run[@]}" --plan "$target"
+      expect_output "^--plan: expected mixed or a file name, got an empty value|^memgrad: --plan '$target': is"
+      no_training
+    done
+    # ... and it is an input: --log or --save over it replaced the plan the run carried out.
+    for flag in --log --save; do
+      expect_exit 2 "${plan_run[@]}" --plan p.plan "$flag" p.plan
+      expect_output "^memgrad: $flag p.plan is --plan p.plan, a file this run reads"
+    done
+    head -1 p.plan | grep -q "^memgrad plan" || fail "the plan was replaced"
+    expect_exit 0 "${plan_run[@]}" --plan p.plan
+    # view's page is never one of its snapshots (snap.html's page was snap.html by default, and replaced it).
+    cp good.json snap.html
+    expect_exit 2 "$bin" view snap.html
+    expect_output "^memgrad: --out snap.html is the snapshot snap.html"
+    expect_exit 2 "$bin" view good.json snap.html -o ./good.json
+    expect_output "is the snapshot good.json"
+    [ "$(head -c 1 snap.html)$(head -c 1 good.json)" = "{{" ] || fail "view replaced a snapshot"
+    # A write that fails (a file size limit here; a full disk alike) fails the command: --log and --save-plan
+    # left an empty file and exit 0.
+    limited_files() { bash -c 'trap "" XFSZ; ulimit -f 0; exec "$@"' _ "$@" 2>&1 | cat; return "${PIPESTATUS[0]}"; }
+    expect_exit 1 limited_files "$bin" train "${small[@]}" --steps 2 --log full.csv
+    expect_output "^memgrad: --log 'full.csv': writing failed: File too large"
+    expect_exit 1 limited_files "$bin" plan --model mlp --layers 2 --width 64 --batch 8 --no-compare --plan mixed \
+      --budget 200KiB --save-plan full.plan
+    expect_output "^memgrad: --save-plan 'full.plan.tmp.[0-9]+': writing failed: File too large"
+    [ -e full.plan ] && fail "--save-plan left a file"
+    # memgrad plan: --save-plan without --plan mixed was ignored (exit 0, no file); over --pareto's page one
+    # of the two was lost.
+    expect_exit 2 "$bin" plan --model mlp --layers 2 --width 64 --no-compare --save-plan alone.plan
+    expect_output "^memgrad: --save-plan writes the plan of --plan mixed"
+    expect_exit 2 "$bin" plan --model mlp --layers 2 --width 64 --no-compare --plan mixed --budget 200KiB \
+      --save-plan both.html --pareto ./both.html
+    expect_output "are one file"
+    grep -q "cost model" out.txt && fail "--pareto and --save-plan were checked after the work"
+    # A folder that refuses new files though access() allows them (sysfs, to root) stops the run before it
+    # trains (it failed after the run, at the save).
+    if [ -d /sys/kernel ]; then
+      for flag in --save --log; do
+        expect_exit 2 "$bin" train "${small[@]}" --steps 1 "$flag" /sys/kernel/memgrad.out
+        no_training
+      done
+    fi
     ;;
   ranks)
     [ -n "${MG_MPIEXEC:-}" ] || { echo "SKIPPED: memgrad was built without MPI"; exit 77; }
@@ -161,6 +212,20 @@ sys.exit('differ: %s' % bad[:5] if bad else 0)" || fail "--zero $zero: the state
       expect_output "does not run under --zero"
       no_training
     done
+    # Ranks that differ in what decides their collectives stop at once, whatever the flag (round 4): --save
+    # on one rank hung the other in the gather, another --bucket-cap crashed both, another --data trained.
+    printf 'the quick brown fox jumps over the lazy dog. %.0s' $(seq 40) >text.txt
+    for flags in "--save odd.st" "--bucket-cap 1b" "--data text.txt" "--checkpoint every-1" "--sample 5"; do
+      # shellcheck disable=SC2086
+      expect_exit 2 timeout 120 "$MG_MPIEXEC" --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1 \
+        -np 1 "${run[@]}" --steps 2 : -np 1 "${run[@]}" --steps 2 $flags
+      expect_output "the ranks do not run the same configuration"
+      no_training
+    done
+    # Only rank 0 writes: the names of its files may differ.
+    expect_exit 0 timeout 120 "$MG_MPIEXEC" --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1 \
+      -np 1 "${run[@]}" --steps 2 --save a.st : -np 1 "${run[@]}" --steps 2 --save b.st
+    [ -f a.st ] || fail "rank 0 saved nothing"
     ;;
   sizes)
     # Each size alone: no device holds one tensor of it (more than 2^57 B), or no int64 counts it.
@@ -249,6 +314,29 @@ raw[o:o + 4] = struct.pack('<f', float('$value')); open(sys.argv[1], 'wb').write
     done
     expect_exit 2 "$bin" train --bucket-cap 0
     expect_output "expected a byte count > 0, got 0"
+    # Round 4: 0 bytes is refused by every size flag however written (--memory-limit 0 and --budget 0
+    # meant none; --bucket-cap 00 passed).
+    for flags in "train --memory-limit 0" "train --memory-limit 0MiB" "plan --budget 0 --checkpoint auto" \
+      "train --bucket-cap 00"; do
+      # shellcheck disable=SC2086
+      expect_exit 2 "$bin" $flags
+      expect_output "expected a byte count > 0, got 0"
+    done
+    # Numbers in decimal notation only, as the integer flags take them (round 4: strtod read 0x10 as 16 and
+    # skipped leading spaces, for --lr, --clip, --dropout, --momentum and MG_COLLECTIVE_TIMEOUT).
+    for flags in "--lr 0x10" "--lr  0.1" "--clip 0x1p-2" "--dropout 0x0"; do
+      expect_exit 2 "$bin" train "${small[@]}" --steps 1 "${flags%% *}" "${flags#* }"
+      expect_output "expected a finite number"
+      no_training
+    done
+    expect_exit 2 env MG_COLLECTIVE_TIMEOUT=0x10 "$bin" train "${small[@]}" --steps 1
+    expect_output "^memgrad: MG_COLLECTIVE_TIMEOUT=0x10: expected seconds"
+    expect_exit 0 "$bin" train "${small[@]}" --steps 1 --lr 3e-3 --clip .5 --dropout 0.1
+    # An empty variable is no variable, for each of them (MG_MEMORY_LIMIT= failed with exit 1 at the first
+    # allocation).
+    for var in MG_MEMORY_LIMIT MG_ALLOC_CONF MG_CPU_ISA MG_KERNEL_VARIANTS MG_COLLECTIVE_TIMEOUT; do
+      expect_exit 0 env "$var=" "$bin" train "${small[@]}" --steps 1
+    done
     ;;
   *)
     fail "unknown case $case_name"

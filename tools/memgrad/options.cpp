@@ -1,10 +1,15 @@
 #include "options.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <map>
 
@@ -84,7 +89,9 @@ CLI::Validator number_in(double lo, double hi, bool open) {
       [lo, hi, open, range](std::string& s) -> std::string {
         char* end = nullptr;
         const double v = std::strtod(s.c_str(), &end);
-        if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v))
+        // decimal notation only, as the integer flags take it: strtod also reads hex (0x10) and leading spaces
+        if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v) ||
+            s.find_first_not_of("0123456789+-.eE") != std::string::npos)
           return "expected a finite number " + range + ", got '" + s + "'";
         if ((open ? !(v > lo) : !(v >= lo)) || !(v <= hi)) return "expected a number " + range + ", got " + s;
         return {};
@@ -103,19 +110,31 @@ CLI::Option* byte_size(CLI::Option* option) {
       return "expected a byte count such as 1073741824, 512MiB or 80GB, got '" + s + "'";
     return {};
   };
+  // 0 is refused: it meant none (no limit, no budget) where a size was given, and 0 bytes for a cap.
   auto below_2_63 = [](const std::string& s) -> std::string {
     const auto v = parse_integer<uint64_t>(s);
+    if (v && *v == 0) return "expected a byte count > 0, got 0";
     return v && *v <= uint64_t(INT64_MAX) ? std::string() : "expected a byte count below 8 EiB, got " + s;
   };
   return option->transform(CLI::AsSizeValue(true))->transform(CLI::Validator(digits, ""))->check(below_2_63);
 }
 
 void check_writable(const char* flag, const std::string& path) {
+  std::string file;
   try {
-    mg::output_file(path, flag);  // core/files.h: a regular file, a link to one, or a new name in a writable folder
+    file =
+        mg::output_file(path, flag);  // core/files.h: a regular file, a link to one, or a new name in a writable folder
   } catch (const mg::IOError& e) {
     throw UsageError(e.what());
   }
+  // access() says yes to root nearly everywhere: the temporary file the write makes beside the target is
+  // made (and removed) now, so that a folder that refuses it (sysfs, an immutable folder) stops the command
+  // before the work, not after it.
+  const std::string probe = file + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0 && errno != EEXIST)
+    throw UsageError(std::string(flag) + " '" + path + "': cannot create a file beside it: " + std::strerror(errno));
+  if (fd >= 0) ::close(fd), ::unlink(probe.c_str());
 }
 
 CLI::Validator non_empty(const std::string& what) {
@@ -234,8 +253,7 @@ void add_data_parallel_flags(CLI::App& app, StepFlags& s) {
   app.add_flag("!--no-unit-prefetch", s.unit_prefetch,
                "--zero 3 and --offload params: gather each block only when it runs, not while the one before runs "
                "(shows what prefetching hides)");
-  byte_size(app.add_option("--bucket-cap", s.bucket_cap, "data parallelism: gradient bucket size, e.g. 25MiB"))
-      ->check(CLI::Validator([](std::string& v) { return v == "0" ? "expected a byte count > 0, got 0" : ""; }, ""));
+  byte_size(app.add_option("--bucket-cap", s.bucket_cap, "data parallelism: gradient bucket size, e.g. 25MiB"));
 }
 
 mg::train::ModelSpec model_spec(const ModelFlags& m, int64_t seq) {

@@ -40,11 +40,13 @@ CLI::Validator integer_in(int64_t lo, int64_t hi);
 CLI::Validator any_uint64();  // [0, 2^64 - 1], e.g. seeds
 // Finite numbers >= lo (> lo when `open`) and <= hi (hi may be infinity: no upper bound).
 CLI::Validator number_in(double lo, double hi, bool open = false);
-// A byte size such as 512MiB or 80GB (CLI11's AsSizeValue) below 2^63, for --memory-limit and --budget.
+// A byte size such as 512MiB or 80GB (CLI11's AsSizeValue) in [1, 2^63 - 1], for --memory-limit, --budget and
+// --bucket-cap (0 is refused: it silently meant none).
 CLI::Option* byte_size(CLI::Option* option);
 // Throws UsageError unless `path` can be written when the run ends (mg::output_file: a regular file, a
 // symbolic link to one, or a new name in an existing writable folder; never a folder, FIFO or device),
-// checked before any work, not after a long run. Every flag that writes a file is checked with it.
+// checked before any work, not after a long run: a file is made beside it and removed, as the write will
+// make one. Every flag that writes a file is checked with it.
 void check_writable(const char* flag, const std::string& path);
 // Refuses an empty value ("expected <what>, got an empty value"): paths, where '' would otherwise
 // silently mean "none".

@@ -39,6 +39,7 @@ void check_run_files(const TrainFlags& f) {
       outputs.push_back({flag, path, identity(mg::output_file(path, flag))});
     }
   if (!f.resume.empty()) inputs.push_back({"--resume", f.resume, identity(f.resume)});
+  if (!f.plan.empty() && f.plan != "mixed") inputs.push_back({"--plan", f.plan, identity(f.plan)});
   for (const auto& [flag, path] :
        {std::pair<const char*, const std::string&>{"--data", f.data.data}, {"--val-data", f.data.val_data}})
     if (!path.empty()) try {
@@ -55,6 +56,18 @@ void check_run_files(const TrainFlags& f) {
         throw UsageError(std::string(outputs[i].flag) + " " + outputs[i].path + " is " + in.flag + " " + in.path +
                          ", a file this run reads: writing it would replace or cut it while it is read");
   }
+}
+
+void check_not_input(const std::string& out_flag, const std::string& out, const std::string& in_flag,
+                     const std::string& in) {
+  if (identity(mg::output_file(out, out_flag)) == identity(in))
+    throw UsageError(out_flag + " " + out + " is " + in_flag + " " + in +
+                     ", a file this command reads: writing it would replace it");
+}
+
+void check_apart(const std::string& flag_a, const std::string& a, const std::string& flag_b, const std::string& b) {
+  if (identity(mg::output_file(a, flag_a)) == identity(mg::output_file(b, flag_b)))
+    throw UsageError(flag_a + " " + a + " and " + flag_b + " " + b + " are one file: each output needs its own");
 }
 
 }  // namespace memgrad_cli

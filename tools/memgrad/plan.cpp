@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "data_source.h"
+#include "paths.h"
 #include "plan_file.h"
 #include "report.h"
 #include "sizes.h"
@@ -359,6 +360,9 @@ int run_plan(const PlanFlags& f) {
   using namespace mg::train;
   const auto t0 = std::chrono::steady_clock::now();
   if (!f.pareto.empty()) check_writable("--pareto", f.pareto);  // before the curve's minutes of work
+  // --save-plan alone was ignored (no file, exit 0); over --pareto's page, one of the two was lost
+  if (!f.save_plan.empty() && f.plan.empty()) throw UsageError("--save-plan writes the plan of --plan mixed: give it");
+  if (!f.save_plan.empty() && !f.pareto.empty()) check_apart("--save-plan", f.save_plan, "--pareto", f.pareto);
   const ModelSpec spec = model_spec(f.model, f.step.seq);
   check_sizes(spec, f.step);  // sizes.h: a size no device can hold is a usage error naming its flags
   const InputShape shape = input_shape(f.step);

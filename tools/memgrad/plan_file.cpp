@@ -2,8 +2,9 @@
 
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <sstream>
+
+#include <memgrad/core/files.h>
 
 namespace memgrad_cli {
 
@@ -58,8 +59,7 @@ std::string plan_signature(const mg::train::ModelSpec& spec, const StepFlags& s)
 }
 
 void save_plan(const std::string& path, const mg::plan::TimedPlan& p, const std::string& signature) {
-  std::ofstream out(path);
-  if (!out) throw UsageError("--save-plan " + path + ": cannot write the file");
+  std::ostringstream out;  // written whole, as --save is (core/files.h): a full disk is an error, not 0 bytes
   out.precision(17);
   const mg::budget::Options& r = p.runtime;
   out << kHeader << "\nrun " << signature << "\nmethod " << p.chosen_from << "\nbudget " << p.budget << "\npolicy "
@@ -74,13 +74,17 @@ void save_plan(const std::string& path, const mg::plan::TimedPlan& p, const std:
     out << "directive " << d.birth << ' '
         << (d.action == mg::budget::Directive::Action::Offload ? "offload" : "recompute") << ' ' << d.leave_after << ' '
         << d.bytes << ' ' << d.kernel << '\n';
-  if (!out) throw UsageError("--save-plan " + path + ": cannot write the file");
+  mg::write_file_atomically(path, out.str(), "--save-plan");
 }
 
 mg::plan::TimedPlan load_plan(const std::string& path, const std::string& signature) {
-  std::ifstream in(path);
+  std::istringstream in;
+  try {  // a FIFO or a device is refused, not read for ever
+    in.str(mg::InputFile(path, "--plan").read_all());
+  } catch (const mg::IOError& e) {
+    throw UsageError(e.what());
+  }
   const std::string flag = "--plan " + path + ": ";
-  if (!in) throw UsageError(flag + "cannot read the file");
   std::string line;
   if (!std::getline(in, line) || line != kHeader)
     throw UsageError(flag + "not a plan written by memgrad plan --save-plan (expected the line '" + kHeader + "')");

@@ -2,9 +2,11 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <optional>
 
@@ -137,7 +139,8 @@ void add_train_flags(CLI::App& app, TrainFlags& f) {
   app.add_option("--plan", f.plan,
                  "mixed: train under --budget with the fastest plan that keeps, recomputes or offloads each saved "
                  "tensor, chosen as memgrad plan --budget B --plan mixed chooses it (--cost-model); or a file that "
-                 "memgrad plan --plan mixed --save-plan wrote: the same plan without choosing again");
+                 "memgrad plan --plan mixed --save-plan wrote: the same plan without choosing again")
+      ->check(non_empty("mixed or a file name"));
   app.add_option("--cost-model", f.cost_model,
                  "--plan mixed: fit (the kernels' rates fitted to a few steps on this cpu) or fixed (100 GFLOP/s, "
                  "10 GB/s)")
@@ -257,10 +260,18 @@ void TrainRun::set_up() {
     throw UsageError("--steps " + std::to_string(f.steps) + ": the state is already at step " +
                      std::to_string(saved->step));
   if (world)  // a rank with other flags or another state would issue other collectives: stop all of them now
-    check_ranks_agree(*world, signature + "; " + std::to_string(ranks) + " processes, --zero " +
-                                  std::to_string(f.step.zero) + ", --offload " + f.offload + ", --steps " +
-                                  std::to_string(f.steps) + ", --resume " +
-                                  (saved ? f.resume + " (step " + std::to_string(saved->step) + ")" : "none"));
+    check_ranks_agree(*world,
+                      signature + "; " + std::to_string(ranks) + " processes, --zero " + std::to_string(f.step.zero) +
+                          ", --offload " + f.offload + ", --steps " + std::to_string(f.steps) + ", --resume " +
+                          (saved ? f.resume + " (step " + std::to_string(saved->step) + ")" : "none") +
+                          // what else decides the collectives: the state gathered at the end, the
+                          // buckets, the recomputation, the data each rank reads its share of
+                          ", --save " + (f.save.empty() ? "none" : "at the end") + ", --bucket-cap " +
+                          std::to_string(f.step.bucket_cap) + ", --checkpoint " + f.step.checkpoint +
+                          ", --step-in-backward " + (f.step.step_in_backward ? "on" : "off") + ", unit prefetch " +
+                          (f.step.unit_prefetch ? "on" : "off") + ", --attention " + f.model.attention + ", --fuse " +
+                          f.model.fuse + ", --remat " + f.remat + ", --plan " + (f.plan.empty() ? "none" : f.plan) +
+                          ", --sample " + std::to_string(f.sample) + "; data: " + data.str());
   if (saved) saved->tensors.clear();  // checked now, read again to load: held, they would count in every step
   // The plan starts from an empty allocator: so does the run (nothing the checks above made is cached),
   // and its program holds the data's teacher and the loader's buffers as train does (train_program).
@@ -426,6 +437,12 @@ void TrainRun::run_steps() {
     std::fflush(stdout);
     std::fprintf(stderr, "%s", oom_advice(f, spec, policy, device).c_str());
     throw;
+  }
+  if (log) {  // a write that failed (a full disk) fails the run: not a short CSV and exit 0
+    bool failed = std::fflush(log.get()) != 0 || std::ferror(log.get()) != 0;
+    int error = errno;
+    if (std::fclose(log.release()) != 0 && !failed) failed = true, error = errno;
+    if (failed) throw mg::IOError("--log '" + f.log + "': writing failed: " + std::strerror(error));
   }
   if (profile) {
     const int64_t from = first == f.steps ? first : first + 1;

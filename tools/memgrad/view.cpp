@@ -4,6 +4,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "paths.h"
+
 namespace memgrad_cli {
 
 namespace {
@@ -33,6 +35,8 @@ int run_view(const ViewFlags& f) {
                           : f.snapshots.size() == 1 ? stem(f.snapshots[0]) + ".html"
                                                     : stem(f.snapshots[0]) + "-vs-" + stem(f.snapshots[1]) + ".html";
   check_writable("--out", out);
+  for (const std::string& snapshot : f.snapshots)  // a snapshot named x.html was replaced by its own page
+    check_not_input("--out", out, "the snapshot", snapshot);
   mg::memory::write_snapshot_timeline(out, f.snapshots, f.device);
   std::printf("memory timeline: %s\n", out.c_str());
   return 0;

@@ -32,7 +32,7 @@ TEST_CASE("deferred init: placeholders, then every parameter's values as the mod
       nn::DeferredInit init(deferred);
       lazy = std::make_shared<nn::GPT>(config());
     }
-    CHECK(default_generator().offset() == offset);  // the fills drew what the whole model's drew
+    CHECK(default_generator().offset() == offset);             // the fills drew what the whole model's drew
     CHECK(memory_stats(kMeta).allocated == before.allocated);  // placeholders: no bytes in any ledger
     CHECK(lazy->deferred_parameters() == deferred);
     if (dtype != kFloat32) lazy->to(dtype);

@@ -50,19 +50,13 @@ int64_t gpt_parameters(const nn::GPTConfig& c) {
 }
 
 namespace {
-// Doubling then bisection over k in [1, max_k] for the largest k with fits(k).
-template <class Fits>
-LargestModel search(const train::ModelSpec& base, Family family, int64_t max_k, const Fits& fits) {
+// The largest k in [1, max_k] with fits(k) (largest_fitting), and its model's parameters.
+LargestModel search(const train::ModelSpec& base, Family family, int64_t max_k,
+                    const std::function<bool(int64_t)>& fits) {
   LargestModel r;
-  if (!fits(1)) return r;
-  int64_t lo = 1, hi = 2;  // lo fits; hi does not, or is past max_k
-  while (hi <= max_k && fits(hi)) lo = hi, hi *= 2;
-  hi = std::min(hi, max_k + 1);
-  while (hi - lo > 1) {
-    const int64_t mid = lo + (hi - lo) / 2;
-    (fits(mid) ? lo : hi) = mid;
-  }
-  r.k = lo, r.capped = lo == max_k, r.parameters = gpt_parameters(scaled(base, family, lo).gpt);
+  const int64_t k = largest_fitting(max_k, fits);
+  if (k == 0) return r;
+  r.k = k, r.capped = k == max_k, r.parameters = gpt_parameters(scaled(base, family, k).gpt);
   return r;
 }
 }  // namespace

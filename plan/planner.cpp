@@ -373,18 +373,21 @@ StepReport StepRunner::step(const train::Policy& policy) {
 
 int64_t largest_batch(const Program& program, const StepContext& ctx, int64_t budget, const PlanOptions& options,
                       int64_t max_batch) {
-  auto fits_batch = [&](int64_t b) {
+  return largest_fitting(max_batch, [&](int64_t b) {
     StepContext c = ctx;
     c.batch = b;
     return fits(program, c, budget, options);
-  };
-  if (!fits_batch(1)) return 0;
-  int64_t lo = 1, hi = 2;  // lo fits; hi does not, or is past max_batch
-  while (hi <= max_batch && fits_batch(hi)) lo = hi, hi *= 2;
-  hi = std::min(hi, max_batch + 1);
+  });
+}
+
+int64_t largest_fitting(int64_t max_k, const std::function<bool(int64_t)>& fits) {
+  if (max_k < 1 || !fits(1)) return 0;
+  int64_t lo = 1, hi = 2;  // lo fits; hi does not, or is past max_k
+  while (hi <= max_k && fits(hi)) lo = hi, hi *= 2;
+  hi = std::min(hi, max_k + 1);
   while (hi - lo > 1) {
     const int64_t mid = lo + (hi - lo) / 2;
-    (fits_batch(mid) ? lo : hi) = mid;
+    (fits(mid) ? lo : hi) = mid;
   }
   return lo;
 }

@@ -12,30 +12,16 @@ import time
 
 import torch
 
+import timing
+
 
 
 def block_seconds(fn, repeats=7, min_seconds=0.08):
-    """Seconds per call in each of `repeats` blocks of calls, a block lasting at least min_seconds / 4:
-    wall time, or with MG_GEMM_CLOCK=cpu the process's CPU time over its threads (as bench_gemm_libs
-    --clock cpu: steadier on a loaded machine)."""
+    """timing.block_seconds in wall time, or with MG_GEMM_CLOCK=cpu in the process's CPU time over its
+    threads (as bench_gemm_libs --clock cpu: steadier on a loaded machine)."""
     cpu = os.environ.get("MG_GEMM_CLOCK") == "cpu"
     clock = (lambda: time.process_time() / torch.get_num_threads()) if cpu else time.perf_counter
-    fn()
-    n = 1
-    while True:
-        t = time.perf_counter()
-        for _ in range(n):
-            fn()
-        if time.perf_counter() - t > min_seconds / 4:
-            break
-        n *= 2
-    times = []
-    for _ in range(repeats):
-        t = clock()
-        for _ in range(n):
-            fn()
-        times.append((clock() - t) / n)
-    return times
+    return timing.block_seconds(fn, repeats, min_seconds, clock)
 
 
 def shapes(path=os.environ.get("MG_GEMM_SHAPES") or os.path.join(os.path.dirname(__file__), "..", "gemm_shapes.txt")):

@@ -6,6 +6,8 @@ import time
 
 import torch
 
+import timing
+
 CHAIN = 1000
 
 
@@ -18,23 +20,8 @@ def chain(x, c):
 
 
 def best_seconds(fn, repeats=7, min_seconds=0.2):
-    """Best of `repeats` timings of one call, each over enough calls to last about min_seconds / 4."""
-    fn()
-    n = 1
-    while True:
-        t = time.perf_counter()
-        for _ in range(n):
-            fn()
-        if time.perf_counter() - t > min_seconds / 4:
-            break
-        n *= 2
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        for _ in range(n):
-            fn()
-        best = min(best, (time.perf_counter() - t) / n)
-    return best
+    """Best of `repeats` timings of one call (timing.block_seconds)."""
+    return min(timing.block_seconds(fn, repeats, min_seconds))
 
 
 def per_op(fn):

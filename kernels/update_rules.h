@@ -112,14 +112,14 @@ struct LionCoeffs {
 };
 // Updates p and the momentum m as lion-pytorch: the decoupled decay, then a step of lr against the
 // sign of beta1 * m + (1 - beta1) * g (torch.sign: 0 at 0 and for NaN), then m moves towards g by
-// 1 - beta2.
+// 1 - beta2. Each `a.mul_(x).add_(b, alpha)` is one explicit fma, as in sgd: the sign of a sum that
+// nearly cancels must not depend on whether a compiler contracts it (nvcc does, a host loop may not).
 template <class T>
 MG_HD void lion(T& p, T g, T& m, const LionCoeffs<T>& c) {
   g = c.maximize ? -g : g;
-  p = p * c.decay;
-  const T u = m * c.beta1 + g * c.one_minus_beta1;
-  p = p + c.neg_lr * (T(u > T(0)) - T(u < T(0)));
-  m = m * c.beta2 + g * c.one_minus_beta2;
+  const T u = fma(g, c.one_minus_beta1, m * c.beta1);
+  p = fma(T(u > T(0)) - T(u < T(0)), c.neg_lr, p * c.decay);
+  m = fma(g, c.one_minus_beta2, m * c.beta2);
 }
 
 }  // namespace mg::kernels::rules

@@ -34,6 +34,44 @@ TEST_CASE("Lion: one step by hand: decay, then lr against the sign of the interp
   CHECK(p.to_vector<float>()[0] == doctest::Approx(want1[0] * 0.95f - 0.1f).epsilon(1e-6));
 }
 
+TEST_CASE("Lion: an interpolation that cancels to rounding takes torch's sign (one fused multiply-add)") {
+  // lion-pytorch computes exp_avg * beta1, rounded, then .add(grad, alpha=1 - beta1): one fused
+  // multiply-add, which keeps the rounding error of grad * (1 - beta1). Where exp_avg * beta1 rounds to
+  // exactly -(grad * (1 - beta1) rounded), an unfused sum is 0 (no step) and the fused one is that
+  // error, whose sign steps the parameter by lr. rules::lion writes the fma out, so neither the CPU loop
+  // nor the CUDA kernel depends on whether its compiler contracts the sum.
+  const float beta1 = float(0.9), one_minus = float(1 - 0.9);  // as LionCoeffs rounds them
+  // A gradient whose product with 1 - beta1 is not exact, and a momentum whose product with beta1
+  // rounds to minus that product rounded (found among the floats next to the quotient).
+  float g = 0, m = 0;
+  for (float candidate : {1.0f / 3, 0.7f, 1.1f, 2.3f, 0.37f}) {
+    const volatile float product = candidate * one_minus;  // volatile: rounded, never contracted
+    if (double(candidate) * double(one_minus) == double(product)) continue;
+    float x = std::nextafter(-product / beta1, -1.0f);
+    for (int i = 0; i < 8 && g == 0; ++i, x = std::nextafter(x, 0.0f)) {
+      const volatile float rounded = x * beta1;
+      if (rounded == -product) g = candidate, m = x;
+    }
+    if (g != 0) break;
+  }
+  REQUIRE(g != 0);
+  const volatile float rounded = m * beta1;
+  const double fused = double(rounded) + double(g) * double(one_minus);  // exact in double: the fma's sign
+  REQUIRE(fused != 0);
+  const double lr = 0.1;
+  Tensor p = tensor(std::vector<float>{1}).requires_grad_();
+  optim::Lion opt(std::vector<Tensor>{p}, optim::LionOptions(lr).betas(0.9, 0.99));
+  p.set_grad(tensor(std::vector<float>{0}));
+  opt.step();  // a step with a zero gradient makes the state and leaves p and the momentum as they are
+  auto state = opt.state_dict();
+  state.at("state.0.exp_avg") = tensor(std::vector<float>{m});
+  opt.load_state_dict(state);
+  p.set_grad(tensor(std::vector<float>{g}));
+  opt.step();
+  // p = fma(sign, -lr, p): exact in double, rounded once.
+  CHECK(p.to_vector<float>()[0] == float(1.0 + double(float(-lr)) * (fused > 0 ? 1 : -1)));
+}
+
 TEST_CASE("Lion: float64 parameters follow the rule in double, step after step") {
   // The formula in double beside the kernel's float64 loop; the gradients flip sign and shrink at
   // odd steps so both branches of the sign (momentum wins, gradient wins) occur, and zeros give 0.

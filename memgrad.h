@@ -69,3 +69,4 @@
 #include <memgrad/train/model.h>
 #include <memgrad/train/policy.h>
 #include <memgrad/train/trainer.h>
+#include <memgrad/viewer/timeline.h>

@@ -294,21 +294,7 @@ void annotate_memory(const std::string& note, const Device& d = kCPU);
 inline constexpr int kSnapshotVersion = 3;
 void dump_snapshot(const std::string& path, const std::string& title = "");
 
-namespace memory {
-// Writes the interactive timeline of `d`'s recorded history (record_history) as one HTML file that
-// needs no network: allocated bytes stacked by category over the events, steps, phases, the peak
-// and OOMs marked; hover shows the allocation under the cursor, a click the breakdown by category
-// and by owner at that instant and the allocator's segments; zoom and pan. Recording must have
-// been on while the history was made and still be on (the page starts from the allocator's state
-// now, and goes back through the history).
-void write_timeline(const std::string& path, const Device& d = kCPU, const std::string& title = "");
-// The same page from snapshots (dump_snapshot): one, or two compared on one time axis with their
-// difference by category. `device` picks the device of each snapshot ("": the one with the most
-// recorded allocations). A file that is not a valid snapshot of this version, or whose numbers do
-// not add up, raises IOError with one line naming the file and what is wrong.
-void write_snapshot_timeline(const std::string& path, const std::vector<std::string>& snapshots,
-                             const std::string& device = "");
-}  // namespace memory
+// The page that draws a recorded history or snapshots: viewer/timeline.h (memory::write_timeline).
 
 // ---- the allocator's layout, for snapshots and tests
 

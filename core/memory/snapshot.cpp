@@ -1,5 +1,5 @@
 // dump_snapshot: stats, segments, blocks and history of every device as one JSON document (its
-// fields are listed in docs/memory.md; core/memory/snapshot_read.cpp reads it back).
+// fields are listed in docs/memory.md; viewer/snapshot_read.cpp reads it back for the timeline page).
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -7,7 +7,7 @@
 #include <memgrad/core/error.h>
 #include <memgrad/core/files.h>
 #include <memgrad/core/memory.h>
-#include <memgrad/core/memory/timeline_impl.h>
+#include <memgrad/core/memory/snapshot_impl.h>
 
 namespace mg {
 

@@ -6,14 +6,15 @@
 # calls kernels::run or kernels::try_run.
 # data/ (the DataLoader) makes, fills and copies tensors through ops and no library layer uses it (a
 # plan counts a loader through the program it runs, with data::plan_buffers); the memgrad command
-# and user code do.
+# and user code do. viewer/ (the timeline page and the snapshot reader) reads what core/memory
+# records and writes; no library layer uses it either.
 # tools/ (the memgrad command) and bench/ sit on top and use the library as its users do: any folder
 # but kernels/ (private, as every *_impl.h is: neither is installed), and no library folder includes
 # them.
 #   tests/layering/check_layers.sh [source root]
 set -u
 root=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
-layers=(core kernels autograd ops nn optim amp distributed train plan data)
+layers=(core kernels autograd ops nn optim amp distributed train plan data viewer)
 declare -A allowed=(
   [core]="core"
   [kernels]="core kernels"
@@ -26,8 +27,9 @@ declare -A allowed=(
   [train]="core autograd ops nn optim amp distributed train"
   [plan]="core autograd ops nn optim amp distributed train plan"
   [data]="core ops data"
+  [viewer]="core viewer"
 )
-library="core autograd ops nn optim amp distributed train plan data"
+library="core autograd ops nn optim amp distributed train plan data viewer"
 allowed[tools]="$library tools"
 allowed[bench]="$library bench"
 layers+=(tools bench)

@@ -36,7 +36,7 @@
 #include <unordered_map>
 
 #include <memgrad/core/error.h>
-#include <memgrad/core/memory/timeline_impl.h>
+#include <memgrad/viewer/timeline_impl.h>
 
 namespace mg::memory::detail {
 

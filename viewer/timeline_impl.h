@@ -1,5 +1,5 @@
-// What the timeline page is made from (private to core/memory): one device's recorded history with
-// the allocator's layout at its end, from the live allocator or read back from a snapshot file.
+// What the timeline page is made from (private to viewer/): one device's recorded history with the
+// allocator's layout at its end, from the live allocator or read back from a snapshot file.
 #pragma once
 #include <memory>
 #include <string>
@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <memgrad/core/memory.h>
+#include <memgrad/core/memory/snapshot_impl.h>
 
 namespace mg::memory::detail {
 
@@ -25,12 +26,6 @@ struct Recording {
   std::string device_extras = "{}";
   std::vector<std::string> segment_extras;
 };
-
-// The snapshot's entry of device `d` (stats, segments and their blocks, the fragmentation forensics
-// now), as dump_snapshot writes it.
-nlohmann::json device_json(const Device& d);
-// Fragmentation forensics as the snapshot stores them (docs/memory.md lists the fields), and read back.
-nlohmann::json fragmentation_json(const Fragmentation& f);
 
 // `d`'s history and layout now.
 Recording current_recording(const Device& d, const std::string& title);

@@ -8,6 +8,7 @@
 
 #include <memgrad/core/cuda/runtime_impl.h>
 #include <memgrad/core/memory/allocator_impl.h>
+#include <memgrad/core/memory/trace.h>
 
 namespace mg {
 

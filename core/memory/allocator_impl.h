@@ -22,7 +22,10 @@
 
 #include <memgrad/core/allocator.h>
 #include <memgrad/core/cuda.h>
-#include <memgrad/core/memory/trace.h>
+
+namespace mg {
+struct AllocationTrace;  // core/memory/trace.h, which records through this state
+}  // namespace mg
 
 namespace mg::memory {
 

@@ -20,7 +20,7 @@
 namespace mg {
 
 // ValueError with the message of the first MG_* variable above whose value is bad.
-void check_environment();
+void check_environment();  // defined in core/check_environment.cpp, above what it checks
 
 namespace env {
 

@@ -1,62 +1,12 @@
 // The CUDA device runtime: devices, streams, events, pinned host memory, asynchronous copies,
 // the memory the CUDA context keeps beyond memgrad's own allocations, and the registry of kernel
 // variants. Without MG_CUDA (or without a GPU) queries answer "none" and actions raise DeviceError.
+// What needs no tensor is core/cuda/stream.h (included here); this header adds what takes tensors.
 #pragma once
-#include <cstddef>
-#include <cstdint>
-#include <memory>
-#include <string>
-#include <vector>
-
+#include <memgrad/core/cuda/stream.h>
 #include <memgrad/core/tensor.h>
 
 namespace mg::cuda {
-
-struct DeviceProperties {
-  std::string name;
-  int major = 0, minor = 0;  // compute capability
-  int multiprocessors = 0;
-  int64_t total_memory = 0;  // bytes
-};
-DeviceProperties properties(int device);
-int current_device();
-void set_device(int device);
-// Waits for all work on `device` (-1: the current one).
-void synchronize(int device = -1);
-
-// A queue of device work. The default stream (handle null) is CUDA's legacy stream; streams made
-// by create() are non-blocking and live while any copy of the Stream does (the caching allocator
-// holds one for each stream it keeps segments for, until empty_cache returns them).
-class Stream {
- public:
-  Stream() = default;
-  Stream(int device, std::shared_ptr<void> handle) : device_(device), handle_(std::move(handle)) {}
-  static Stream create(int device = -1);
-  int device() const { return device_; }
-  void* handle() const { return handle_.get(); }  // a cudaStream_t
-  bool is_default() const { return !handle_; }
-  void synchronize() const;
-  bool query() const;  // true when all queued work is done
-  bool operator==(const Stream& o) const { return device_ == o.device_ && handle() == o.handle(); }
-
- private:
-  int device_ = 0;
-  std::shared_ptr<void> handle_;
-};
-// The stream that memgrad's kernels and copies on `device` use (-1: the current device).
-Stream current_stream(int device = -1);
-void set_current_stream(const Stream& s);
-// Makes `s` current for its device until the guard dies.
-class StreamGuard {
- public:
-  explicit StreamGuard(const Stream& s);
-  ~StreamGuard();
-  StreamGuard(const StreamGuard&) = delete;
-  StreamGuard& operator=(const StreamGuard&) = delete;
-
- private:
-  Stream prev_;
-};
 
 // Declares that `t`'s memory is in use on stream `s` (besides the stream it was allocated on): its
 // block is not reused until the work queued on `s` at `t`'s release has finished. Call it when a
@@ -66,51 +16,14 @@ class StreamGuard {
 // a stream of another device; ValueError for an undefined tensor. A no-op for from_blob memory.
 void record_stream(const Tensor& t, const Stream& s);
 
-// A marker in a stream: wait on it from the host or from another stream, or time between two.
-class Event {
- public:
-  explicit Event(bool timing = false);
-  void record(const Stream& s = current_stream());
-  void synchronize() const;
-  bool query() const;
-  void wait(const Stream& s) const;          // `s` waits for this event
-  float elapsed_ms(const Event& end) const;  // both recorded with timing
-  void* handle() const { return handle_.get(); }
-
- private:
-  std::shared_ptr<void> handle_;
-  [[maybe_unused]] int device_ = 0;  // read only by the CUDA build (core/cuda/runtime.cu)
-};
-
 // Page-locked host memory, so copies can run asynchronously. Pinned tensors are cpu tensors; their
 // bytes are counted in pinned_bytes(), not in the cpu ledger (they are not pageable memory).
 Tensor empty_pinned(const Shape& shape, DType dtype = kFloat32);
 Tensor pin_memory(const Tensor& t);
 bool is_pinned(const Tensor& t);
-int64_t pinned_bytes();
 // Enqueues dst <- src on the cuda side's current stream; both contiguous, same shape and dtype,
 // one on cuda. With pinned host memory it returns before the copy ends: keep both alive and
 // synchronise (stream or event) before reading or reusing the host side.
 void copy_async(const Tensor& dst, const Tensor& src);
-
-// Device memory seen by the driver, split into memgrad's reserved bytes and the rest (the CUDA
-// context, cuBLAS/cuDNN handles and workspaces, other processes): what nvidia-smi shows beyond
-// our allocations.
-struct DeviceMemory {
-  int64_t total = 0, free = 0, used = 0;
-  int64_t memgrad_reserved = 0;  // memory_stats(cuda:N).reserved
-  int64_t outside_memgrad = 0;   // used - memgrad_reserved
-};
-DeviceMemory device_memory(int device = -1);
-
-// float32 matmul on tensor cores with TF32 inputs (float32 accumulation). Off by default.
-void set_allow_tf32(bool allow);
-bool allow_tf32();
-
-// Kernel variants of the CUDA backend: core/variants.h's registry for DeviceType::CUDA.
-std::vector<std::string> kernel_ops();  // ops that have variants
-std::vector<std::string> kernel_variants(const std::string& op);
-void set_kernel_variant(const std::string& op, const std::string& variant);  // ValueError if unknown
-std::string kernel_variant(const std::string& op);
 
 }  // namespace mg::cuda

@@ -6,7 +6,7 @@
 #include <utility>
 
 #include <memgrad/core/allocator.h>
-#include <memgrad/core/cuda.h>
+#include <memgrad/core/cuda/runtime_impl.h>
 #include <memgrad/core/error.h>
 
 namespace mg {
@@ -66,9 +66,11 @@ void* host_allocate(size_t nbytes, Category category, std::function<void(void*)>
   const int64_t bytes = int64_t(memory::round_size(nbytes));
   void* p = nullptr;
   if (served.is_cuda()) {
-    Tensor pinned = cuda::empty_pinned({bytes}, kBool);
-    p = pinned.raw_data();
-    *deleter = [pinned, served, category, bytes](void*) { count(served, category, -bytes); };
+    p = cuda::alloc_pinned(size_t(bytes));
+    *deleter = [served, category, bytes](void* q) {
+      cuda::free_pinned(q, size_t(bytes));
+      count(served, category, -bytes);
+    };
   } else if (served.is_cpu()) {
     p = std::aligned_alloc(memory::kRoundBytes, size_t(bytes));
     MG_CHECK(p, OutOfMemoryError, "host memory of ", served, ": could not allocate ", format_bytes(bytes));

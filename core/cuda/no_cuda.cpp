@@ -41,6 +41,8 @@ void Event::synchronize() const {}
 bool Event::query() const { return true; }
 void Event::wait(const Stream&) const { unbuilt(); }
 float Event::elapsed_ms(const Event&) const { unbuilt(); }
+void* alloc_pinned(size_t) { unbuilt(); }
+void free_pinned(void*, size_t) {}
 Tensor empty_pinned(const Shape&, DType) { unbuilt(); }
 Tensor pin_memory(const Tensor&) { unbuilt(); }
 bool is_pinned(const Tensor&) { return false; }

@@ -424,9 +424,8 @@ float Event::elapsed_ms(const Event& end) const {
 
 // ---- pinned memory and asynchronous copies
 
-Tensor empty_pinned(const Shape& shape, DType dtype) {
+void* alloc_pinned(size_t bytes) {
   resolve(-1);
-  size_t bytes = nbytes_of(shape, dtype);
   void* p = nullptr;
   check(cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault), "cudaHostAlloc");
   {
@@ -434,14 +433,21 @@ Tensor empty_pinned(const Shape& shape, DType dtype) {
     g_pinned.insert(p);
   }
   g_pinned_bytes += int64_t(bytes);
-  return from_blob(p, shape, TensorOptions(dtype), [bytes](void* q) {
-    {
-      std::lock_guard<std::mutex> g(g_pinned_mu);
-      g_pinned.erase(q);
-    }
-    g_pinned_bytes -= int64_t(bytes);
-    cudaFreeHost(q);
-  });
+  return p;
+}
+
+void free_pinned(void* p, size_t bytes) {
+  {
+    std::lock_guard<std::mutex> g(g_pinned_mu);
+    g_pinned.erase(p);
+  }
+  g_pinned_bytes -= int64_t(bytes);
+  cudaFreeHost(p);
+}
+
+Tensor empty_pinned(const Shape& shape, DType dtype) {
+  const size_t bytes = nbytes_of(shape, dtype);
+  return from_blob(alloc_pinned(bytes), shape, TensorOptions(dtype), [bytes](void* q) { free_pinned(q, bytes); });
 }
 
 Tensor pin_memory(const Tensor& t) {

@@ -36,4 +36,8 @@ void copy(void* dst, const void* src, size_t bytes, CopyKind kind, int device);
 void* record_event(int device, void* stream);
 bool event_done(void* event, bool wait);  // with `wait`, first blocks until the event completes
 void destroy_event(void* event);
+// Page-locked host bytes (empty_pinned's, and a HostMemoryScope's for cuda), counted in pinned_bytes()
+// and known to is_pinned() until free_pinned. DeviceError when they cannot be had.
+void* alloc_pinned(size_t bytes);
+void free_pinned(void* p, size_t bytes);  // bytes: as given to alloc_pinned
 }  // namespace mg::cuda

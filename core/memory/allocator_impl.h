@@ -21,7 +21,8 @@
 #include <vector>
 
 #include <memgrad/core/allocator.h>
-#include <memgrad/core/cuda.h>
+#include <memgrad/core/cuda/stream.h>
+#include <memgrad/core/error.h>
 
 namespace mg {
 struct AllocationTrace;  // core/memory/trace.h, which records through this state

@@ -1,9 +1,30 @@
 #include <memgrad/core/storage.h>
 
-#include <memgrad/core/budget/runtime_impl.h>
+#include <atomic>
+
+#include <memgrad/core/error.h>
 #include <memgrad/core/host_memory.h>
+#include <memgrad/core/storage_impl.h>
 
 namespace mg {
+
+namespace {
+
+std::atomic<const detail::StorageBudget*> g_budget{nullptr};  // the runtime's door (storage_impl.h)
+
+// The door when `d` is under a budget now, else null.
+const detail::StorageBudget* budget_of(const Device& d) {
+  const detail::StorageBudget* b = g_budget.load(std::memory_order_acquire);
+  return b && b->active(d) ? b : nullptr;
+}
+const detail::StorageBudget& door() { return *g_budget.load(std::memory_order_acquire); }  // a cell exists
+
+}  // namespace
+
+void detail::set_storage_budget(const StorageBudget& hooks) {
+  static const StorageBudget installed = hooks;
+  g_budget.store(&installed, std::memory_order_release);
+}
 
 Storage::Storage(const Device& d, size_t nbytes, Category fallback) : nbytes_(nbytes), device_(d) {
   if (detail::in_host_memory(d)) {  // outside the ledger: the host memory of a device (HostMemoryScope)
@@ -13,8 +34,8 @@ Storage::Storage(const Device& d, size_t nbytes, Category fallback) : nbytes_(nb
   block_ = memory::allocate(d, nbytes, fallback);
   data_ = block_->ptr;
   unsaved_category_ = block_->category;
-  if (budget::detail::any_active() && budget::detail::active(d)) {
-    cell_ = budget::detail::adopt(d, nbytes, block_, nullptr, nullptr, true);
+  if (const detail::StorageBudget* b = budget_of(d)) {
+    cell_ = b->adopt(d, nbytes, block_, nullptr, nullptr, true);
     block_ = nullptr;
   }
 }
@@ -24,7 +45,7 @@ Storage::Storage(void* data, size_t nbytes, const Device& d, std::function<void(
 
 Storage::~Storage() {
   if (cell_) {
-    budget::detail::storage_died(std::move(cell_));
+    door().storage_died(std::move(cell_));
     return;
   }
   if (block_) memory::release(block_);
@@ -35,7 +56,7 @@ void* Storage::data() const {
   MG_CHECK(!released_, ValueError, "storage of ", nbytes_, " B on ", device_,
            ": its bytes were released (release_bytes) and not reacquired; ZeRO-3 and parameter offload hold a "
            "unit's parameters this way between its forward and backward");
-  return cell_ ? budget::detail::data(*cell_) : data_;
+  return cell_ ? door().data(*cell_) : data_;
 }
 
 void Storage::release_bytes() {
@@ -59,11 +80,11 @@ void Storage::reacquire_bytes(Category fallback) {
   if (saved_refs_ > 0 && unsaved_category_ == Category::Temporary) relabel(Category::Activation);
 }
 
-const Block* Storage::block() const { return cell_ ? budget::detail::block(*cell_) : block_; }
+const Block* Storage::block() const { return cell_ ? door().block(*cell_) : block_; }
 
 const std::shared_ptr<budget::Cell>& Storage::budget_cell() const {
-  if (!cell_ && budget::detail::active(device_)) {
-    cell_ = budget::detail::adopt(device_, nbytes_, block_, block_ ? nullptr : data_, std::move(deleter_), false);
+  if (const detail::StorageBudget* b = cell_ ? nullptr : budget_of(device_)) {
+    cell_ = b->adopt(device_, nbytes_, block_, block_ ? nullptr : data_, std::move(deleter_), false);
     const_cast<Storage*>(this)->block_ = nullptr;
   }
   return cell_;
@@ -71,7 +92,7 @@ const std::shared_ptr<budget::Cell>& Storage::budget_cell() const {
 
 void Storage::relabel(Category c) {
   if (cell_)
-    budget::detail::set_category(*cell_, c);
+    door().set_category(*cell_, c);
   else if (block_)
     memory::set_category(block_, c);
 }
@@ -96,13 +117,13 @@ void Storage::set_category(Category c) {
 
 void Storage::set_owner(const std::string& owner) {
   if (cell_)
-    budget::detail::set_owner(*cell_, owner);
+    door().set_owner(*cell_, owner);
   else if (block_)
     memory::set_owner(block_, owner);
 }
 
 Category Storage::category() const {
-  if (cell_) return budget::detail::category(*cell_);
+  if (cell_) return door().category(*cell_);
   return block_ ? block_->category : Category::Other;
 }
 

@@ -7,7 +7,7 @@
 //   offload.cpp     the host pool: offload, fetch and prefetch, on a side stream on cuda
 //   floor.cpp       the floor: what each kernel needs resident, per mode, and the message below it
 //   planned.cpp     a planned step: storages numbered from begin_step, its trace, per-storage directives
-//   budget.cpp      enable, disable, pin, stats
+//   enable.cpp      enable, disable, pin, stats
 // Everything here runs under mu(), the runtime's one (recursive) lock.
 #pragma once
 #include <atomic>

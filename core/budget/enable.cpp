@@ -1,10 +1,14 @@
-// The public API of the memory budget (budget.h): enable and disable a device, pin, stats.
+// The public API of the memory budget (budget.h): enable and disable a device, pin, stats. As cost.cpp,
+// floor.cpp and planned.cpp do for the rest of budget.h, it defines them over the runtime's private
+// parts (cell_impl.h), which use budget.h's types: budget.h sits below those parts, its definitions
+// above them, and so no file is named budget.cpp.
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 
 #include <memgrad/core/budget/cell_impl.h>
 #include <memgrad/core/cuda/runtime_impl.h>
+#include <memgrad/core/storage_impl.h>
 
 namespace mg::budget {
 
@@ -19,6 +23,10 @@ void enable(const Device& d, const Options& options) {
   Lock g(mu());
   auto& db = device_budget(d);
   memory::set_pressure_hook({&detail::active, &relieve});  // the budget's one entrance from the allocator
+  mg::detail::set_storage_budget(
+      {[](const Device& x) { return detail::any_active() && detail::active(x); },  // and Storage's
+       &detail::adopt, &detail::data, &detail::block, &detail::set_category, &detail::category, &detail::set_owner,
+       &detail::storage_died});
   set_memory_limit(d, options.limit);
   db.options = options;
   db.stepping = false, db.directive_of.clear(), db.leaving.clear();

@@ -8,6 +8,11 @@
 # plan counts a loader through the program it runs, with data::plan_buffers); the memgrad command
 # and user code do. viewer/ (the timeline page and the snapshot reader) reads what core/memory
 # records and writes; no library layer uses it either.
+# core/ has inner layers of its own, checked file by file (tests/layering/core_graph.py): a unit (X.h,
+# X.cpp, X.cu and X_impl.h beside X.h) includes units of its own layer or below, and core's units
+# draw no include loop. Where a lower unit must reach a higher one, the higher registers a hook
+# (Storage's door to the budget runtime: core/storage_impl.h) or the lower only declares what a
+# higher file defines (check_environment; the Tensor methods ops/ defines): link-time, not includes.
 # tools/ (the memgrad command) and bench/ sit on top and use the library as its users do: any folder
 # but kernels/ (private, as every *_impl.h is: neither is installed), and no library folder includes
 # them.
@@ -83,6 +88,25 @@ for layer in "${layers[@]}"; do
   [[ ${state[$layer]:-0} == 0 ]] && visit "$layer"
 done
 
+# core's inner layers, lowest first. base: the vocabulary (errors, dtypes, shapes, environment
+# variables, op names); device: what a device is and what its runtime offers, declared (cuda/stream.h,
+# cuda/runtime_impl.h), and the kernel-variant registry; memory: the ledger, the caching allocator,
+# history, traces, the snapshot writer and a device's host memory; tensor: storage and tensors, and
+# what takes them (cuda.h's pinned tensors and copies, autocast, profiling); cuda_runtime: the CUDA
+# runtime's definitions (they make tensors) and the environment check, which asks every layer
+# below; budget: the memory budget runtime, which replays kernels on tensors and hooks into Storage
+# and the allocator.
+core_layers='
+base:         error dtype scalar small_vector shape dispatch files random env cpu_isa op_list op grad_mode flops
+              omp_defaults openblas_defaults
+device:       device variants cuda/stream cuda/runtime_impl
+memory:       memory allocator memory/ host_memory
+tensor:       storage tensor cuda autocast profile
+cuda_runtime: cuda/ check_environment
+budget:       budget/
+'
+python3 "$(dirname "$0")/core_graph.py" "$root" --layers - <<<"$core_layers" || bad=1
+
 [ $bad -eq 0 ] && echo "layers point down: every include is at or below its folder's layer, the folders draw no cycle," \
-  "and only ops/ runs kernels"
+  "core's units keep to its inner layers and draw no loop, and only ops/ runs kernels"
 exit $bad

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # check_layers.sh must fail where the layering breaks: on an autograd -> ops include (an include above
 # its layer, and a cycle, reported even when the table is widened to allow it), on an nn/ file that
-# runs a kernel itself, and on tools/ or bench/ reaching private headers or the library reaching them. Each fault is injected into a scratch copy of the library's folders.
+# runs a kernel itself, on tools/ or bench/ reaching private headers or the library reaching them,
+# and inside core/ on a unit including one of a higher inner layer, on an include loop, and on a unit
+# the table of inner layers does not place. Each fault is injected into a scratch copy of the
+# library's folders.
 #   tests/layering/test_check_layers.sh [source root]
 set -u
 root=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -24,7 +27,7 @@ fresh() {  # a clean copy of the tree and of the check
   rm -rf "$scratch/tree"
   mkdir -p "$scratch/tree"
   (cd "$root" && cp -r core kernels autograd ops nn optim amp distributed train plan data viewer tools bench "$scratch/tree/")
-  cp "$check" "$scratch/check_layers.sh"
+  cp "$check" "$root/tests/layering/core_graph.py" "$scratch/"
 }
 
 fresh
@@ -56,5 +59,18 @@ expect "a benchmark includes a private header" "bench/budget.cpp includes a priv
 fresh
 sed -i '1i #include <memgrad/tools/memgrad/options.h>' "$scratch/tree/plan/planner.cpp"
 expect "the library includes the command" "plan/planner.cpp includes <memgrad/tools/...>, above its layer"
+
+fresh  # core's memory layer (the ledger) includes the tensor layer
+sed -i '1i #include <memgrad/core/tensor.h>' "$scratch/tree/core/memory/ledger.cpp"
+expect "core/memory includes core/tensor.h" \
+  "core/memory/ledger.cpp includes <memgrad/core/tensor.h>, above its inner layer (core/memory/ledger is in memory"
+
+fresh  # ... and memory.h doing the same closes a loop: memory -> tensor -> storage -> allocator -> memory
+sed -i '1i #include <memgrad/core/tensor.h>' "$scratch/tree/core/memory.h"
+expect "an include loop in core" "core include loop: allocator host_memory memory storage tensor"
+
+fresh
+printf '#include <memgrad/core/tensor.h>\n' >"$scratch/tree/core/new_unit.cpp"
+expect "a core unit no inner layer places" "core/new_unit is in no inner layer of core"
 
 exit $fail

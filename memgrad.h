@@ -66,7 +66,7 @@
 #include <memgrad/plan/fits.h>
 #include <memgrad/plan/planner.h>
 #include <memgrad/plan/zero.h>
+#include <memgrad/report/timeline.h>
 #include <memgrad/train/model.h>
 #include <memgrad/train/policy.h>
 #include <memgrad/train/trainer.h>
-#include <memgrad/viewer/timeline.h>

@@ -294,7 +294,7 @@ void annotate_memory(const std::string& note, const Device& d = kCPU);
 inline constexpr int kSnapshotVersion = 3;
 void dump_snapshot(const std::string& path, const std::string& title = "");
 
-// The page that draws a recorded history or snapshots: viewer/timeline.h (memory::write_timeline).
+// The page that draws a recorded history or snapshots: report/timeline.h (memory::write_timeline).
 
 // ---- the allocator's layout, for snapshots and tests
 

@@ -18,7 +18,7 @@ import re
 import subprocess
 import sys
 
-ORDER = ["core", "kernels", "autograd", "ops", "nn", "optim", "amp", "data", "distributed", "train", "plan", "viewer"]
+ORDER = ["core", "kernels", "autograd", "ops", "nn", "optim", "amp", "data", "distributed", "train", "plan", "report"]
 SOURCE = re.compile(r"\.(h|cpp|cu|cuh)$")
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]memgrad/([a-z_]+)/', re.M)
 

@@ -32,7 +32,7 @@ with 2 OpenMP threads (OMP_NUM_THREADS=2), as the docs' training losses were pri
   requires=PROG   skipped when PROG is not on PATH (mpirun in a build without MPI)
 
 Pages the docs link to are written from the sources too (PAGES): docs/memory_timeline.html is the
-timeline page (viewer/) of a 3-layer MLP's training step, as tests/memory/test_timeline.cpp records
+timeline page (report/) of a 3-layer MLP's training step, as tests/memory/test_timeline.cpp records
 it. Its data holds the run's clock and the allocator's addresses, which differ at every run: those
 are masked, the rest (the page's HTML, CSS and script, and every other number) is compared, and the
 file is rewritten only when something else changed.

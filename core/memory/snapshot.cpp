@@ -1,5 +1,5 @@
 // dump_snapshot: stats, segments, blocks and history of every device as one JSON document (its
-// fields are listed in docs/memory.md; viewer/snapshot_read.cpp reads it back for the timeline page).
+// fields are listed in docs/memory.md; report/snapshot_read.cpp reads it back for the timeline page).
 #include <string>
 
 #include <nlohmann/json.hpp>

@@ -1,5 +1,5 @@
 // The snapshot's JSON pieces (private): written by dump_snapshot (core/memory/snapshot.cpp) and
-// read back, with the live allocator's layout, by the timeline page (viewer/).
+// read back, with the live allocator's layout, by the timeline page (report/).
 #pragma once
 #include <nlohmann/json.hpp>
 

@@ -6,7 +6,7 @@
 # calls kernels::run or kernels::try_run.
 # data/ (the DataLoader) makes, fills and copies tensors through ops and no library layer uses it (a
 # plan counts a loader through the program it runs, with data::plan_buffers); the memgrad command
-# and user code do. viewer/ (the timeline page and the snapshot reader) reads what core/memory
+# and user code do. report/ (the timeline page and the snapshot reader) reads what core/memory
 # records and writes; no library layer uses it either.
 # core/ has inner layers of its own, checked file by file (tests/layering/core_graph.py): a unit (X.h,
 # X.cpp, X.cu and X_impl.h beside X.h) includes units of its own layer or below, and core's units
@@ -19,7 +19,7 @@
 #   tests/layering/check_layers.sh [source root]
 set -u
 root=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
-layers=(core kernels autograd ops nn optim amp distributed train plan data viewer)
+layers=(core kernels autograd ops nn optim amp distributed train plan data report)
 declare -A allowed=(
   [core]="core"
   [kernels]="core kernels"
@@ -32,9 +32,9 @@ declare -A allowed=(
   [train]="core autograd ops nn optim amp distributed train"
   [plan]="core autograd ops nn optim amp distributed train plan"
   [data]="core ops data"
-  [viewer]="core viewer"
+  [report]="core report"
 )
-library="core autograd ops nn optim amp distributed train plan data viewer"
+library="core autograd ops nn optim amp distributed train plan data report"
 allowed[tools]="$library tools"
 allowed[bench]="$library bench"
 layers+=(tools bench)

@@ -26,7 +26,7 @@ expect() {  # expect NAME PATTERN: the check fails on the scratch copy and says 
 fresh() {  # a clean copy of the tree and of the check
   rm -rf "$scratch/tree"
   mkdir -p "$scratch/tree"
-  (cd "$root" && cp -r core kernels autograd ops nn optim amp distributed train plan data viewer tools bench "$scratch/tree/")
+  (cd "$root" && cp -r core kernels autograd ops nn optim amp distributed train plan data report tools bench "$scratch/tree/")
   cp "$check" "$root/tests/layering/core_graph.py" "$scratch/"
 }
 

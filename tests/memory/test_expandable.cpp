@@ -9,7 +9,7 @@
 
 #include <memgrad/core/error.h>
 #include <memgrad/core/memory.h>
-#include <memgrad/viewer/timeline.h>
+#include <memgrad/report/timeline.h>
 
 #include "expect_error.h"
 #include "layout_check.h"

@@ -9,7 +9,7 @@
 
 #include <memgrad/core/error.h>
 #include <memgrad/core/memory.h>
-#include <memgrad/viewer/timeline.h>
+#include <memgrad/report/timeline.h>
 
 #include "layout_check.h"
 #include "timeline_page.h"

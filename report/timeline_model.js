@@ -1,4 +1,4 @@
-// The memory timeline page, part 1 of 5: its data. viewer/timeline_data.cpp writes it (the
+// The memory timeline page, part 1 of 5: its data. report/timeline_data.cpp writes it (the
 // fields are listed there); here it becomes typed arrays, with the questions the page asks of it:
 // which blocks are live at a point, in which category and for which owner, and the breakdowns.
 

@@ -36,7 +36,7 @@
 #include <unordered_map>
 
 #include <memgrad/core/error.h>
-#include <memgrad/viewer/timeline_impl.h>
+#include <memgrad/report/timeline_impl.h>
 
 namespace mg::memory::detail {
 

@@ -1,4 +1,4 @@
-// What the timeline page is made from (private to viewer/): one device's recorded history with the
+// What the timeline page is made from (private to report/): one device's recorded history with the
 // allocator's layout at its end, from the live allocator or read back from a snapshot file.
 #pragma once
 #include <memory>

@@ -9,7 +9,7 @@
 
 #include <memgrad/core/error.h>
 #include <memgrad/core/files.h>
-#include <memgrad/viewer/timeline_impl.h>
+#include <memgrad/report/timeline_impl.h>
 
 namespace mg::memory::detail {
 

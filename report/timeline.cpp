@@ -6,8 +6,8 @@
 #include <memgrad/core/error.h>
 #include <memgrad/core/files.h>
 #include <memgrad/core/memory.h>
-#include <memgrad/viewer/timeline.h>
-#include <memgrad/viewer/timeline_impl.h>
+#include <memgrad/report/timeline.h>
+#include <memgrad/report/timeline_impl.h>
 
 namespace mg::memory {
 

@@ -58,8 +58,8 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
                  "measured once on the cpu) to this HTML file (.svg: the picture alone)")
       ->check(non_empty("a file name"));
   app.add_option("--cost-model", f.cost_model,
-                 "fit: the kernels' rates fitted to a few steps run on the cpu (--device cpu); fixed: 100 GFLOP/s, "
-                 "10 GB/s on any machine")
+                 "fit: the kernels' rates fitted to a few steps on the cpu (--device cpu) of the model cut to 2 "
+                 "blocks; fixed: 100 GFLOP/s, 10 GB/s on any machine")
       ->check(CLI::IsMember({"fit", "fixed"}))
       ->capture_default_str();
   app.add_option("--measure", f.measure,

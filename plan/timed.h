@@ -12,6 +12,10 @@
 
 namespace mg::plan {
 
+// Steps a plan runs (time_plan on meta, measure_plan on the device) unless PlanOptions::steps says:
+// the second step onwards holds the optimizer state, three alike.
+inline constexpr int64_t kTimedSteps = 4;
+
 // A step's plan under the budget runtime: checkpoint segments (`policy`) and the runtime's mode
 // (`runtime`: remat None with offload None is a plain limit; offload Activations sends saved
 // tensors to the host pool and prefetches them ahead of their backward; directives, a per-tensor
@@ -21,7 +25,7 @@ struct TimedPlan {
   train::Policy policy;
   budget::Options runtime;
   int64_t budget = 0;
-  StepReport planned;       // the meta run (steps: PlanOptions::steps, else 4)
+  StepReport planned;       // the meta run (steps: PlanOptions::steps, else kTimedSteps)
   double predicted = 0;     // planned.modeled_step_seconds: the last step's modeled time
   double measured = -1;     // measure_plan: its fastest steady step's wall time there (-1: not measured)
   std::string chosen_from;  // mixed and DP: the candidate's own method
@@ -34,7 +38,9 @@ struct TimedPlan {
 // budget runtime without a limit, then options.steps (at least 3) timed ones, each fitted on its own
 // by budget::fit_cost_model (the step's time outside kernels spread over its kernels); the fastest
 // step's fit is kept, as measure_plan keeps a plan's fastest step. Host copies are timed on the
-// program's own: a step under 80% of its peak with activations offloaded.
+// program's own: a step with activations offloaded under a limit halfway from that mode's floor to the
+// peak. options.progress, when set,
+// hears of each step.
 budget::CostModel fit_cost_model(const Program& program, const StepContext& ctx, const PlanOptions& options = {});
 // `p` run on meta under `budget` in the runtime's mode `runtime` with cost model `model`.
 TimedPlan time_plan(const Program& program, const StepContext& ctx, const std::string& method, const train::Policy& p,

@@ -492,6 +492,17 @@ case $case_name in
     expect_exit 0 "$bin" plan --model tiny -b 8 -t 64 --dropout 0.1 --budget 18MiB --plan mixed --cost-model fixed \
       --save-plan tiny.plan --no-compare
     expect_output "memgrad train --plan tiny.plan carries it out"
+    expect_output "predicted [0-9.]+ ms a step \\(measured once on the cpu: [0-9.]+ ms\\)"  # --measure auto: steps of ms
+    # --measure: a plan whose 4 steps the cost model puts over 10 s is not run unless asked (6.5 s a step,
+    # planned on meta in well under a second); --measure no runs none.
+    expect_exit 0 "$bin" plan --model tiny -b 1024 -t 64 --budget 64GiB --plan mixed --cost-model fixed --no-compare
+    expect_output "predicted [0-9.]+ ms a step \\(not measured: its 4 steps on the cpu would take about 26 s; --measure yes"
+    expect_exit 0 "$bin" plan --model tiny -b 8 -t 64 --budget 18MiB --plan mixed --cost-model fixed --no-compare \
+      --measure no
+    expect_output "\\(not measured: --measure no\\)"
+    expect_exit 2 "$bin" plan --model tiny -b 8 -t 64 --budget 18MiB --plan mixed --cost-model fixed --no-compare \
+      --measure yes --device cuda
+    expect_output "--measure yes runs steps on the cpu"
     expect_exit 0 "$bin" "${run[@]}" --plan tiny.plan --log file.csv
     expect_output "from tiny.plan"
     expect_output "exact in every step"

@@ -3,6 +3,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include <memgrad/memgrad.h>
 #include <memgrad/plan/planner.h>
@@ -50,6 +52,31 @@ TEST_CASE("mixed plans: the fitted cost model prices the kernels it was fitted o
   CHECK(steady.host_bytes_per_second > 0);
   // On meta there are no times to fit.
   CHECK(budget::fit_cost_model(kMeta, 0).flops_per_second == budget::CostModel::fixed().flops_per_second);
+}
+
+TEST_CASE("mixed plans: the fit times host copies on the program's own offloads, and says each step it runs") {
+  // Parameters and AdamW state are most of this step's peak (a wide vocabulary, 8 tokens): 80% of the
+  // peak, the limit the host copies were once timed under, is below what offloading activations can
+  // reach, so that step ran out of memory and the copies kept the probe's rate.
+  nn::GPTConfig g = small_gpt();
+  g.n_layer = 1, g.vocab_size = 4096, g.dropout = 0;
+  const train::InputShape in{1, 8};
+  const plan::Program p = plan::program(train::ModelSpec::gpt_model(g), in, {});
+  plan::StepContext cpu = plan::context(in);
+  cpu.device = kCPU;
+  plan::PlanOptions o;
+  std::vector<std::string> said;
+  o.progress = [&said](const std::string& what) { said.push_back(what); };
+  const budget::CostModel m = plan::fit_cost_model(p, cpu, o);
+  const double probe = budget::stats(kCPU).bandwidth;  // 4 MiB out and back, measured once
+  REQUIRE(probe > 0);
+  CHECK(std::isfinite(m.host_bytes_per_second));
+  CHECK(m.host_bytes_per_second != probe);
+  // Building the program, then 2 steps to the steady state, 3 timed and 2 with activations offloaded.
+  REQUIRE(said.size() == 8);
+  CHECK(said.front() == "fitting the cost model: building the program on the cpu");
+  CHECK(said[1] == "fitting the cost model: step 1 of 7 on the cpu");
+  CHECK(said.back() == "fitting the cost model: step 7 of 7 on the cpu");
 }
 
 TEST_CASE("mixed plans: never slower than the best recompute-only plan, under the budget to the byte, as run") {

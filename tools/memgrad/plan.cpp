@@ -15,6 +15,12 @@
 
 namespace memgrad_cli {
 
+namespace {
+// --measure auto runs plans on the cpu when the cost model predicts their steps take at most this.
+constexpr double kMeasureAutoSeconds = 10;
+constexpr int kMeasureSteps = int(mg::plan::kTimedSteps);  // what measure_plan runs
+}  // namespace
+
 void add_plan_flags(CLI::App& app, PlanFlags& f) {
   add_model_flags(app, f.model);
   add_step_flags(app, f.step);
@@ -52,9 +58,15 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
                  "measured once on the cpu) to this HTML file (.svg: the picture alone)")
       ->check(non_empty("a file name"));
   app.add_option("--cost-model", f.cost_model,
-                 "fit: the kernels' rates fitted to a few steps run on the cpu (--device cpu); fixed: 100 GFLOP/s, "
-                 "10 GB/s on any machine")
+                 "fit: the kernels' rates fitted to a few steps on the cpu (--device cpu) of the model cut to 2 "
+                 "blocks; fixed: 100 GFLOP/s, 10 GB/s on any machine")
       ->check(CLI::IsMember({"fit", "fixed"}))
+      ->capture_default_str();
+  app.add_option("--measure", f.measure,
+                 "--plan mixed and --pareto: run each plan's steps on the cpu to set its measured time beside the "
+                 "predicted one; auto: when the cost model predicts they take at most " +
+                     std::to_string(int(kMeasureAutoSeconds)) + " s")
+      ->check(CLI::IsMember({"auto", "yes", "no"}))
       ->capture_default_str();
   app.add_option("--top", f.top, "owners to list at the peak")
       ->transform(integer_in(0, std::numeric_limits<int>::max()))
@@ -72,6 +84,30 @@ mg::plan::StepReport planned(mg::plan::StepReport r) {
   return r;
 }
 
+// --measure: whether plans predicted to take `predicted` seconds a step run on the cpu (measure_plan:
+// kMeasureSteps steps), and if not, the reason for the report.
+bool measuring(const PlanFlags& f, double predicted, std::string* why_not = nullptr) {
+  const double seconds = predicted * double(kMeasureSteps);
+  const bool yes = f.device == "cpu" && (f.measure == "yes" || (f.measure == "auto" && seconds <= kMeasureAutoSeconds));
+  if (!yes && why_not) {
+    char b[160];
+    std::snprintf(b, sizeof b, "not measured: its %d steps on the cpu would take about %.0f s; --measure yes runs them",
+                  kMeasureSteps, seconds);
+    *why_not = f.device != "cpu"   ? "not measured: planned for --device " + f.device
+               : f.measure == "no" ? "not measured: --measure no"
+                                   : std::string(b);
+  }
+  return yes;
+}
+
+// Where the cost model's rates come from (cost_model_for).
+std::string cost_model_origin(const mg::train::ModelSpec& spec, const std::string& cost_model) {
+  if (cost_model != "fit") return "fixed";
+  return "fitted to 3 steps on this cpu" + (spec.num_blocks() > kFitBlocks
+                                                ? " of the model's first " + std::to_string(kFitBlocks) + " blocks"
+                                                : std::string());
+}
+
 // --plan mixed and --pareto: plans timed by the cost model (plan/timed.h, plan/mixed.h).
 int run_timed_plans(const PlanFlags& f, const mg::train::ModelSpec& spec, const mg::train::InputShape& shape,
                     const mg::plan::PlanOptions& options) {
@@ -82,39 +118,39 @@ int run_timed_plans(const PlanFlags& f, const mg::train::ModelSpec& spec, const 
   if (!f.save_plan.empty()) check_writable("--save-plan", f.save_plan);
   const bool cpu = f.device == "cpu";
   if (f.cost_model == "fit" && !cpu) throw UsageError("--cost-model fit runs steps on the cpu: use --device cpu");
+  if (f.measure == "yes" && !cpu) throw UsageError("--measure yes runs steps on the cpu: use --device cpu");
   const Program program = train_program(spec, f.step);
   StepContext ctx = context(shape);
   if (!f.plan.empty()) {
     const int64_t budget = int64_t(f.step.budget);
     std::vector<TimedPlan> candidates;  // chosen as memgrad train --plan mixed chooses it
     TimedPlan mixed = choose_mixed_plan(spec, f.step, budget, f.cost_model, options, &candidates);
-    std::printf("cost model (%s): %s\n\n", f.cost_model == "fit" ? "fitted to 3 steps on this cpu" : "fixed",
+    std::printf("cost model (%s): %s\n\n", cost_model_origin(spec, f.cost_model).c_str(),
                 mixed.runtime.model.str().c_str());
     std::printf("candidates under %s (%lld B), each run on meta under it:\n%s\n", mg::format_bytes(budget).c_str(),
                 static_cast<long long>(budget), pareto_table(candidates).c_str());
     const TimedPlan dp = best_recompute(candidates);
     if (!f.save_plan.empty()) save_plan(f.save_plan, mixed, plan_signature(spec, f.step));
-    if (cpu) measure_plan(program, ctx, mixed, options);
+    std::string not_measured;
+    if (measuring(f, mixed.predicted, &not_measured)) measure_plan(program, ctx, mixed, options);
     const size_t apart = mixed.runtime.directives.size();  // a per-tensor plan's storages
     std::printf("mixed plan (the %s candidate won): %s, segments %s, %speak %lld B, predicted %.2f ms a step",
                 mixed.chosen_from.c_str(), mixed.mode().c_str(), mixed.policy.str().c_str(),
                 apart ? (std::to_string(apart) + " tensors planned apart, ").c_str() : "",
                 static_cast<long long>(mixed.peak()), mixed.predicted * 1e3);
-    if (mixed.measured >= 0) std::printf(" (measured once on the cpu: %.2f ms)", mixed.measured * 1e3);
+    if (mixed.measured >= 0)
+      std::printf(" (measured once on the cpu: %.2f ms)", mixed.measured * 1e3);
+    else if (!not_measured.empty())
+      std::printf(" (%s)", not_measured.c_str());
     if (dp.fits()) std::printf("; the best recompute-only plan: %.2f ms", dp.predicted * 1e3);
     std::printf("\n");
     if (!f.save_plan.empty())
       std::printf("the plan: %s (memgrad train --plan %s carries it out)\n", f.save_plan.c_str(), f.save_plan.c_str());
   }
   if (f.pareto.empty()) return 0;
-  mg::budget::CostModel model = mg::budget::CostModel::fixed();
-  if (f.cost_model == "fit") {
-    ctx.device = mg::kCPU;
-    model = fit_cost_model(program, ctx, options);
-  }
+  const mg::budget::CostModel model = cost_model_for(spec, f.step, f.cost_model, options);
   if (f.plan.empty())
-    std::printf("cost model (%s): %s\n\n", f.cost_model == "fit" ? "fitted to 3 steps on this cpu" : "fixed",
-                model.str().c_str());
+    std::printf("cost model (%s): %s\n\n", cost_model_origin(spec, f.cost_model).c_str(), model.str().c_str());
   // The budgets: shares of the unconstrained peak, and dynamic remat's floor.
   mg::budget::Options keep;
   keep.remat = mg::budget::Remat::None, keep.model = model;
@@ -123,7 +159,9 @@ int run_timed_plans(const PlanFlags& f, const mg::train::ModelSpec& spec, const 
   for (double share : {0.85, 0.7, 0.5, 0.4, 0.3}) budgets.push_back(int64_t(share * double(none.peak())) / 512 * 512);
   budgets.push_back((none.planned.floors[1][0].bytes + 511) / 512 * 512);
   std::vector<TimedPlan> points = pareto(program, ctx, budgets, model, options);
-  if (cpu)
+  double predicted = 0;  // the curve's steps together
+  for (const TimedPlan& t : points) predicted += t.predicted;
+  if (measuring(f, predicted))
     for (TimedPlan& t : points) measure_plan(program, ctx, t, options);
   std::printf("memory-time curve (%s):\n%s", model_str(spec).c_str(), pareto_table(points).c_str());
   const std::string name = spec.kind == ModelSpec::Kind::GPT

@@ -19,6 +19,7 @@ struct PlanFlags {
   std::string what_fits;           // layers | width: the largest model of that family under --budget
   std::string pareto;              // the memory-time curve's HTML or SVG file
   std::string cost_model = "fit";  // fit (cpu: on this machine) | fixed
+  std::string measure = "auto";    // --plan mixed, --pareto: run the plans on the cpu (auto | yes | no)
 };
 
 void add_plan_flags(CLI::App& app, PlanFlags& f);

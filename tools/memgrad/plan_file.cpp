@@ -1,5 +1,6 @@
 #include "plan_file.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <sstream>
@@ -21,6 +22,19 @@ const char* offload_name(mg::budget::Offload o) {
 }
 }  // namespace
 
+mg::budget::CostModel cost_model_for(const mg::train::ModelSpec& spec, const StepFlags& flags,
+                                     const std::string& cost_model, const mg::plan::PlanOptions& options) {
+  if (cost_model != "fit") return mg::budget::CostModel::fixed();
+  // The blocks are alike: two of them run every kernel shape of the step (and the step from one
+  // block to the next), at a fraction of the whole model's time.
+  mg::train::ModelSpec fit = spec;
+  int64_t& blocks = spec.kind == mg::train::ModelSpec::Kind::GPT ? fit.gpt.n_layer : fit.mlp_layers;
+  blocks = std::min<int64_t>(blocks, kFitBlocks);
+  mg::plan::StepContext cpu = mg::plan::context(input_shape(flags));
+  cpu.device = mg::kCPU;
+  return mg::plan::fit_cost_model(train_program(fit, flags), cpu, options);
+}
+
 mg::plan::TimedPlan choose_mixed_plan(const mg::train::ModelSpec& spec, const StepFlags& flags, int64_t budget,
                                       const std::string& cost_model, const mg::plan::PlanOptions& options,
                                       std::vector<mg::plan::TimedPlan>* candidates) {
@@ -33,13 +47,7 @@ mg::plan::TimedPlan choose_mixed_plan(const mg::train::ModelSpec& spec, const St
     const double s = std::chrono::duration<double>(Clock::now() - t0).count();
     if (s > 3) std::fprintf(stderr, "memgrad: planning under the budget, %.0f s: %s\n", s, what.c_str());
   };
-  mg::budget::CostModel model = mg::budget::CostModel::fixed();
-  if (cost_model == "fit") {
-    StepContext cpu = ctx;
-    cpu.device = mg::kCPU;
-    o.progress("fitting the cost model to 3 steps on the cpu");
-    model = fit_cost_model(program, cpu, options);
-  }
+  const mg::budget::CostModel model = cost_model_for(spec, flags, cost_model, o);
   std::vector<TimedPlan> all = mixed_candidates(program, ctx, budget, model, o);
   TimedPlan best = best_mixed(all);
   if (candidates) *candidates = std::move(all);

@@ -9,6 +9,14 @@
 
 namespace memgrad_cli {
 
+// The cost model "fit" fits (plan::fit_cost_model) to steps on the cpu of the model cut to its first
+// kFitBlocks blocks: the blocks are alike, so those run every kernel shape of the whole step, and
+// the fit takes a fraction of the whole model's time (GPT-2 124M: 2 of its 12 blocks). "fixed":
+// CostModel::fixed(). options.progress, when set, hears of each step.
+inline constexpr int64_t kFitBlocks = 2;
+mg::budget::CostModel cost_model_for(const mg::train::ModelSpec& spec, const StepFlags& flags,
+                                     const std::string& cost_model, const mg::plan::PlanOptions& options);
+
 // The fastest of the mixed plan's candidates that fits `budget` (plan/mixed.h), priced by the cost
 // model fitted to the program on the cpu ("fit") or the fixed one ("fixed"); OutOfMemoryError when none
 // fits. Says on stderr what it plans when that takes more than a few seconds.

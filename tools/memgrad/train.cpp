@@ -142,8 +142,8 @@ void add_train_flags(CLI::App& app, TrainFlags& f) {
                  "memgrad plan --plan mixed --save-plan wrote: the same plan without choosing again")
       ->check(non_empty("mixed or a file name"));
   app.add_option("--cost-model", f.cost_model,
-                 "--plan mixed: fit (the kernels' rates fitted to a few steps on this cpu) or fixed (100 GFLOP/s, "
-                 "10 GB/s)")
+                 "--plan mixed: fit (the kernels' rates fitted to a few steps on this cpu of the model cut to 2 "
+                 "blocks) or fixed (100 GFLOP/s, 10 GB/s)")
       ->check(CLI::IsMember({"fit", "fixed"}))
       ->capture_default_str();
   app.add_option("--seed", f.seed, "seed of parameters, data and dropout")

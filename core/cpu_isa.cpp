@@ -1,5 +1,16 @@
+#include <cstdio>
+
 #include <memgrad/core/cpu_isa.h>
 #include <memgrad/core/cpu_isa_impl.h>
+
+// Which levels above the baseline this build compiled the CPU kernels for (CMakeLists.txt,
+// MG_CPU_LEVELS; defined for this file and kernels/cpu/backend.cpp): all of them unless told.
+#ifndef MG_CPU_HAS_AVX2
+#define MG_CPU_HAS_AVX2 1
+#endif
+#ifndef MG_CPU_HAS_AVX512
+#define MG_CPU_HAS_AVX512 1
+#endif
 
 namespace mg {
 
@@ -10,7 +21,18 @@ CpuIsa cpu_isa() {
 
 CpuIsa cpu_kernels_isa() {
 #ifdef MG_CPU_DISPATCH
-  return cpu_isa();
+  // cpu_isa(), or the highest level below it that this build has (a build for its own CPU's level,
+  // MG_CPU_LEVELS=host, run elsewhere or with MG_CPU_ISA lowered): said once on stderr.
+  static const CpuIsa isa = [] {
+    const CpuIsa want = cpu_isa();
+    const CpuIsa built = detail::highest_built_level(want, MG_CPU_HAS_AVX2, MG_CPU_HAS_AVX512);
+    if (built != want)
+      std::fprintf(stderr,
+                   "memgrad: this build has no %s copy of the CPU kernels (MG_CPU_LEVELS=host): they run at %s\n",
+                   to_string(want), to_string(built));
+    return built;
+  }();
+  return isa;
 #else
   return detail::compiled_cpu_isa();  // this file is compiled with the kernels' flags
 #endif

@@ -16,7 +16,8 @@ enum class CpuIsa {
 CpuIsa cpu_isa();
 
 // The level memgrad's own CPU kernels run at. A default build compiles them for every level and runs
-// those of cpu_isa(); a build with MG_NATIVE compiles them once, for the machine that built it.
+// those of cpu_isa(); one with MG_CPU_LEVELS=host for the baseline and its machine's level, and runs the
+// highest of those up to cpu_isa(); one with MG_NATIVE compiles them once, for the machine that built it.
 CpuIsa cpu_kernels_isa();
 
 // "baseline", "avx2", "avx512": MG_CPU_ISA's spelling.

@@ -50,6 +50,15 @@ static inline CpuIsa effective_cpu_isa() {
   return detected;
 }
 
+// The level memgrad's CPU kernels run at when the CPU (or MG_CPU_ISA) asks for `want` and the build
+// compiled them for the baseline and some of the levels above it (CMakeLists.txt, MG_CPU_LEVELS=host):
+// `want` where it was compiled, else the highest compiled level below it. The baseline always is.
+constexpr CpuIsa highest_built_level(CpuIsa want, bool avx2_built, bool avx512_built) {
+  if (want == CpuIsa::AVX512 && avx512_built) return CpuIsa::AVX512;
+  if (want >= CpuIsa::AVX2 && avx2_built) return CpuIsa::AVX2;
+  return CpuIsa::Baseline;
+}
+
 // The level the including file is compiled for (its -march).
 constexpr CpuIsa compiled_cpu_isa() {
 #if defined(__AVX512F__) && defined(__AVX512CD__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && \

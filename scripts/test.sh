@@ -27,7 +27,7 @@ if [ "$cuda" = OFF ]; then
   echo "NOTE: no nvcc (CUDA toolkit): the CUDA backend is not built, and its checks (tests/cuda) are skipped" >&2
 fi
 
-config=(-DMG_CUDA="$cuda")
+config=(-DMG_CUDA="$cuda" -DMG_CPU_LEVELS=all)  # every ISA level's CPU kernels, which tests/ checks (train.sh: host)
 if [ "$cuda" = ON ] && [ "$(mg_cached "$build" CMAKE_CUDA_ARCHITECTURES)" = native ]; then
   config+=(-DCMAKE_CUDA_ARCHITECTURES=90)  # train.sh's GPU-only build: tests/cuda checks sm_90 and compute_90
 fi

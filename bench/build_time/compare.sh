@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 42's measurement in one command: bench/build_time/run.sh for each commit, one after the other
 # (fresh clone, no compiler cache, scripts/train.sh --steps 1; with --test, scripts/test.sh after it),
-# then one line per commit: the seconds to the first training step and the build's CPU seconds. The
+# then one line per commit: the seconds to the first training step, to rebuild after touching one CPU
+# kernel file, and the build's CPU seconds. The
 # default commits are ea0741d (the build the issue measured) and HEAD. Each commit's full output, its
 # per-target and per-translation-unit tables included, is kept in <work>/<commit>.txt.
 #   bench/build_time/compare.sh [--test] [--work DIR] [REV...]     (default work: ${TMPDIR:-/tmp}/mg-build-time)
@@ -31,7 +32,7 @@ for rev in "${revs[@]}"; do
   line="$rev ($sha):"
   while read -r phase secs; do
     line+=" $phase ${secs} s wall,"
-  done < <(sed -nE 's/^(train|test): ([0-9]+) s wall.*/\1 \2/p' "$work/$sha.txt")
+  done < <(sed -nE 's/^(train|rebuild|test): ([0-9]+) s wall.*/\1 \2/p' "$work/$sha.txt")
   cpu=$(sed -nE 's/^\| all \| [0-9]+ \| [0-9.]+ \| ([0-9.]+) \|$/\1/p' "$work/$sha.txt" | paste -sd+ | bc)
   summary+=("$line compiles and links ${cpu} s CPU (user+sys)")
 done

@@ -4,8 +4,9 @@
 # training step, then each target's and each translation unit's wall and CPU (user+sys) seconds.
 #   bench/build_time/run.sh [--rev REV] [--repo DIR|URL] [--work DIR] [--test] [--top N]
 # --rev: the commit to clone (default HEAD of this checkout); --test: then scripts/test.sh in the same
-# clone (its build, ctest, the fuzz build), timed and tabled apart. Run it on a quiet machine for wall
-# times; CPU seconds move much less with load. Needs the packages installed (scripts/setup_deps.sh).
+# clone (its build, ctest, the fuzz build), timed and tabled apart. Between them, phase `rebuild`: the
+# rebuild after touching one CPU kernel file. Run it on a quiet machine for wall times; CPU seconds move
+# much less with load. Needs the packages installed (scripts/setup_deps.sh).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -13,6 +14,7 @@ rev=HEAD
 work=${TMPDIR:-/tmp}/mg-build-time
 test=0
 top=25
+kernel=kernels/cpu/elementwise.cpp
 while [ $# -gt 0 ]; do
   case $1 in
     --rev) rev=$2; shift 2 ;;
@@ -60,6 +62,12 @@ phase() {
 phase train scripts/train.sh --steps 1
 grep -m1 -E '^NOTE|CUDA' "$work/train.out" || true
 "$work/table.sh" "$work/train.tu" "$top"
+# A developer's rebuild after touching one CPU kernel file (its copies at each level built, the links):
+# kernels/cpu/elementwise.cpp, the largest baseline unit, in every commit since ea0741d.
+touch "$work/src/$kernel"
+phase rebuild cmake --build build -j"$(nproc)" --target memgrad_cli
+awk -v f="$kernel" '{ c += $2 + $3; n++ } END { printf "rebuild after touching %s: %d compiles and links, %.1f s CPU\n\n", f, n, c }' \
+  "$work/rebuild.tu"
 if [ "$test" = 1 ]; then
   phase test scripts/test.sh
   grep -E 'tests passed|tests failed|Total Test time' "$work/test.out" || true

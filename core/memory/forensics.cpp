@@ -16,7 +16,7 @@ namespace memory::impl {
 
 namespace {
 
-constexpr int64_t kPage = int64_t(kExpandablePage);
+constexpr int64_t kPageBytes = int64_t(kExpandablePage);
 constexpr int64_t kNoLimit = INT64_MAX / 4;  // headroom without a limit: the device's answer is unknown
 
 BlockRef ref(const Chunk* c) {
@@ -48,7 +48,7 @@ void add_hole(PoolFragmentation& p, int64_t size) {
 // The bytes of whole pages (counted from the segment's start) inside chunk `c`.
 int64_t whole_pages(const Chunk* c) {
   const int64_t begin = int64_t(c->addr - c->segment->base), end = begin + int64_t(c->size);
-  return std::max<int64_t>(0, end / kPage * kPage - (begin + kPage - 1) / kPage * kPage);
+  return std::max<int64_t>(0, end / kPageBytes * kPageBytes - (begin + kPageBytes - 1) / kPageBytes * kPageBytes);
 }
 
 // A candidate for SplitHole: the chunks first..last of one segment, with the free and live bytes
@@ -242,7 +242,7 @@ Fragmentation analyze(DeviceState& s, const Block* b, const cuda::Stream& stream
   if (auto it = s.growing.find({key, f.small_request}); it != s.growing.end())
     for (const Chunk* u : it->second->unmapped)
       if (u->prev && u->prev->is_free()) tail = std::max(tail, int64_t(u->prev->size));
-  const auto pages = [](int64_t n) { return (std::max<int64_t>(0, n) + kPage - 1) / kPage * kPage; };
+  const auto pages = [](int64_t n) { return (std::max<int64_t>(0, n) + kPageBytes - 1) / kPageBytes * kPageBytes; };
   f.new_memory = f.expandable ? pages(f.request - tail) : f.request;
   const int64_t headroom = f.limit ? f.limit - f.reserved : kNoLimit;
   // Past any address space, or the address space the system allows (or a test's injected failure),

@@ -1,24 +1,25 @@
 // One ISA level's CPU kernels as Backend tables (compiled per level, kernels/cpu/cpu_kernels.h). A level
 // above the baseline compiles only the kernel families that gain from its ISA (CMakeLists.txt,
-// MG_CPU_BASELINE_FAMILIES): its tables start as the level's below (avx2 under avx512, the baseline
-// under avx2) and take this level's own kernels, those its objects define. They are declared weak here,
-// so the others' addresses are null.
-#include <string_view>
-
+// MG_CPU_BASELINE_FAMILIES): its tables start as the level's below (MG_CPU_TABLE_BELOW: avx2 under
+// avx512, or the baseline where the build left avx2 out) and take this level's own kernels, those its
+// objects define. They are declared weak here, so the others' addresses are null.
 #include <memgrad/kernels/cpu/cpu_kernels.h>
 
 #ifdef MG_CPU_ISA_BELOW  // a level above the baseline (CMakeLists.txt)
 #define MG_CPU_LEVEL_ABOVE 1
-namespace mg::cpu {
-#define MG_CPU_LEVEL_TABLES(ns)            \
-  namespace ns {                           \
-  const kernels::Backend& table();         \
-  const kernels::Backend& scratch_table(); \
-  }
-MG_CPU_LEVEL_TABLES(baseline)
-MG_CPU_LEVEL_TABLES(avx2)
-#undef MG_CPU_LEVEL_TABLES
-}  // namespace mg::cpu
+#ifndef MG_CPU_TABLE_BELOW
+#error "a level above the baseline is compiled with MG_CPU_TABLE_BELOW, the level its tables start from"
+#endif
+// Weak: a build may leave that level out (MG_CPU_LEVELS=host), and then its address is null and the
+// tables start from the baseline's. (Not a definition per build: the level's flags stay the same.)
+namespace mg::cpu::MG_CPU_TABLE_BELOW {
+__attribute__((weak)) const kernels::Backend& table();
+__attribute__((weak)) const kernels::Backend& scratch_table();
+}  // namespace mg::cpu::MG_CPU_TABLE_BELOW
+namespace mg::cpu::baseline {
+const kernels::Backend& table();
+const kernels::Backend& scratch_table();
+}  // namespace mg::cpu::baseline
 
 namespace mg::cpu::MG_CPU_ISA_NS {
 #define MG_KERNEL(name, ret, ...) __attribute__((weak)) ret name(__VA_ARGS__);
@@ -32,18 +33,10 @@ namespace mg::cpu::MG_CPU_ISA_NS {
 
 namespace mg::cpu::MG_CPU_ISA_NS {
 
-namespace {
-#define MG_CPU_NAME(ns) MG_CPU_NAME_(ns)
-#define MG_CPU_NAME_(ns) #ns
-[[maybe_unused]] constexpr bool kAboveAvx2 = std::string_view(MG_CPU_NAME(MG_CPU_ISA_NS)) == "avx512";
-#undef MG_CPU_NAME
-#undef MG_CPU_NAME_
-}  // namespace
-
 const Backend& table() {
   static const Backend b = [] {
 #if MG_CPU_LEVEL_ABOVE
-    Backend k = kAboveAvx2 ? avx2::table() : baseline::table();
+    Backend k = MG_CPU_TABLE_BELOW::table ? MG_CPU_TABLE_BELOW::table() : baseline::table();
 #define MG_KERNEL(name, ...) \
   if (name) k.name = name;
 #else
@@ -60,7 +53,7 @@ const Backend& table() {
 const Backend& scratch_table() {
   static const Backend b = [] {
 #if MG_CPU_LEVEL_ABOVE
-    Backend k = kAboveAvx2 ? avx2::scratch_table() : baseline::scratch_table();
+    Backend k = MG_CPU_TABLE_BELOW::scratch_table ? MG_CPU_TABLE_BELOW::scratch_table() : baseline::scratch_table();
 #define MG_SCRATCH(name) \
   if (name##_scratch) k.name = &ScratchOnly<&name##_scratch>::run;
 #else

@@ -7,6 +7,8 @@
 #include <tuple>
 #include <vector>
 
+#include <memgrad/core/cpu_isa_impl.h>
+
 #include "expect_error.h"
 
 using namespace mg;
@@ -70,4 +72,19 @@ TEST_CASE("env: a bad value is one short line naming the variable, its value cut
     CHECK(what.find("MG_MEMORY_LIMIT=xxx") == 0);
   }
   expect_error<ValueError>([&] { set_allocator_config(long_value); }, {"(100000 characters)", "unknown key"});
+}
+
+TEST_CASE("cpu isa: a level the build left out (MG_CPU_LEVELS=host) runs the highest compiled below it") {
+  using detail::highest_built_level;
+  constexpr CpuIsa B = CpuIsa::Baseline, A2 = CpuIsa::AVX2, A5 = CpuIsa::AVX512;
+  for (bool avx2 : {false, true})
+    for (bool avx512 : {false, true}) {
+      CAPTURE(avx2);
+      CAPTURE(avx512);
+      CHECK(highest_built_level(B, avx2, avx512) == B);
+      CHECK(highest_built_level(A2, avx2, avx512) == (avx2 ? A2 : B));
+      CHECK(highest_built_level(A5, avx2, avx512) == (avx512 ? A5 : avx2 ? A2 : B));
+    }
+  // This build's answer: a level it has, never above the CPU's (or MG_CPU_ISA's).
+  CHECK(cpu_kernels_isa() <= cpu_isa());
 }

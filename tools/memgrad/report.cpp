@@ -67,6 +67,8 @@ void print_kernel_times(const mg::KernelProfile& profile, double wall_seconds, i
   line("step", "", wall_seconds);
   // What the cpu kernels ran on here (DESIGN principle 8): the ISA level and each variant's library.
   std::printf("  cpu: %s;", mg::to_string(mg::cpu_isa()));
+  if (mg::cpu_kernels_isa() != mg::cpu_isa())  // a build without this level's copy (MG_CPU_LEVELS=host)
+    std::printf(" memgrad's kernels: %s;", mg::to_string(mg::cpu_kernels_isa()));
   for (const std::string& op : mg::kernel_ops(mg::DeviceType::CPU)) {
     const std::string variant = mg::kernel_variant(mg::DeviceType::CPU, op);
     const std::string detail = mg::kernel_variant_detail(mg::DeviceType::CPU, op, variant);

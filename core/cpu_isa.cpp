@@ -3,15 +3,6 @@
 #include <memgrad/core/cpu_isa.h>
 #include <memgrad/core/cpu_isa_impl.h>
 
-// Which levels above the baseline this build compiled the CPU kernels for (CMakeLists.txt,
-// MG_CPU_LEVELS; defined for this file and kernels/cpu/backend.cpp): all of them unless told.
-#ifndef MG_CPU_HAS_AVX2
-#define MG_CPU_HAS_AVX2 1
-#endif
-#ifndef MG_CPU_HAS_AVX512
-#define MG_CPU_HAS_AVX512 1
-#endif
-
 namespace mg {
 
 CpuIsa cpu_isa() {
@@ -22,7 +13,8 @@ CpuIsa cpu_isa() {
 CpuIsa cpu_kernels_isa() {
 #ifdef MG_CPU_DISPATCH
   // cpu_isa(), or the highest level below it that this build has (a build for its own CPU's level,
-  // MG_CPU_LEVELS=host, run elsewhere or with MG_CPU_ISA lowered): said once on stderr.
+  // MG_CPU_LEVELS=host, run elsewhere or with MG_CPU_ISA lowered): said once on stderr. CMakeLists.txt
+  // defines MG_CPU_HAS_<LEVEL> (0 or 1) for this file and kernels/cpu/backend.cpp.
   static const CpuIsa isa = [] {
     const CpuIsa want = cpu_isa();
     const CpuIsa built = detail::highest_built_level(want, MG_CPU_HAS_AVX2, MG_CPU_HAS_AVX512);

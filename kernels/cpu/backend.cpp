@@ -12,11 +12,8 @@ namespace mg::cpu {
 #ifdef MG_CPU_DISPATCH
 // The levels this build compiled (CMakeLists.txt, MG_CPU_LEVELS; all unless told): cpu_kernels_isa()
 // names one of them. A level left out has no table, and null stands for it here.
-#ifndef MG_CPU_HAS_AVX2
-#define MG_CPU_HAS_AVX2 1
-#endif
-#ifndef MG_CPU_HAS_AVX512
-#define MG_CPU_HAS_AVX512 1
+#if !defined(MG_CPU_HAS_AVX2) || !defined(MG_CPU_HAS_AVX512)
+#error "CMakeLists.txt defines MG_CPU_HAS_AVX2 and MG_CPU_HAS_AVX512 (0 or 1) for this file"
 #endif
 MG_CPU_LEVEL(baseline)
 #if MG_CPU_HAS_AVX2

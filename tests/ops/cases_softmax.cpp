@@ -104,6 +104,7 @@ MG_OP_CASES(scaled_masked_softmax) {
   add_case("scaled_masked_softmax_plain", {U({2, 3, 5, 7}, -3, 3)}, scaled(0.5));
   add_case("scaled_masked_softmax_causal", {U({2, 5, 5}, -3, 3)}, scaled(0.35, true));
   add_case("scaled_masked_softmax_causal_wide", {U({2, 4, 6}, -3, 3)}, scaled(1.0, true));
+  add_case("scaled_masked_softmax_causal_tall", {U({2, 6, 4}, -3, 3)}, scaled(0.6, true));  // rows past Tk see all
   add_case("scaled_masked_softmax_causal_transposed", {U({2, 6, 6}, -3, 3).permute({0, 2, 1})}, scaled(0.7, true));
   add_case("scaled_masked_softmax_bool", {U({2, 3, 5, 6}, -3, 3), keys_seen({5, 6})}, scaled(0.5));
   add_case("scaled_masked_softmax_bool_per_batch", {U({2, 3, 5, 6}, -3, 3), keys_seen({2, 1, 5, 6})}, scaled(2.0));

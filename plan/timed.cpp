@@ -72,16 +72,20 @@ budget::CostModel fit_cost_model(const Program& program, const StepContext& ctx,
     const Device& d;
     ~Off() { budget::disable(d); }
   } off{d};
-  const int64_t timed = std::max<int64_t>(options.steps, 3), steps = 2 + timed + 2;
-  int64_t k = 0;
-  if (options.progress) options.progress("fitting the cost model: building the program on the cpu");
-  const Step program_step = program(ctx);
-  const std::function<void()> step = [&] {
-    if (options.progress)
-      options.progress("fitting the cost model: step " + std::to_string(++k) + " of " + std::to_string(steps) +
-                       " on the cpu");
-    program_step();
+  const int64_t timed = std::max<int64_t>(options.steps, 3);
+  auto say = [&](const std::string& what) {
+    if (options.progress) options.progress("fitting the cost model: " + what + " on the cpu");
   };
+  say("building the program");
+  const Step program_step = program(ctx);
+  // Each phase counts its own steps: the host copies' two run only where offloading has room.
+  const auto counted = [&](const std::string& phase, int64_t total) {
+    return [&, phase, total, k = int64_t(0)]() mutable {
+      say(phase + "step " + std::to_string(++k) + " of " + std::to_string(total));
+      program_step();
+    };
+  };
+  const std::function<void()> step = counted("", 2 + timed);
   for (int i = 0; i < 2; ++i) step();  // the optimizer state made, the memory touched: steady steps follow
   // Each step fitted on its own, and the fastest step's fit kept: a burst of load elsewhere slows a
   // step, not the machine, and measure_plan times a plan by its fastest step too.
@@ -102,7 +106,7 @@ budget::CostModel fit_cost_model(const Program& program, const StepContext& ctx,
   // floor of GPT-2 124M cut to two blocks, whose parameters and AdamW state are most of it).
   const int64_t peak = memory_stats(d).peak_allocated,
                 floor = budget::floor(d, budget::Remat::None, budget::Offload::Activations).bytes;
-  if (floor < peak) time_host_copies(d, floor + (peak - floor) / 2, step, fastest);
+  if (floor < peak) time_host_copies(d, floor + (peak - floor) / 2, counted("host copies, ", 2), fastest);
   return fastest;
 }
 

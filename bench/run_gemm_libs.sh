@@ -74,7 +74,8 @@ for s in shapes:
 sizes = run["shapes"]
 loads = {"mlp": ["mlp "], "gpt": ["gpt "], "gpt256": ["gpt256 "], "gpt512": ["gpt512 "],
          "gpt512f": ["gpt512 qkv", "gpt512 proj", "gpt512 fc", "gpt512 head", "gpt512f "], "gpt2": ["gpt2 "]}
-print(f"\nms a step in these products at these rates ({share_of} threads' shares in parallel)\n")
+how = f"{share_of} threads' shares in parallel" if share_of > 1 else f"whole products on {t} thread(s)"
+print(f"\nms a step in these products at these rates ({how})\n")
 print("| workload | " + " | ".join(cols) + " | fastest per shape |")
 print("|---|" + "---:|" * (len(cols) + 1))
 for w, prefixes in loads.items():

@@ -4,7 +4,8 @@
 # (bench_train_step vs train_step.py: median step time, peak memory). Prints memgrad/PyTorch ratios.
 #   bench/compare/run.sh            environment: MG_BUILD_DIR (default build-bench), THREADS (2),
 #                                   STEPS (training steps timed per side, default 10), ROUNDS (2),
-#                                   PEER_PYTHON (default <repo>/build-peers/venv/bin/python when it exists)
+#                                   PEER_PYTHON (default <repo>/build-peers/venv/bin/python when it exists),
+#                                   OUT (a folder to keep the runs' JSON in; default a temporary one)
 # PEER_PYTHON is the venv of bench/compare/setup_peers.sh (newest torch from PyPI, JAX): with it, each
 # workload also runs torch 2.x eager, torch 2.x with torch.compile and JAX jit, and a last table gives
 # memgrad's step time over the fastest peer's.
@@ -25,16 +26,21 @@
 # and the steal time the host took from the virtual CPUs during the step).
 set -euo pipefail
 if [ "${AVX2:-0}" = both ]; then
-  AVX2=0 "$BASH" "$0"
+  AVX2=0 OUT=${OUT:+$OUT/own} "$BASH" "$0"
   echo
-  AVX2=1 exec "$BASH" "$0"
+  AVX2=1 OUT=${OUT:+$OUT/avx2} exec "$BASH" "$0"
 fi
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${MG_BUILD_DIR:-$root/build-bench}
 threads=${THREADS:-2}
 rounds=${ROUNDS:-2}
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+if [ -n "${OUT:-}" ]; then  # the runs' JSON kept there (with AVX2=both, in OUT/own and OUT/avx2)
+  out=$OUT
+  mkdir -p "$out"
+else
+  out=$(mktemp -d)
+  trap 'rm -rf "$out"' EXIT
+fi
 
 # Debian's torch needs Debian's python; a pyenv/venv python3 first on PATH may lack it.
 py=${PYTHON:-python3}
@@ -68,6 +74,16 @@ workloads=()
 for w in "${all[@]}"; do
   [[ " ${WORKLOADS:-mlp gpt gpt-256 gpt-512 gpt-512f gpt2} " == *" ${w%% *} "* ]] && workloads+=("$w")
 done
+# A peer that crashes (torch.compile once aborted in glibc's malloc on GPT-2, one round of three) runs
+# once more; failing twice, its round is left out, said on stderr, and the tables use the others.
+peer_step() {  # output file, then the command
+  local f=$1
+  shift
+  "$@" >"$f" || "$@" >"$f" || {
+    echo "bench/compare: failed twice, its round left out: $*" >&2
+    rm -f "$f"
+  }
+}
 for r in $(seq "$rounds"); do
   for w in "${workloads[@]}"; do
     set -- $w
@@ -78,9 +94,10 @@ for r in $(seq "$rounds"); do
     "$build/bench/bench_train_step" "$kind" "$steps" "$@" >"$out/mg.$name.$r.json"
     "$py" "$root/bench/compare/train_step.py" "$kind" "$steps" "$@" >"$out/pt.$name.$r.json"
     if [ -n "$peer" ]; then
-      "$peer" "$root/bench/compare/train_step.py" "$kind" "$steps" "$@" >"$out/t2.$name.$r.json"
-      TORCH_COMPILE=1 "$peer" "$root/bench/compare/train_step.py" "$kind" "$steps" "$@" >"$out/tc.$name.$r.json"
-      "${jax_run[@]}" "$root/bench/compare/train_step_jax.py" "$kind" "$steps" "$@" >"$out/jx.$name.$r.json"
+      peer_step "$out/t2.$name.$r.json" "$peer" "$root/bench/compare/train_step.py" "$kind" "$steps" "$@"
+      peer_step "$out/tc.$name.$r.json" env TORCH_COMPILE=1 "$peer" "$root/bench/compare/train_step.py" "$kind" \
+        "$steps" "$@"
+      peer_step "$out/jx.$name.$r.json" "${jax_run[@]}" "$root/bench/compare/train_step_jax.py" "$kind" "$steps" "$@"
     fi
   done
 done
@@ -97,6 +114,9 @@ done
 "$py" - "$out" "$rounds" "${workloads[@]}" <<'PY'
 import json, os, statistics, sys
 out, rounds, workloads = sys.argv[1], int(sys.argv[2]), [w.split()[0] for w in sys.argv[3:]]
+# A side's rounds of a workload that ran (run.sh leaves out a peer's round that failed twice).
+def runs_of(p, name):
+    return [json.load(open(f)) for r in range(1, rounds + 1) if os.path.exists(f := f"{out}/{p}.{name}.{r}.json")]
 load = open("/proc/loadavg").read().split()[:3]
 pt_version = json.load(open(f"{out}/pt.{workloads[0]}.1.json"))["torch"]
 print(f"threads {os.environ['OMP_NUM_THREADS']}, torch {pt_version}, load average after the run {' '.join(load)}"
@@ -144,9 +164,9 @@ print(f"{'workload':9} {'side':15} {'min ms':>8} {'max ms':>8} {'max/min':>7} {'
       f"{'vol csw':>7} {'invol csw':>9} {'steal ms':>8} {'threads':>7}")
 for name in workloads:
     for p, label in sides:
-        if not os.path.exists(f"{out}/{p}.{name}.1.json"):
+        runs = runs_of(p, name)
+        if not runs:
             continue
-        runs = [json.load(open(f"{out}/{p}.{name}.{r}.json")) for r in range(1, rounds + 1)]
         steps = [m for x in runs for m in x["ms"]]
         cnt = lambda key: (f"{statistics.median(x[key] for x in runs):.0f}" if key in runs[0] else "-")
         steal = f"{statistics.median(x['steal_ms'] for x in runs):.1f}" if "steal_ms" in runs[0] else "-"
@@ -155,12 +175,13 @@ for name in workloads:
         print(f"{name:9} {label:15} {min(steps):8.1f} {max(steps):8.1f} {max(steps) / min(steps):7.2f} {cpu:>8} "
               f"{cnt('faults'):>7} {cnt('csw_voluntary'):>7} {cnt('csw_involuntary'):>9} {steal:>8} {threads:>7}")
 
-if not os.path.exists(f"{out}/t2.{workloads[0]}.1.json"):
+if not any(runs_of("t2", name) for name in workloads):
     sys.exit(0)
-# Every peer: median of the per-round median steps, and memgrad's over the fastest peer's.
+# Every peer: median of the per-round median steps, and memgrad's over the fastest peer's; a peer
+# with rounds left out: over the rounds it ran (the count after its time), "-" with none.
 peers = [("pt", "torch 1.13"), ("t2", "torch 2 eager"), ("tc", "torch 2 compile"), ("jx", "JAX jit")]
-t2 = json.load(open(f"{out}/t2.{workloads[0]}.1.json"))
-jx = json.load(open(f"{out}/jx.{workloads[0]}.1.json"))
+t2 = next(r[0] for r in (runs_of("t2", name) for name in workloads) if r)
+jx = next((r[0] for r in (runs_of("jx", name) for name in workloads) if r), {"jax": "-"})
 print(f"\nstep ms, median of {rounds} rounds (torch {pt_version}; torch {t2['torch']}; jax {jx['jax']})")
 print(f"{'workload':9} {'memgrad':>8} " + " ".join(f"{label:>15}" for _, label in peers) + f" {'mg/fastest':>10}")
 # The best single step of all rounds too: on a machine whose speed drifts, the steadier figure.
@@ -168,9 +189,11 @@ for stat, key, pick in [("median", "step_ms", statistics.median), ("best", "min_
     if stat == "best":
         print(f"step ms, best single step of all {rounds} rounds")
     for name in workloads:
-        of = lambda p: pick(json.load(open(f"{out}/{p}.{name}.{r}.json"))[key] for r in range(1, rounds + 1))
-        mg, times = of("mg"), [of(p) for p, _ in peers]
-        print(f"{name:9} {mg:8.1f} " + " ".join(f"{t:15.1f}" for t in times) + f" {mg / min(times):10.2f}")
+        of = lambda p: (lambda runs: (pick(x[key] for x in runs), len(runs)) if runs else (None, 0))(runs_of(p, name))
+        mg, times = of("mg")[0], [of(p) for p, _ in peers]
+        cell = lambda t, n: "-" if t is None else f"{t:.1f}" + ("" if n == rounds else f" ({n})")
+        print(f"{name:9} {mg:8.1f} " + " ".join(f"{cell(t, n):>15}" for t, n in times)
+              + f" {mg / min(t for t, _ in times if t is not None):10.2f}")
 # What the goal asks against what GEMM alone costs: memgrad's matrix FLOPs per step (FlopCounter)
 # at the machine's best GEMM rate (square 2048, the faster library) are a floor no schedule of the
 # same products beats; the step's own shapes run slower than that. (Fused causal attention counts
@@ -185,8 +208,7 @@ print(f"{'workload':9} {'GFLOP':>7} {'floor ms':>9} {'0.8 x fastest':>14} {'floo
 for name in workloads:
     mgs = [json.load(open(f"{out}/mg.{name}.{r}.json")) for r in range(1, rounds + 1)]
     gflop = mgs[0]["gemm_gflop"]
-    fastest = min(statistics.median(json.load(open(f"{out}/{p}.{name}.{r}.json"))["step_ms"] for r in range(1, rounds + 1))
-                  for p, _ in peers)
+    fastest = min(statistics.median(x["step_ms"] for x in runs) for p, _ in peers if (runs := runs_of(p, name)))
     floor, goal = gflop / ceiling * 1e3, 0.8 * fastest
     matmul = statistics.median(x["matmul_ms"] for x in mgs)
     rest = statistics.median(x["profiled_step_ms"] - x["matmul_ms"] for x in mgs)

@@ -63,7 +63,9 @@ constexpr CpuIsa kCompiledIsa = detail::compiled_cpu_isa();
 // the enum's order the faster one, keyed by the CPU's vendor and the level of the code the libraries
 // run (the best level any offers for float32). No row: the enum's order. The rates are bench_gemm_libs's
 // (bench/run_gemm_libs.sh): every library on the products of bench/compare's six training steps, one
-// thread's share of each as matmul splits it over two threads; bench/RESULTS.md, issue 46, has them.
+// thread's share of each as matmul splits it over two threads. bench/results/gemm_libs_zen4_2026-12-07.md
+// has every library's rates on a Zen 4 at both levels; bench/RESULTS.md (issue 46) what `auto` costs
+// against the fastest library per shape: 0.2-1.6% more at AVX-512, 1-5% at AVX2.
 struct GemmRow {
   bool amd;
   CpuIsa level;

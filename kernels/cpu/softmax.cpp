@@ -112,30 +112,36 @@ void scaled_masked_softmax(const Tensor& x, const Tensor& mask, const Out& out, 
     auto rows = [&](auto masked) {
       parallel_for(BH * Tq, x.numel() >= kParallelGrain && BH * Tq > 1, [&](int64_t row) {
         const int64_t bh = row / Tq, i = row % Tq, off = m.kind == Kind::None ? 0 : m.offset(bh, i, 0);
-        // Keys k >= seen fail the causal mask: their exp is 0, so only the first `seen` are computed
-        // (half a causal square's exps) and the rest filled with 0.
-        const int64_t seen = causal ? std::min(i + 1, Tk) : Tk;
+        const int64_t seen = causal ? i + 1 : Tk;  // keys k < seen pass the causal mask: a select, no branch
+        // A causal row's keys past the sum block of its first hidden key add exactly 0 to the sum:
+        // they are not computed but copied from that key's value (0, or NaN where the composed ops
+        // give NaN), the rest is the composed ops' sum bit for bit, and a causal square skips up to
+        // half its exps.
+        const int64_t n = causal ? std::min(Tk, (seen / kSumBlock + 1) * kSumBlock) : Tk;
         const T* xr = xp + row * Tk;
         T* yr = yp + row * Tk;
         const int64_t stride_k = m.stride_k;
-        auto v = [=](int64_t k) { return masked(A(load(store<T>(A(load(xr[k])) * sc))), off + k * stride_k); };
+        auto v = [=](int64_t k) {
+          const A s = A(load(store<T>(A(load(xr[k])) * sc)));
+          return masked(k < seen ? s : hidden, off + k * stride_k);
+        };
         if constexpr (kSimdRows<T>) {  // the scores into y, then softmax in place
           A mx = hidden;
 #pragma omp simd reduction(max : mx)
-          for (int64_t k = 0; k < seen; ++k) {
+          for (int64_t k = 0; k < n; ++k) {
             yr[k] = v(k);
             mx = std::max(mx, yr[k]);
           }
-          softmax_row<A>([yr](int64_t k) { return yr[k]; }, yr, seen, mx);
+          softmax_row<A>([yr](int64_t k) { return yr[k]; }, yr, n, mx);
         } else {
           A mx = hidden;
-          for (int64_t k = 0; k < seen; ++k) mx = std::max(mx, v(k));
+          for (int64_t k = 0; k < n; ++k) mx = std::max(mx, v(k));
           double sum = 0;
-          for (int64_t k = 0; k < seen; ++k) sum += double(exp_v(v(k) - mx));
+          for (int64_t k = 0; k < n; ++k) sum += double(exp_v(v(k) - mx));
           const A inv = A(1.0 / sum);
-          for (int64_t k = 0; k < seen; ++k) yr[k] = store<T>(exp_v(v(k) - mx) * inv);
+          for (int64_t k = 0; k < n; ++k) yr[k] = store<T>(exp_v(v(k) - mx) * inv);
         }
-        std::fill(yr + seen, yr + Tk, store<T>(A(0)));
+        if (n < Tk) std::fill(yr + n, yr + Tk, yr[seen]);
       });
     };
     switch (m.kind) {

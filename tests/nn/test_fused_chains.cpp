@@ -58,6 +58,25 @@ TEST_CASE("scaled_masked_softmax: the composed ops' values bit for bit, and thei
       if (m1.defined() && m1.requires_grad()) CHECK(max_diff(m1.grad(), m2.grad()) == 0);
     }
   }
+  // Causal rows past the kernel's first 256-key sum block (it fills the keys past the block of a
+  // row's first hidden key instead of computing them): still bit for bit, and where a row's every
+  // seen score is -inf, NaN over the whole row as the composed ops give.
+  for (DType dt : {kFloat32, kBFloat16}) {
+    CAPTURE(dt);
+    Tensor x = randn({2, 600, 600}).to(dt), up = randn({2, 600, 600}).to(dt);
+    x.select(1, 0).select(1, 0).fill_(-INFINITY);  // row 0 sees key 0 only
+    Tensor x1 = x.clone().requires_grad_(true), x2 = x.clone().requires_grad_(true);
+    Tensor fused = scaled_masked_softmax(x1, 0.3, {}, true), ref = composed_softmax(x2, 0.3, {}, true);
+    Tensor nan1 = ne(fused, fused), nan2 = ne(ref, ref);
+    auto count = [](const Tensor& t) { return t.to(kFloat64).sum().item<double>(); };
+    CHECK(count(nan2.select(1, 0)) == 2 * 600);
+    CHECK(count(ne(nan1, nan2)) == 0);
+    CHECK(max_diff(masked_fill(fused, nan1, 0.0), masked_fill(ref, nan2, 0.0)) == 0);
+    (masked_fill(fused, nan1, 0.0) * up).sum().backward();
+    (masked_fill(ref, nan2, 0.0) * up).sum().backward();
+    Tensor g1 = x1.grad().narrow(1, 1, 599), g2 = x2.grad().narrow(1, 1, 599);  // row 0's gradient is NaN
+    CHECK(max_diff(g1, g2) == 0);
+  }
   auto r = gradcheck([](const std::vector<Tensor>& t) { return scaled_masked_softmax(t[0], 0.7, t[1]); },
                      {randn({2, 5, 6}, kFloat64).requires_grad_(true), randn({5, 6}, kFloat64).requires_grad_(true)});
   CHECK_MESSAGE(r.ok, r.message);

@@ -1,10 +1,11 @@
 // One training step (zero_grad, forward, loss, backward, AdamW step) of an MLP or a GPT: the
 // median step time after warm-up and the ledger's peak over one steady-state step. Prints one JSON
 // object; bench/compare/train_step.py runs the same workloads in PyTorch. Then as many steps again
-// under a KernelProfile: time in the matmul kernels, in all kernels, and by kernel. Beside each timed
-// step, counts that load on a shared machine hardly changes (train_step.py reads the same): page faults,
-// voluntary and involuntary context switches of the whole process, its threads, and the machine's
-// steal time (a virtual CPU's time taken by the host: the machine's share of a step's swing).
+// under a KernelProfile: time in the matmul kernels, in all kernels, and by kernel (ms and calls per
+// step). Beside each timed step, counts that load on a shared machine hardly changes (train_step.py
+// reads the same): page faults, voluntary and involuntary context switches of the whole process, its
+// threads, and the machine's steal time (a virtual CPU's time taken by the host: the machine's share
+// of a step's swing).
 //   bench_train_step mlp [steps=20] [batch=256] [in=784] [hidden=1024] [layers=2] [classes=10]
 //   bench_train_step gpt [steps=10] [n_layer=4] [n_head=4] [n_embd=128] [vocab=2048] [batch=8] [seq=128]
 //   bench_train_step gpt-fused ...   the same GPT with fused attention (scaled_dot_product_attention)
@@ -167,6 +168,8 @@ int main(int argc, char** argv) try {
   const bool half = precision == "bf16" || precision == "fp16";
   const amp::AutocastState autocast{half, precision == "bf16" ? kBFloat16 : kFloat16};
   optim::AdamW opt(w.model->parameters(), optim::AdamWOptions(1e-3));
+  int64_t params = 0;  // what AdamW updates: its bytes per step are a floor (bench/compare, bench_roofline)
+  for (const Tensor& p : w.model->parameters()) params += p.numel();
   double loss = 0;
   auto step = [&] {
     opt.zero_grad(/*set_to_none=*/true);
@@ -225,10 +228,11 @@ int main(int argc, char** argv) try {
       "\"workload\": \"%s\", \"config\": \"%s\", \"device\": \"%s\", \"precision\": \"%s\", \"checkpoint\": "
       "\"%s\", \"threads\": \"%s\", \"steps\": %d, \"step_ms\": %.3f, "
       "\"min_ms\": %.3f, \"cpu_ms\": %.3f, \"peak_bytes\": %lld, \"peak_allocated\": %lld, \"gemm_gflop\": %.4f, "
+      "\"params\": %lld, "
       "\"loss\": %.6f, \"ms\": [",
       w.name.c_str(), w.config.c_str(), device.str().c_str(), precision.c_str(), checkpoint.c_str(),
       threads ? threads : "unset", steps, median(ms), *std::min_element(ms.begin(), ms.end()), median(cpu_ms),
-      (long long)s.peak_requested, (long long)s.peak_allocated, gemm_flops * 1e-9, loss);
+      (long long)s.peak_requested, (long long)s.peak_allocated, gemm_flops * 1e-9, (long long)params, loss);
   for (size_t i = 0; i < ms.size(); ++i) std::printf("%s%.3f", i ? ", " : "", ms[i]);
   std::printf("], \"cpu_ms_all\": [");
   for (size_t i = 0; i < cpu_ms.size(); ++i) std::printf("%s%.3f", i ? ", " : "", cpu_ms[i]);
@@ -240,6 +244,9 @@ int main(int argc, char** argv) try {
               median(profiled_ms), median(matmul_ms), median(kernel_ms));
   for (size_t i = 0; i < by_kernel.size(); ++i)
     std::printf("%s\"%s\": %.3f", i ? ", " : "", by_kernel[i].kernel.c_str(), 1e3 * by_kernel[i].seconds / steps);
+  std::printf("}, \"kernel_calls\": {");  // per step
+  for (size_t i = 0; i < by_kernel.size(); ++i)
+    std::printf("%s\"%s\": %lld", i ? ", " : "", by_kernel[i].kernel.c_str(), (long long)(by_kernel[i].calls / steps));
   std::printf("}}\n");
   return 0;
 } catch (const std::exception& e) {

@@ -20,17 +20,11 @@ struct NewestFirst {
   bool operator()(Node* a, Node* b) const { return a->sequence_nr() < b->sequence_nr(); }
 };
 
-void accumulate(Tensor& slot, Tensor&& g) {
-  if (!g.defined()) return;
-  if (!slot.defined())
-    slot = std::move(g);
-  else
-    slot = math::add(slot, g);
-}
-
 // The budget runtime (core/budget/budget.h), as backward meets it: the one place the engine reaches
 // it. Each hook does nothing unless some device is under a budget now.
 struct BudgetHooks {
+  // Whether a device is under a budget now: accumulate() then adds out of place (see there).
+  static bool active() { return budget::detail::any_active(); }
   // `g` is a gradient seeded into the pass: what kernels make from it stays a gradient.
   static void seed(const Tensor& g) {
     if (budget::detail::any_active()) budget::detail::mark_gradient(g);
@@ -46,6 +40,23 @@ struct BudgetHooks {
     budget::detail::prefetch(reads);
   }
 };
+
+// A second gradient for one slot is added into the first in place when the engine alone holds that
+// buffer and records no history: a tensor used twice (a tied embedding, a residual) then costs two
+// buffers of its size at once, not three. Not under a budget: its runtime rescues a cell before an
+// in-place write, and a mixed plan made on meta then offloads other cells than the cpu run does
+// (tests/plan/test_mixed.cpp).
+void accumulate(Tensor& slot, Tensor&& g) {
+  if (!g.defined()) return;
+  if (!slot.defined()) {
+    slot = std::move(g);
+  } else if (!GradMode::is_enabled() && !BudgetHooks::active() && slot.shape() == g.shape() &&
+             slot.dtype() == g.dtype() && slot.device() == g.device() && sole_buffer(slot)) {
+    slot.add_(g);
+  } else {
+    slot = math::add(slot, g);
+  }
+}
 
 // What a pass computes: with no captures, every reachable node runs and leaves accumulate into
 // .grad; with captures, the gradients arriving at those edges are returned and only the nodes

@@ -121,6 +121,11 @@ TensorList FunctionNode::apply(TensorList&& grad_outputs) {
   return fn_(grad_outputs, *this);
 }
 
+bool sole_buffer(const Tensor& g) {
+  return g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 && g.is_contiguous() &&
+         g.storage_offset() == 0 && size_t(g.numel()) * g.element_size() == g.storage()->nbytes();
+}
+
 AccumulateGrad::AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : Node(Op::none, "AccumulateGrad"), leaf_(leaf) {}
 
 TensorList AccumulateGrad::apply(TensorList&& grads) {
@@ -140,9 +145,7 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
     } else {
       // Take the incoming buffer when nothing else refers to it; otherwise copy it (or, with
       // history, add it to the current one out of place).
-      bool sole = !keep_history && g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 && g.is_contiguous() &&
-                  g.dtype() == leaf->dtype && g.storage_offset() == 0 &&
-                  size_t(g.numel()) * g.element_size() == g.storage()->nbytes();
+      const bool sole = !keep_history && g.dtype() == leaf->dtype && sole_buffer(g);
       Tensor owned;
       {
         MemoryScope scope(Category::Gradient);

@@ -156,6 +156,10 @@ class AccumulateGrad : public Node {
   std::weak_ptr<TensorImpl> leaf_;
 };
 
+// True when `g` is a dense buffer nothing else refers to (no other handle, view or saved copy):
+// backward may take it as a leaf's .grad, or add a second gradient into it in place.
+bool sole_buffer(const Tensor& g);
+
 // True when grad mode is on and any input requires grad. The second form takes the inputs as
 // written at a call (`any_requires_grad({x, w})`) without building a TensorList.
 bool any_requires_grad(const TensorList& inputs);

@@ -72,7 +72,8 @@ TensorList binary_grads(BinaryOp op, const Tensor& g, const Tensor& a, const Ten
     case BinaryOp::Add:
     case BinaryOp::Sub:
       if (need_a) ga = g;
-      if (need_b) gb = g * (op == BinaryOp::Add ? alpha : -alpha);
+      // a + b passes g on to b as it is: a copy would cost a buffer and a pass over it at every residual
+      if (need_b) gb = op == BinaryOp::Add && alpha == 1 ? g : g * (op == BinaryOp::Add ? alpha : -alpha);
       break;
     case BinaryOp::Mul:
       if (need_a) ga = g * b;

@@ -12,7 +12,7 @@
 // the holes and maps them again where B needs them, so A then B runs. Every run is repeated on meta,
 // which must allocate, reserve and fail exactly as the CPU.
 //
-//   varying_batches [width=1024] [layers=4] [A=512] [B=4096]
+//   varying_batches [width=1024] [layers=4] [A=768] [B=4096]
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -85,7 +85,7 @@ void row(const char* what, const std::vector<int64_t>& batches, int64_t limit, c
 
 int main(int argc, char** argv) {
   auto arg = [&](int i, int64_t fallback) { return argc > i ? std::atoll(argv[i]) : fallback; };
-  const int64_t width = arg(1, 1024), layers = arg(2, 4), a = arg(3, 512), b = arg(4, 4096);
+  const int64_t width = arg(1, 1024), layers = arg(2, 4), a = arg(3, 768), b = arg(4, 4096);
   const std::vector<int64_t> ab{a, b}, ba{b, a};
   auto cpu_and_meta = [&](const std::vector<int64_t>& batches, int64_t limit, bool expandable) {
     const Run cpu = train(mg::kCPU, width, layers, batches, limit, expandable),

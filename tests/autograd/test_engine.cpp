@@ -365,6 +365,29 @@ TEST_CASE("engine: a diamond graph accumulates both paths") {
   check_close(w.grad(), {6 + 3 + std::exp(3.0) * 4, -4 + 3 + std::exp(-2.0) * -1});
 }
 
+TEST_CASE("engine: a second gradient for one tensor adds into the first in place (exact bytes)") {
+  // w is used by two products, as a tied embedding is by its lookup and the lm head: each product's
+  // backward makes a fresh buffer for w, and the second is added into the first, not into a third.
+  const int64_t n = 256, bytes = n * 4;  // a multiple of the allocator's 512-byte rounding
+  auto w = mg::randn({n}).requires_grad_();
+  auto a = mg::randn({n}), b = mg::randn({n}), g = mg::ones({n});
+  auto y = w * a + w * b;
+  mg::reset_peak(mg::kCPU);
+  const mg::MemoryStats before = mg::memory_stats(mg::kCPU);
+  y.backward(g);  // add passes g on as it is; the products' backward allocate g * a and g * b
+  const mg::MemoryStats after = mg::memory_stats(mg::kCPU);
+  CHECK(after.total_allocated - before.total_allocated == 2 * bytes);
+  CHECK(after.peak_allocated - before.allocated == 2 * bytes);
+  check_close(w.grad(), values(a + b));  // g * a + g * b with g = 1, in the same float32 sums
+
+  SUBCASE("a buffer the caller holds is never written: the seed reaches w twice") {
+    auto v = mg::randn({n}).requires_grad_();
+    (v + v).backward(g);  // add's backward sends g itself to both of v's slots
+    check_close(g, std::vector<double>(n, 1.0));
+    check_close(v.grad(), std::vector<double>(n, 2.0));
+  }
+}
+
 TEST_CASE("engine: saved tensors are freed after their node ran (exact Activation bytes)") {
   // 256 float32 values are 1024 bytes, a multiple of the allocator's 512-byte rounding. Saved op
   // outputs count as Activation; saved leaves keep their own category (Input here).

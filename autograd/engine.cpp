@@ -27,12 +27,12 @@ struct BudgetHooks {
   static bool active() { return budget::detail::any_active(); }
   // `g` is a gradient seeded into the pass: what kernels make from it stays a gradient.
   static void seed(const Tensor& g) {
-    if (budget::detail::any_active()) budget::detail::mark_gradient(g);
+    if (active()) budget::detail::mark_gradient(g);
   }
   // `n` is about to run: the offloaded tensors saved for it, and for the nodes it is the last to
   // send a gradient to (they run next), are fetched back first.
   static void before_apply(Node& n, const std::unordered_map<Node*, int>& deps) {
-    if (!budget::detail::any_active()) return;
+    if (!active()) return;
     std::vector<std::weak_ptr<Storage>> reads = n.saved_storages();
     for (auto& e : n.next_edges())
       if (auto it = e.valid() ? deps.find(e.node.get()) : deps.end(); it != deps.end() && it->second == 1)

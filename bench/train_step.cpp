@@ -168,8 +168,8 @@ int main(int argc, char** argv) try {
   const bool half = precision == "bf16" || precision == "fp16";
   const amp::AutocastState autocast{half, precision == "bf16" ? kBFloat16 : kFloat16};
   optim::AdamW opt(w.model->parameters(), optim::AdamWOptions(1e-3));
-  int64_t params = 0;  // what AdamW updates: its bytes per step are a floor (bench/compare, bench_roofline)
-  for (const Tensor& p : w.model->parameters()) params += p.numel();
+  // What AdamW updates: its bytes per step are a floor (bench/compare, bench_roofline).
+  const int64_t params = w.model->num_parameters();
   double loss = 0;
   auto step = [&] {
     opt.zero_grad(/*set_to_none=*/true);

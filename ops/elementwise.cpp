@@ -72,8 +72,10 @@ TensorList binary_grads(BinaryOp op, const Tensor& g, const Tensor& a, const Ten
     case BinaryOp::Add:
     case BinaryOp::Sub:
       if (need_a) ga = g;
-      // a + b passes g on to b as it is: a copy would cost a buffer and a pass over it at every residual
-      if (need_b) gb = op == BinaryOp::Add && alpha == 1 ? g : g * (op == BinaryOp::Add ? alpha : -alpha);
+      if (need_b) {  // g itself where b's factor is 1 (a + b): a copy costs a buffer and a pass at every residual
+        const double s = op == BinaryOp::Add ? alpha : -alpha;
+        gb = s == 1 ? g : g * s;
+      }
       break;
     case BinaryOp::Mul:
       if (need_a) ga = g * b;
